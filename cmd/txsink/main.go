@@ -1,0 +1,302 @@
+// Command txsink is the txsink service: it consumes Kafka topics with
+// read_committed isolation and writes them to PostgreSQL exactly once.
+//
+//	txsink version                      print version and commit
+//	txsink run -config c.json ...       run one connector in the foreground
+//	txsink serve ...                    run the worker (HTTP: /, /health) with connectors from files
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/postgres"
+	"github.com/txsink/txsink/internal/buildinfo"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `usage: txsink <command> [flags]
+
+commands:
+  version   print the version and commit
+  run       run one connector in the foreground until SIGTERM or SIGINT
+  serve     run the worker: HTTP on -listen (GET /, GET /health) and the
+            connectors given with -connector (repeatable)
+
+run "txsink <command> -h" for the flags of a command.
+`
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "version", "-version", "--version":
+		fmt.Fprintf(stdout, "txsink %s (commit %s)\n", buildinfo.Version, buildinfo.CommitID())
+		return 0
+	case "run":
+		return cmdRun(args[1:], stderr)
+	case "serve":
+		return cmdServe(args[1:], stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "txsink: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}
+
+func registry() *connectors.Registry {
+	reg := &connectors.Registry{}
+	if err := reg.Register(postgres.Spec()); err != nil {
+		panic(err) // programming error: duplicate registration
+	}
+	return reg
+}
+
+type commonFlags struct {
+	workerID  string
+	bootstrap string
+	logFormat string
+	logLevel  string
+}
+
+func (c *commonFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.bootstrap, "bootstrap", envOr("TXSINK_BOOTSTRAP_SERVERS", "127.0.0.1:9092"), "Kafka bootstrap servers, comma-separated (env TXSINK_BOOTSTRAP_SERVERS)")
+	fs.StringVar(&c.workerID, "worker-id", envOr("TXSINK_WORKER_ID", defaultWorkerID()), "stable id of this worker (env TXSINK_WORKER_ID; default: the host name). It is part of the Kafka transactional ids, so a restarted worker with the same id fences its previous incarnation at once; two live workers must use different ids")
+	fs.StringVar(&c.logFormat, "log-format", envOr("TXSINK_LOG_FORMAT", "text"), "log format: text or json (env TXSINK_LOG_FORMAT)")
+	fs.StringVar(&c.logLevel, "log-level", envOr("TXSINK_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env TXSINK_LOG_LEVEL)")
+}
+
+func (c *commonFlags) logger(w io.Writer) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return nil, fmt.Errorf("-log-level: %w", err)
+	}
+	o := &slog.HandlerOptions{Level: lvl}
+	switch c.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, o)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, o)), nil
+	}
+	return nil, fmt.Errorf("-log-format: must be text or json, got %q", c.logFormat)
+}
+
+func (c *commonFlags) taskOptions(log *slog.Logger) connectors.TaskOptions {
+	return connectors.TaskOptions{
+		Bootstrap:  splitList(c.bootstrap),
+		InstanceID: c.workerID,
+		Log:        log,
+	}
+}
+
+func defaultWorkerID() string {
+	if h, err := os.Hostname(); err == nil && h != "" {
+		return h
+	}
+	return connectors.NewInstanceID()
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// readConnectorFile reads a connector config in Kafka Connect's create
+// shape ({"name": …, "config": {…}}) or as a flat object of settings.
+func readConnectorFile(path string) (map[string]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var wrapped struct {
+		Name   string            `json:"name"`
+		Config map[string]string `json:"config"`
+	}
+	if err := json.Unmarshal(b, &wrapped); err == nil && wrapped.Config != nil {
+		if wrapped.Config["name"] == "" {
+			wrapped.Config["name"] = wrapped.Name
+		}
+		return wrapped.Config, nil
+	}
+	var flat map[string]string
+	if err := json.Unmarshal(b, &flat); err != nil {
+		return nil, fmt.Errorf("%s: not a connector config (want {\"name\":…,\"config\":{…}} or an object of string settings): %w", path, err)
+	}
+	return flat, nil
+}
+
+// Exit codes of "txsink run".
+const (
+	exitOK         = 0
+	exitUsage      = 2
+	exitStartFail  = 3
+	exitTaskFailed = 4
+)
+
+func cmdRun(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cf commonFlags
+	cf.register(fs)
+	cfgPath := fs.String("config", "", "connector config file (JSON)")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if *cfgPath == "" {
+		fmt.Fprintln(stderr, "txsink run: -config is required")
+		return exitUsage
+	}
+	log, err := cf.logger(stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "txsink run:", err)
+		return exitUsage
+	}
+	raw, err := readConnectorFile(*cfgPath)
+	if err != nil {
+		fmt.Fprintln(stderr, "txsink run:", err)
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	c, err := connectors.Open(octx, registry(), raw, cf.taskOptions(log))
+	cancel()
+	if err != nil {
+		fmt.Fprintln(stderr, "txsink run:", err)
+		return exitStartFail
+	}
+	done := make(chan struct{})
+	remaining := c.Config.TasksMax
+	exited := make(chan struct{}, remaining)
+	c.Start(func(int, error) { exited <- struct{}{} })
+	go func() {
+		for i := 0; i < remaining; i++ {
+			<-exited
+		}
+		close(done)
+	}()
+	log.Info("connector running", "connector", c.Config.Name, "delivery", c.Config.Delivery, "tasks", c.Config.TasksMax)
+	select {
+	case <-ctx.Done():
+		log.Info("stopping")
+	case <-done:
+	}
+	c.Stop()
+	if err := c.Wait(); err != nil {
+		fmt.Fprintln(stderr, "txsink run: connector failed:", err)
+		if errors.Is(err, connectors.ErrTaskStopped) {
+			return exitTaskFailed
+		}
+		return exitTaskFailed
+	}
+	return exitOK
+}
+
+type connectorFiles []string
+
+func (c *connectorFiles) String() string     { return strings.Join(*c, ",") }
+func (c *connectorFiles) Set(v string) error { *c = append(*c, v); return nil }
+
+func cmdServe(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cf commonFlags
+	cf.register(fs)
+	listen := fs.String("listen", envOr("TXSINK_LISTEN", "127.0.0.1:8083"), "HTTP listen address (env TXSINK_LISTEN)")
+	var files connectorFiles
+	fs.Var(&files, "connector", "connector config file (JSON); repeatable")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	log, err := cf.logger(stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "txsink serve:", err)
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	reg := registry()
+	var running []*connectors.Connector
+	healthy := true
+	for _, f := range files {
+		raw, err := readConnectorFile(f)
+		if err != nil {
+			fmt.Fprintln(stderr, "txsink serve:", err)
+			return exitUsage
+		}
+		c, err := connectors.Open(ctx, reg, raw, cf.taskOptions(log))
+		if err != nil {
+			fmt.Fprintf(stderr, "txsink serve: connector from %s: %v\n", f, err)
+			return exitStartFail
+		}
+		c.Start(func(task int, err error) {
+			if err != nil {
+				healthy = false
+			}
+		})
+		running = append(running, c)
+	}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]string{"version": buildinfo.Version, "commit": buildinfo.CommitID(), "kafka_cluster_id": ""})
+	})
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if !healthy {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `{"status":"unhealthy","message":"a connector task failed; see the logs"}`)
+			return
+		}
+		_, _ = io.WriteString(w, `{"status":"healthy","message":"Worker has completed startup and is ready to handle requests."}`)
+	})
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		fmt.Fprintln(stderr, "txsink serve:", err)
+		return exitStartFail
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	log.Info("worker listening", "addr", ln.Addr().String(), "connectors", len(running))
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	for _, c := range running {
+		c.Stop()
+	}
+	return exitOK
+}

@@ -1,0 +1,114 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Delivery guarantees (delivery.guarantee).
+const (
+	ExactlyOnce     = "exactly_once"
+	ExactlyOnceSink = "exactly_once_sink"
+	AtLeastOnce     = "at_least_once"
+	AtMostOnce      = "at_most_once"
+)
+
+// Common connector setting names.
+const (
+	KeyName              = "name"
+	KeyClass             = "connector.class"
+	KeyTasksMax          = "tasks.max"
+	KeyTopics            = "topics"
+	KeyDelivery          = "delivery.guarantee"
+	KeyBatchMaxRecords   = "batch.max.records"
+	KeyBatchMaxBytes     = "batch.max.bytes"
+	KeyBatchLingerMs     = "batch.linger.ms"
+	KeyOffsetsInitial    = "offsets.initial"
+	KeyGroupID           = "group.id"
+	KeyErrorsTolerance   = "errors.tolerance"
+	KeyTxnTimeoutMs      = "transaction.timeout.ms"
+	KeySessionTimeoutMs  = "session.timeout.ms"
+	KeyUnsafeNoFencing   = "txsink.test.unsafe.disable.fencing"
+	KeyPrepareParallel   = "commit.parallelism"
+	KeyRecoveryTimeoutMs = "recovery.timeout.ms"
+)
+
+// ConnectorDefs are the settings every sink connector has.
+var ConnectorDefs = Defs{
+	{Name: KeyName, Type: String, Required: true, Group: "Common", Doc: "Unique name of the connector.",
+		Check: CheckName},
+	{Name: KeyClass, Type: String, Required: true, Group: "Common", Doc: "The sink type: a registered sink name (postgres) or its class alias (for example io.txsink.postgres.PostgresSinkConnector)."},
+	{Name: KeyTasksMax, Type: Int, Default: "1", Min: 1, Max: 256, Group: "Common", Doc: "Maximum number of tasks (consumers in the connector's group) this worker runs."},
+	{Name: KeyTopics, Type: List, Required: true, Group: "Common", Doc: "Comma-separated Kafka topics to consume.",
+		Check: func(v string) error {
+			for _, t := range strings.Split(v, ",") {
+				if t = strings.TrimSpace(t); t == "" {
+					continue
+				}
+				if len(t) > 249 || strings.ContainsAny(t, " \t/\\") {
+					return fmt.Errorf("invalid topic name %q", t)
+				}
+			}
+			return nil
+		}},
+	{Name: KeyDelivery, Type: String, Default: ExactlyOnce, Group: "Delivery", Enum: []string{ExactlyOnce, ExactlyOnceSink, AtLeastOnce, AtMostOnce},
+		Doc: "exactly_once: two-phase commit with the Kafka transaction as decision (needs max_prepared_transactions > 0); exactly_once_sink: one sink transaction with compare-and-set offsets and fencing, no Kafka transaction; at_least_once: rows then offsets in separate transactions (a crash can duplicate); at_most_once: offsets then rows (a crash can lose)."},
+	{Name: KeyBatchMaxRecords, Type: Int, Default: "10000", Min: 1, Max: 1000000, Group: "Batching", Doc: "Maximum records per round (all partitions of a task)."},
+	{Name: KeyBatchMaxBytes, Type: Int, Default: "16777216", Min: 1024, Max: 1 << 30, Group: "Batching", Doc: "A round stops polling once its record values and keys reach this many bytes."},
+	{Name: KeyBatchLingerMs, Type: Int, Default: "50", Min: 0, Max: 60000, Group: "Batching", Doc: "How long a round keeps polling for more records after the first arrive."},
+	{Name: KeyOffsetsInitial, Type: String, Default: "earliest", Enum: []string{"earliest", "latest"}, Group: "Offsets", Doc: "Where a partition with no offset stored in the sink starts."},
+	{Name: KeyGroupID, Type: String, Group: "Offsets", Doc: "Kafka consumer group; default txsink-<name>. Its committed offsets mirror the sink's and record the 2PC decision."},
+	{Name: KeyErrorsTolerance, Type: String, Default: "none", Enum: []string{"none", "all"}, Group: "Errors", Doc: "none: a bad record stops its task at exactly that offset with the error in the status; all: bad records go to the dead-letter table inside the same sink transaction."},
+	{Name: KeyTxnTimeoutMs, Type: Int, Default: "15000", Min: 1000, Max: 900000, Group: "Delivery", Doc: "Kafka transaction timeout (exactly_once). Bounds how long an abandoned decision blocks recovery."},
+	{Name: KeySessionTimeoutMs, Type: Int, Default: "10000", Min: 1000, Max: 300000, Group: "Delivery", Doc: "Consumer group session timeout: after it a silent owner loses its partitions."},
+	{Name: KeyPrepareParallel, Type: Int, Default: "4", Min: 1, Max: 64, Group: "Delivery", Doc: "Partition batches prepared and committed in parallel per round."},
+	{Name: KeyRecoveryTimeoutMs, Type: Int, Default: "120000", Min: 1000, Max: 3600000, Group: "Delivery", Doc: "How long recovery of in-doubt batches may take on assignment before the task fails."},
+	{Name: KeyUnsafeNoFencing, Type: Boolean, Default: "false", Hidden: true, Group: "Testing", Doc: "TEST ONLY: disables the sink's fence and compare-and-set (blind offset writes). Used by negative controls to prove the tests can fail. Never set it in production."},
+}
+
+// Connector is the parsed common part of a connector configuration.
+type Connector struct {
+	Name            string
+	Class           string
+	TasksMax        int
+	Topics          []string
+	Delivery        string
+	BatchMaxRecords int
+	BatchMaxBytes   int
+	BatchLinger     time.Duration
+	OffsetsInitial  string
+	GroupID         string
+	ErrorsTolerance string
+	TxnTimeout      time.Duration
+	SessionTimeout  time.Duration
+	Parallelism     int
+	RecoveryTimeout time.Duration
+	UnsafeNoFencing bool
+}
+
+// ParseConnector reads the common settings from validated values.
+func ParseConnector(v Values) Connector {
+	c := Connector{
+		Name:            v[KeyName],
+		Class:           v[KeyClass],
+		TasksMax:        int(v.Int(KeyTasksMax)),
+		Topics:          v.List(KeyTopics),
+		Delivery:        v[KeyDelivery],
+		BatchMaxRecords: int(v.Int(KeyBatchMaxRecords)),
+		BatchMaxBytes:   int(v.Int(KeyBatchMaxBytes)),
+		BatchLinger:     time.Duration(v.Int(KeyBatchLingerMs)) * time.Millisecond,
+		OffsetsInitial:  v[KeyOffsetsInitial],
+		GroupID:         v[KeyGroupID],
+		ErrorsTolerance: v[KeyErrorsTolerance],
+		TxnTimeout:      time.Duration(v.Int(KeyTxnTimeoutMs)) * time.Millisecond,
+		SessionTimeout:  time.Duration(v.Int(KeySessionTimeoutMs)) * time.Millisecond,
+		Parallelism:     int(v.Int(KeyPrepareParallel)),
+		RecoveryTimeout: time.Duration(v.Int(KeyRecoveryTimeoutMs)) * time.Millisecond,
+		UnsafeNoFencing: v.Bool(KeyUnsafeNoFencing),
+	}
+	if c.GroupID == "" {
+		c.GroupID = "txsink-" + c.Name
+	}
+	return c
+}

@@ -1,0 +1,134 @@
+package postgres
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// ErrDeadLetter wraps a failure to write the dead-letter table. It is never
+// a bad record, even when the underlying SQLSTATE is a data exception: the
+// whole batch fails.
+var ErrDeadLetter = errors.New("cannot write dead-letter table")
+
+// dlqError keeps the database error reachable for IsRetryable while
+// IsBadRecord refuses it.
+type dlqError struct{ err error }
+
+func (e *dlqError) Error() string   { return "postgres: " + ErrDeadLetter.Error() + ": " + e.err.Error() }
+func (e *dlqError) Unwrap() []error { return []error{ErrDeadLetter, e.err} }
+
+// dlqDDL creates the dead-letter table. The unique constraint makes a redo
+// of the same batch (same connector, topic, partition, offsets) unable to
+// duplicate a dead letter.
+const dlqDDL = `CREATE TABLE IF NOT EXISTS %s (
+	id           bigserial PRIMARY KEY,
+	connector    text NOT NULL,
+	topic        text NOT NULL,
+	"partition"  integer NOT NULL,
+	kafka_offset bigint NOT NULL,
+	key          bytea,
+	value        bytea,
+	headers      jsonb,
+	error        text NOT NULL,
+	failed_at    timestamptz NOT NULL DEFAULT now(),
+	UNIQUE (connector, topic, "partition", kafka_offset)
+)`
+
+const dlqInsert = `INSERT INTO %s (connector, topic, "partition", kafka_offset, key, value, headers, error)
+SELECT $1, u.topic, u.part, u.off, u.key, u.value, u.headers, u.error
+FROM unnest($2::text[], $3::int4[], $4::int8[], $5::bytea[], $6::bytea[], $7::jsonb[], $8::text[])
+     AS u(topic, part, off, key, value, headers, error)
+ON CONFLICT DO NOTHING`
+
+// deadLetter writes the bad records to the dead-letter table in tx,
+// creating the table first if it is missing.
+func (w *Writer) deadLetter(ctx context.Context, tx pgx.Tx, byOffset map[int64]*kgo.Record, bad []*RecordError) error {
+	schema, name := w.cfg.dlqName()
+	ident := pgx.Identifier{schema, name}.Sanitize()
+	if err := ensureDLQ(ctx, tx, schema, name); err != nil {
+		return &dlqError{err: err}
+	}
+	n := len(bad)
+	topics := make([]string, n)
+	parts := make([]int32, n)
+	offs := make([]int64, n)
+	keys := make([][]byte, n)
+	values := make([][]byte, n)
+	headers := make([]*string, n)
+	msgs := make([]string, n)
+	for i, b := range bad {
+		topics[i], parts[i], offs[i] = b.Topic, b.Partition, b.Offset
+		msgs[i] = cleanText(b.Error())
+		if r := byOffset[b.Offset]; r != nil {
+			keys[i], values[i] = r.Key, r.Value
+			headers[i] = headersJSON(r.Headers)
+		}
+	}
+	_, err := tx.Exec(ctx, fmt.Sprintf(dlqInsert, ident), w.cfg.Connector, topics, parts, offs, keys, values, headers, msgs)
+	if err != nil {
+		return &dlqError{err: err}
+	}
+	return nil
+}
+
+// ensureDLQ creates the dead-letter table when it does not exist. Creation
+// is serialised by a transaction-level advisory lock, because two
+// concurrent CREATE TABLE IF NOT EXISTS can fail with a unique violation in
+// the catalog; the lock is only taken when the table is missing.
+func ensureDLQ(ctx context.Context, tx pgx.Tx, schema, name string) error {
+	ident := pgx.Identifier{schema, name}.Sanitize()
+	var exists bool
+	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", ident).Scan(&exists); err != nil {
+		return err
+	}
+	if exists {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", "txsink.dlq."+ident); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, fmt.Sprintf(dlqDDL, ident))
+	return err
+}
+
+// headersJSON renders record headers as a JSON array of {"key", "value"}
+// objects; a value that is not valid UTF-8 (or holds NUL, which jsonb
+// refuses) is given as "value_base64" instead. No headers: NULL.
+func headersJSON(hs []kgo.RecordHeader) *string {
+	if len(hs) == 0 {
+		return nil
+	}
+	type header struct {
+		Key         string  `json:"key"`
+		Value       *string `json:"value,omitempty"`
+		ValueBase64 *string `json:"value_base64,omitempty"`
+	}
+	out := make([]header, len(hs))
+	for i, h := range hs {
+		out[i].Key = cleanText(h.Key)
+		if utf8.Valid(h.Value) && !strings.ContainsRune(string(h.Value), 0) {
+			v := string(h.Value)
+			out[i].Value = &v
+		} else {
+			v := base64.StdEncoding.EncodeToString(h.Value)
+			out[i].ValueBase64 = &v
+		}
+	}
+	b, _ := json.Marshal(out)
+	s := string(b)
+	return &s
+}
+
+// cleanText makes s storable in a text column: valid UTF-8, no NUL.
+func cleanText(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	return strings.ReplaceAll(s, "\x00", `\0`)
+}

@@ -1,0 +1,332 @@
+package postgres
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txsink/txsink/config"
+	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/internal/failpoint"
+	"github.com/txsink/txsink/offsets"
+	"github.com/txsink/txsink/twophase"
+)
+
+// Compile-time checks.
+var (
+	_ connectors.Sink          = (*Sink)(nil)
+	_ twophase.Participant     = (*Sink)(nil)
+	_ connectors.RecordLocator = (*RecordError)(nil)
+)
+
+// RecordCoordinates locates the bad record for the runtime.
+func (e *RecordError) RecordCoordinates() (string, int32, int64) {
+	return e.Topic, e.Partition, e.Offset
+}
+
+// GIDPrefix starts the global id of every prepared transaction txsink
+// creates, so recovery (and a DBA reading pg_prepared_xacts) can tell ours
+// from others'.
+const GIDPrefix = "txsink1_"
+
+// Sink is the PostgreSQL sink: a twophase.Participant using PREPARE
+// TRANSACTION / COMMIT PREPARED / ROLLBACK PREPARED, the offsets store in
+// the same database, and the local write paths of the other modes.
+type Sink struct {
+	pool      *pgxpool.Pool
+	store     *offsets.PG
+	w         *Writer
+	connector string
+	connHash  string
+	log       *slog.Logger
+}
+
+// NewSink opens a sink on pool for the named connector. It creates the
+// offsets table when missing.
+func NewSink(ctx context.Context, pool *pgxpool.Pool, connector string, w *Writer, offsetsSchema, offsetsTable string, log *slog.Logger) (*Sink, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Sink{
+		pool:      pool,
+		store:     offsets.NewPG(pool, offsetsSchema, offsetsTable),
+		w:         w,
+		connector: connector,
+		connHash:  shortHash(connector),
+		log:       log,
+	}
+	if err := s.store.EnsureSchema(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Store returns the sink's offset store.
+func (s *Sink) Store() *offsets.PG { return s.store }
+
+// Pool returns the sink's connection pool.
+func (s *Sink) Pool() *pgxpool.Pool { return s.pool }
+
+func shortHash(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:8])
+}
+
+// GID returns the prepared transaction's global id for a batch:
+// txsink1_<connector hash>_<topic hash>_<partition>_<first>_<last>. It is at
+// most 100 bytes (PostgreSQL allows 200) and contains only [0-9a-f_], so it
+// is safe as a SQL literal.
+func GID(id twophase.BatchID) string {
+	return fmt.Sprintf("%s%s_%s_%d_%d_%d", GIDPrefix, shortHash(id.Connector), shortHash(id.Topic), id.Partition, id.First, id.Last)
+}
+
+// parseGID splits a gid made by GID. ok is false for anything else.
+func parseGID(gid string) (connHash, topicHash string, partition int32, first, last int64, ok bool) {
+	rest, found := strings.CutPrefix(gid, GIDPrefix)
+	if !found {
+		return
+	}
+	f := strings.Split(rest, "_")
+	if len(f) != 5 || len(f[0]) != 16 || len(f[1]) != 16 {
+		return
+	}
+	p, err1 := strconv.ParseInt(f[2], 10, 32)
+	a, err2 := strconv.ParseInt(f[3], 10, 64)
+	b, err3 := strconv.ParseInt(f[4], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || p < 0 || a < 0 || b < a {
+		return
+	}
+	return f[0], f[1], int32(p), a, b, true
+}
+
+// Prepare implements twophase.Participant: BEGIN; compare-and-set the
+// offset (first, so a fenced owner stops before writing); write rows and
+// dead letters; PREPARE TRANSACTION. Cancelling ctx before PREPARE
+// completes rolls back; if the connection breaks during PREPARE the batch
+// may be prepared, and InDoubt lists it.
+func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) error {
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		if err := s.store.Advance(ctx, tx, offsets.GuardCAS, b.ID.Connector, b.ID.Topic, b.ID.Partition, b.Fence, b.Prev, b.ID.NextOffset()); err != nil {
+			return err
+		}
+		if _, err := s.w.Write(ctx, tx, b.Records); err != nil {
+			return err
+		}
+		failpoint.Hit(failpoint.AfterWrite)
+		if _, err := tx.Exec(ctx, "PREPARE TRANSACTION '"+GID(b.ID)+"'"); err != nil {
+			return fmt.Errorf("prepare %s: %w", b.ID, err)
+		}
+		return nil
+	})
+}
+
+// inTx runs fn in a transaction and ends it: after a successful PREPARE
+// TRANSACTION the session has no transaction left and the closing COMMIT
+// is a no-op.
+func (s *Sink) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return &commitError{err}
+	}
+	return nil
+}
+
+// commitError is an error returned by COMMIT itself.
+type commitError struct{ err error }
+
+func (e *commitError) Error() string { return "commit: " + e.err.Error() }
+func (e *commitError) Unwrap() error { return e.err }
+
+// Commit implements twophase.Participant with COMMIT PREPARED. A batch that
+// is no longer prepared counts as committed when the stored offset has
+// reached its end.
+func (s *Sink) Commit(ctx context.Context, id twophase.BatchID) error {
+	_, err := s.pool.Exec(ctx, "COMMIT PREPARED '"+GID(id)+"'")
+	if err == nil {
+		return nil
+	}
+	if !isUndefinedObject(err) {
+		return fmt.Errorf("commit prepared %s: %w", id, err)
+	}
+	pos, ok, lerr := s.store.Lookup(ctx, id.Connector, id.Topic, id.Partition)
+	if lerr != nil {
+		return fmt.Errorf("commit prepared %s: %w", id, lerr)
+	}
+	if ok && pos.Next >= id.NextOffset() {
+		return nil
+	}
+	return fmt.Errorf("commit prepared %s: %w", id, twophase.ErrNotPrepared)
+}
+
+// Abort implements twophase.Participant with ROLLBACK PREPARED; a batch
+// that is not prepared is already aborted.
+func (s *Sink) Abort(ctx context.Context, id twophase.BatchID) error {
+	_, err := s.pool.Exec(ctx, "ROLLBACK PREPARED '"+GID(id)+"'")
+	if err == nil || isUndefinedObject(err) {
+		return nil
+	}
+	return fmt.Errorf("rollback prepared %s: %w", id, err)
+}
+
+// InDoubt implements twophase.Participant: the connector's prepared
+// transactions in this database, from pg_prepared_xacts. Topic names come
+// from the offsets table (a prepared batch always follows a row there).
+func (s *Sink) InDoubt(ctx context.Context, connector string) ([]twophase.BatchID, error) {
+	prefix := GIDPrefix + shortHash(connector) + "_"
+	rows, err := s.pool.Query(ctx, `SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND left(gid, $2) = $1`,
+		prefix, len(prefix))
+	if err != nil {
+		return nil, fmt.Errorf("list prepared transactions: %w", err)
+	}
+	gids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list prepared transactions: %w", err)
+	}
+	if len(gids) == 0 {
+		return nil, nil
+	}
+	positions, err := s.store.Read(ctx, connector)
+	if err != nil {
+		return nil, err
+	}
+	topics := map[string]string{}
+	for _, p := range positions {
+		topics[shortHash(p.Topic)] = p.Topic
+	}
+	var out []twophase.BatchID
+	for _, gid := range gids {
+		_, th, p, first, last, ok := parseGID(gid)
+		if !ok {
+			continue
+		}
+		topic, ok := topics[th]
+		if !ok {
+			s.log.Warn("prepared transaction of this connector names an unknown topic; leaving it", "gid", gid)
+			continue
+		}
+		out = append(out, twophase.BatchID{Connector: connector, Topic: topic, Partition: p, First: first, Last: last})
+	}
+	return out, nil
+}
+
+// Acquire implements connectors.Sink.
+func (s *Sink) Acquire(ctx context.Context, topic string, partitions []int32) (map[int32]offsets.Position, error) {
+	return s.store.Acquire(ctx, s.connector, topic, partitions)
+}
+
+// Initialize implements connectors.Sink.
+func (s *Sink) Initialize(ctx context.Context, topic string, partition int32, fence, next int64) error {
+	return s.store.Initialize(ctx, s.connector, topic, partition, fence, next)
+}
+
+// Positions implements connectors.Sink.
+func (s *Sink) Positions(ctx context.Context) ([]offsets.Position, error) {
+	return s.store.Read(ctx, s.connector)
+}
+
+// ResetOffsets implements connectors.Sink.
+func (s *Sink) ResetOffsets(ctx context.Context, all bool, positions []offsets.Position) error {
+	return s.store.Reset(ctx, s.connector, all, positions)
+}
+
+// WriteLocal implements connectors.Sink for exactly_once_sink (Atomic with
+// GuardCAS), at_least_once (RowsFirst) and at_most_once (OffsetFirst).
+func (s *Sink) WriteLocal(ctx context.Context, b *twophase.Batch, guard offsets.Guard, order connectors.Order) error {
+	advance := func(tx pgx.Tx) error {
+		return s.store.Advance(ctx, tx, guard, b.ID.Connector, b.ID.Topic, b.ID.Partition, b.Fence, b.Prev, b.ID.NextOffset())
+	}
+	write := func(tx pgx.Tx) error {
+		_, err := s.w.Write(ctx, tx, b.Records)
+		return err
+	}
+	switch order {
+	case connectors.RowsFirst:
+		if err := s.inTx(ctx, write); err != nil {
+			return err
+		}
+		failpoint.Hit(failpoint.AfterWrite)
+		return s.inTx(ctx, advance)
+	case connectors.OffsetFirst:
+		if err := s.inTx(ctx, advance); err != nil {
+			return err
+		}
+		failpoint.Hit(failpoint.AfterWrite)
+		return s.inTx(ctx, write)
+	}
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if err := advance(tx); err != nil {
+			return err
+		}
+		if err := write(tx); err != nil {
+			return err
+		}
+		failpoint.Hit(failpoint.AfterWrite)
+		return nil
+	})
+	if err == nil || guard != offsets.GuardCAS || !isAmbiguousCommit(err) {
+		return err
+	}
+	// The COMMIT's outcome is unknown (the connection broke): the stored
+	// offset says what happened (invariant 7).
+	pos, ok, lerr := s.store.Lookup(context.WithoutCancel(ctx), b.ID.Connector, b.ID.Topic, b.ID.Partition)
+	if lerr != nil {
+		return fmt.Errorf("%w (and resolving it failed: %v)", err, lerr)
+	}
+	if ok && pos.Next == b.ID.NextOffset() && pos.Fence == b.Fence {
+		s.log.Info("ambiguous commit resolved as committed", "batch", b.ID.String())
+		return nil
+	}
+	return err
+}
+
+// isAmbiguousCommit reports an error from COMMIT that does not say the
+// transaction failed: the connection broke while the server may have
+// committed.
+func isAmbiguousCommit(err error) bool {
+	var ce *commitError
+	if !errors.As(err, &ce) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	return !errors.As(err, &pgErr)
+}
+
+// Preflight implements connectors.Sink: exactly_once needs prepared
+// transactions.
+func (s *Sink) Preflight(ctx context.Context, delivery string) error {
+	var v string
+	if err := s.pool.QueryRow(ctx, "SHOW max_prepared_transactions").Scan(&v); err != nil {
+		return fmt.Errorf("preflight: %w", err)
+	}
+	n, _ := strconv.Atoi(v)
+	if delivery == config.ExactlyOnce && n == 0 {
+		return fmt.Errorf("preflight: delivery.guarantee=exactly_once needs prepared transactions, but max_prepared_transactions is 0 on this PostgreSQL server: set max_prepared_transactions (for example 64, at least the number of partitions this worker may own; a server restart is needed) or use delivery.guarantee=exactly_once_sink")
+	}
+	return nil
+}
+
+// Close implements connectors.Sink.
+func (s *Sink) Close() { s.pool.Close() }
+
+// isUndefinedObject reports SQLSTATE 42704: the prepared transaction does
+// not exist.
+func isUndefinedObject(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42704"
+}

@@ -1,0 +1,885 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Insert modes, pk modes and error tolerances of WriterConfig.
+const (
+	InsertModeInsert = "insert"
+	InsertModeUpsert = "upsert"
+
+	PKModeNone        = "none"
+	PKModeRecordKey   = "record_key"
+	PKModeRecordValue = "record_value"
+	PKModeKafka       = "kafka"
+
+	ToleranceNone = "none"
+	ToleranceAll  = "all"
+)
+
+// Defaults applied by NewWriter (and assumed by Validate) to empty fields.
+const (
+	DefaultSchema          = "public"
+	DefaultTableNameFormat = "${topic}"
+)
+
+// DefaultKafkaPKFields are the columns pk.mode=kafka writes when pk.fields
+// is empty, as in Kafka Connect's JDBC sink.
+var DefaultKafkaPKFields = []string{"__connect_topic", "__connect_partition", "__connect_offset"}
+
+// WriterConfig is the table-mapping part of a postgres connector's config.
+type WriterConfig struct {
+	Connector       string   // connector name (for DLQ context)
+	Schema          string   // target schema, default "public"
+	TableNameFormat string   // "table.name.format", default "${topic}"; ${topic} replaced; the result is an identifier, always quoted
+	InsertMode      string   // "insert.mode": "insert" (COPY) | "upsert" (INSERT … ON CONFLICT (pk) DO UPDATE)
+	PKMode          string   // "pk.mode": "none" | "record_key" | "record_value" | "kafka"
+	PKFields        []string // "pk.fields"; empty: the table's primary key (record_key, record_value) or DefaultKafkaPKFields (kafka)
+	DeleteEnabled   bool     // "delete.enabled": tombstone with a key → DELETE by pk; requires pk.mode=record_key
+	ErrorsTolerance string   // "errors.tolerance": "none" | "all"
+	DLQTable        string   // "errors.deadletterqueue.table.name": "table" (in Schema) or "schema.table"; required when tolerance=all; created if missing
+}
+
+func (c WriterConfig) withDefaults() WriterConfig {
+	if c.Schema == "" {
+		c.Schema = DefaultSchema
+	}
+	if c.TableNameFormat == "" {
+		c.TableNameFormat = DefaultTableNameFormat
+	}
+	if c.InsertMode == "" {
+		c.InsertMode = InsertModeInsert
+	}
+	if c.PKMode == "" {
+		c.PKMode = PKModeNone
+	}
+	if c.ErrorsTolerance == "" {
+		c.ErrorsTolerance = ToleranceNone
+	}
+	return c
+}
+
+// maxIdentifier is PostgreSQL's NAMEDATALEN-1: longer names are truncated
+// by the server, so they are refused here.
+const maxIdentifier = 63
+
+func checkIdent(key, s string) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("%s: must not be empty", key)
+	case len(s) > maxIdentifier:
+		return fmt.Errorf("%s: %q is longer than %d bytes", key, s, maxIdentifier)
+	case strings.IndexByte(s, 0) >= 0:
+		return fmt.Errorf("%s: must not contain NUL", key)
+	}
+	return nil
+}
+
+// Validate checks the configuration (with defaults applied to empty fields).
+// Every message starts with the offending config key.
+func (c WriterConfig) Validate() error {
+	c = c.withDefaults()
+	if c.Connector == "" || strings.IndexByte(c.Connector, 0) >= 0 {
+		return errors.New("name: the connector name must be set (and contain no NUL)")
+	}
+	if err := checkIdent("table.name.format", c.Schema); err != nil {
+		return fmt.Errorf("schema: %w", err)
+	}
+	if strings.IndexByte(c.TableNameFormat, 0) >= 0 {
+		return errors.New("table.name.format: must not contain NUL")
+	}
+	switch c.InsertMode {
+	case InsertModeInsert, InsertModeUpsert:
+	default:
+		return fmt.Errorf("insert.mode: must be %q or %q, got %q", InsertModeInsert, InsertModeUpsert, c.InsertMode)
+	}
+	switch c.PKMode {
+	case PKModeNone, PKModeRecordKey, PKModeRecordValue, PKModeKafka:
+	default:
+		return fmt.Errorf("pk.mode: must be one of none, record_key, record_value, kafka, got %q", c.PKMode)
+	}
+	if c.InsertMode == InsertModeUpsert && c.PKMode == PKModeNone {
+		return errors.New("pk.mode: insert.mode=upsert needs a primary key: set pk.mode to record_key, record_value or kafka")
+	}
+	if c.PKMode == PKModeNone && len(c.PKFields) > 0 {
+		return errors.New("pk.fields: must be empty when pk.mode=none")
+	}
+	if c.PKMode == PKModeKafka && len(c.PKFields) != 0 && len(c.PKFields) != 3 {
+		return fmt.Errorf("pk.fields: pk.mode=kafka takes none or exactly 3 names (topic, partition, offset columns), got %d", len(c.PKFields))
+	}
+	seen := map[string]bool{}
+	for _, f := range c.PKFields {
+		if err := checkIdent("pk.fields", f); err != nil {
+			return err
+		}
+		if seen[f] {
+			return fmt.Errorf("pk.fields: %q is listed twice", f)
+		}
+		seen[f] = true
+	}
+	if c.DeleteEnabled && c.PKMode != PKModeRecordKey {
+		return fmt.Errorf("delete.enabled: requires pk.mode=record_key, got pk.mode=%s", c.PKMode)
+	}
+	switch c.ErrorsTolerance {
+	case ToleranceNone:
+	case ToleranceAll:
+		if c.DLQTable == "" {
+			return errors.New("errors.deadletterqueue.table.name: required when errors.tolerance=all")
+		}
+	default:
+		return fmt.Errorf("errors.tolerance: must be %q or %q, got %q", ToleranceNone, ToleranceAll, c.ErrorsTolerance)
+	}
+	if c.DLQTable != "" {
+		s, t := c.dlqName()
+		if err := checkIdent("errors.deadletterqueue.table.name", s); err != nil {
+			return err
+		}
+		if err := checkIdent("errors.deadletterqueue.table.name", t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dlqName splits DLQTable into schema and table.
+func (c WriterConfig) dlqName() (schema, name string) {
+	if i := strings.IndexByte(c.DLQTable, '.'); i >= 0 {
+		return c.DLQTable[:i], c.DLQTable[i+1:]
+	}
+	return c.Schema, c.DLQTable
+}
+
+// Writer writes batches of Kafka records into PostgreSQL tables inside
+// transactions its caller owns. It caches table descriptions per table and
+// is safe for concurrent use by different transactions.
+type Writer struct {
+	cfg    WriterConfig
+	tables tableCache
+}
+
+// NewWriter validates cfg, applies its defaults and returns a Writer.
+func NewWriter(cfg WriterConfig) (*Writer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Writer{cfg: cfg.withDefaults()}, nil
+}
+
+// Config returns the writer's configuration with defaults applied.
+func (w *Writer) Config() WriterConfig { return w.cfg }
+
+// TableName returns the (unquoted) target table of topic.
+func (w *Writer) TableName(topic string) string {
+	return strings.ReplaceAll(w.cfg.TableNameFormat, "${topic}", topic)
+}
+
+// WriteStats counts what one Write did with its records. Written, Deleted,
+// DeadLettered and Superseded add up to the number of records.
+type WriteStats struct {
+	Written      int // records written as rows (COPY, insert or upsert)
+	Deleted      int // tombstones applied as DELETE by key (whether or not a row existed)
+	DeadLettered int // bad records written to the dead-letter table
+	Superseded   int // upsert mode: records replaced by a later record with the same key in the batch
+}
+
+// op is one record's pending change.
+type op struct {
+	rec   *kgo.Record
+	del   bool
+	cols  []*column // value columns in table order (inserts), pk columns (deletes)
+	vals  []any
+	shape string // the column set, groups ops into one statement
+	key   string // de-duplication key (upsert mode)
+}
+
+// plan is what a Write needs about its table beyond the catalog.
+type plan struct {
+	t      *table
+	pkCols []*column // the pk columns in pk.fields order; nil for pk.mode=none
+}
+
+// Write writes one partition's batch (records in offset order, all of the
+// same topic and partition) inside tx, into the table TableName(topic).
+//
+// Rows go in with COPY (insert.mode=insert) or one INSERT … SELECT FROM
+// unnest(…) ON CONFLICT DO UPDATE per column set (upsert), tombstones
+// become one DELETE. In upsert mode a batch that repeats a key applies only
+// the key's last record (a tombstone last deletes, a value last upserts).
+// Each statement runs under a savepoint; when the database rejects a record
+// (see IsBadRecord) the statement is bisected to isolate it.
+//
+// errors.tolerance=all: bad records go to the dead-letter table in tx, once
+// each (a redo cannot duplicate them), and the rest of the batch is written.
+// errors.tolerance=none: Write returns the *RecordError of the lowest bad
+// offset and tx must be rolled back.
+//
+// Any error that is not a *RecordError (connection loss, serialization
+// failure, missing table or column, …) means the batch was not written: tx
+// must be rolled back and the batch retried or stopped (see IsRetryable).
+// Cancelling ctx aborts the statement in progress; tx must then be rolled
+// back.
+func (w *Writer) Write(ctx context.Context, tx pgx.Tx, records []*kgo.Record) (WriteStats, error) {
+	var stats WriteStats
+	if len(records) == 0 {
+		return stats, nil
+	}
+	name := w.TableName(records[0].Topic)
+	if err := checkIdent("table.name.format", name); err != nil {
+		return stats, fmt.Errorf("postgres: topic %q: %w", records[0].Topic, err)
+	}
+	p, fresh, err := w.plan(ctx, tx, name)
+	if err != nil {
+		return stats, err
+	}
+	ops, bad, err := w.prepare(p, records)
+	if err != nil {
+		return stats, err
+	}
+	if !fresh && hasUnknownField(bad) {
+		// The table may have gained columns since it was cached.
+		w.tables.forget(p.t.Ident)
+		if p, _, err = w.plan(ctx, tx, name); err != nil {
+			return stats, err
+		}
+		if ops, bad, err = w.prepare(p, records); err != nil {
+			return stats, err
+		}
+	}
+	if w.cfg.ErrorsTolerance == ToleranceNone && len(bad) > 0 {
+		// Nothing at or after the first bad offset matters.
+		first := bad[0].Offset
+		ops = slices.DeleteFunc(ops, func(o *op) bool { return o.rec.Offset >= first })
+	}
+
+	var dbBad []*RecordError
+	if w.cfg.InsertMode == InsertModeUpsert {
+		dbBad, err = w.applyKeyed(ctx, tx, p, ops, &stats)
+	} else {
+		dbBad, err = w.applyOrdered(ctx, tx, p, ops, &stats)
+	}
+	if err != nil {
+		if code := pgCode(err); code == "42P01" || code == "42703" || code == "42804" {
+			w.tables.forget(p.t.Ident) // the table changed under the cache
+		}
+		return WriteStats{}, err
+	}
+	bad = append(bad, dbBad...)
+	if len(bad) == 0 {
+		return stats, nil
+	}
+	sort.Slice(bad, func(i, j int) bool { return bad[i].Offset < bad[j].Offset })
+	if w.cfg.ErrorsTolerance == ToleranceNone {
+		return WriteStats{}, bad[0]
+	}
+	byOffset := make(map[int64]*kgo.Record, len(records))
+	for _, r := range records {
+		byOffset[r.Offset] = r
+	}
+	if err := w.deadLetter(ctx, tx, byOffset, bad); err != nil {
+		return WriteStats{}, err
+	}
+	stats.DeadLettered = len(bad)
+	return stats, nil
+}
+
+func hasUnknownField(bad []*RecordError) bool {
+	for _, b := range bad {
+		if errors.Is(b.Err, ErrUnknownField) {
+			return true
+		}
+	}
+	return false
+}
+
+// plan loads (or takes from the cache) the table and resolves the pk
+// columns. fresh reports whether the table was read from the catalog now.
+func (w *Writer) plan(ctx context.Context, tx pgx.Tx, name string) (*plan, bool, error) {
+	ident := pgx.Identifier{w.cfg.Schema, name}.Sanitize()
+	t := w.tables.get(ident)
+	fresh := false
+	if t == nil {
+		var err error
+		if t, err = loadTable(ctx, tx, w.cfg.Schema, name); err != nil {
+			return nil, false, err
+		}
+		fresh = true
+	}
+	p := &plan{t: t}
+	var names []string
+	switch w.cfg.PKMode {
+	case PKModeNone:
+	case PKModeKafka:
+		names = w.cfg.PKFields
+		if len(names) == 0 {
+			names = DefaultKafkaPKFields
+		}
+	default:
+		names = w.cfg.PKFields
+		if len(names) == 0 {
+			names = t.PrimaryKey
+		}
+		if len(names) == 0 {
+			return nil, false, fmt.Errorf("pk.fields: empty and table %s has no primary key: list the key columns in pk.fields", t.Ident)
+		}
+	}
+	for _, n := range names {
+		c := t.column(n)
+		if c == nil {
+			return nil, false, fmt.Errorf("pk.fields: table %s has no column %q", t.Ident, n)
+		}
+		p.pkCols = append(p.pkCols, c)
+	}
+	if w.cfg.InsertMode == InsertModeUpsert && !t.hasUnique(names) {
+		return nil, false, fmt.Errorf("postgres: upsert into %s on (%s): %w", t.Ident, strings.Join(names, ", "), ErrNoConflictTarget)
+	}
+	if fresh {
+		w.tables.put(ident, t)
+	}
+	return p, fresh, nil
+}
+
+// prepare decodes and converts every record. Bad records come back as
+// RecordErrors in offset order; err is only for problems that are not the
+// record's fault (an unsupported column type).
+func (w *Writer) prepare(p *plan, records []*kgo.Record) (ops []*op, bad []*RecordError, err error) {
+	ops = make([]*op, 0, len(records))
+	for _, r := range records {
+		o, err := w.prepareOne(p, r)
+		if errors.Is(err, ErrUnsupportedColumn) {
+			return nil, nil, fmt.Errorf("postgres: table %s: %w", p.t.Ident, err)
+		}
+		if err != nil {
+			bad = append(bad, recordError(r, err))
+			continue
+		}
+		ops = append(ops, o)
+	}
+	return ops, bad, nil
+}
+
+func recordError(r *kgo.Record, err error) *RecordError {
+	re := &RecordError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Err: err}
+	var fe *fieldError
+	if errors.As(err, &fe) {
+		re.Field, re.Err = fe.field, fe.err
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && re.Field == "" {
+		re.Field = pe.ColumnName
+	}
+	return re
+}
+
+func (w *Writer) prepareOne(p *plan, r *kgo.Record) (*op, error) {
+	t := p.t
+	value, err := decodeValue(r.Value)
+	if err != nil {
+		return nil, err
+	}
+	o := &op{rec: r}
+
+	// The pk columns that do not come from the value.
+	var fromKey map[string]json.RawMessage
+	switch w.cfg.PKMode {
+	case PKModeRecordKey:
+		key, err := decodeKey(r.Key)
+		if err != nil {
+			return nil, err
+		}
+		if key.Null {
+			return nil, fmt.Errorf("%w: pk.mode=record_key but the record has no key", ErrMissingKey)
+		}
+		fromKey = make(map[string]json.RawMessage, len(p.pkCols))
+		if key.Fields == nil {
+			if len(p.pkCols) != 1 {
+				return nil, fmt.Errorf("%w: primitive key but %d pk columns (%s): use a JSON object key", ErrMissingKey, len(p.pkCols), pkNames(p))
+			}
+			fromKey[p.pkCols[0].Name] = key.Scalar
+		} else {
+			for _, c := range p.pkCols {
+				raw, ok := key.Fields[c.Name]
+				if !ok {
+					return nil, errField(c.Name, ErrMissingKey, "the key has no field %q", c.Name)
+				}
+				fromKey[c.Name] = raw
+			}
+		}
+	case PKModeKafka:
+		fromKey = map[string]json.RawMessage{
+			p.pkCols[0].Name: quote(r.Topic),
+			p.pkCols[1].Name: json.RawMessage(strconv.Itoa(int(r.Partition))),
+			p.pkCols[2].Name: json.RawMessage(strconv.FormatInt(r.Offset, 10)),
+		}
+	}
+
+	if value.Null {
+		if !w.cfg.DeleteEnabled {
+			return nil, ErrTombstone
+		}
+		o.del = true
+		for _, c := range p.pkCols {
+			v, err := coerce(c, fromKey[c.Name])
+			if err != nil {
+				return nil, err
+			}
+			if v == nil {
+				return nil, errField(c.Name, ErrMissingKey, "null key column")
+			}
+			o.cols = append(o.cols, c)
+			o.vals = append(o.vals, v)
+		}
+		o.key = keyString(o.vals)
+		return o, nil
+	}
+
+	// Fields without a column are an error (no automatic schema evolution).
+	matched := 0
+	for name := range value.Fields {
+		if t.column(name) != nil {
+			matched++
+		} else if _, ok := fromKey[name]; ok {
+			matched++
+		}
+	}
+	if matched < len(value.Fields) {
+		var unknown []string
+		for name := range value.Fields {
+			if t.column(name) == nil {
+				unknown = append(unknown, name)
+			}
+		}
+		slices.Sort(unknown)
+		return nil, errField(unknown[0], ErrUnknownField, "table %s has no column %q (txsink does not add columns; %d unknown field(s))",
+			t.Ident, truncate(unknown[0], 63), len(unknown))
+	}
+
+	var shape strings.Builder
+	for _, c := range t.Columns {
+		raw, ok := fromKey[c.Name]
+		if !ok {
+			raw, ok = value.Fields[c.Name]
+		}
+		if !ok {
+			if c.NotNull && !c.HasDef {
+				return nil, errField(c.Name, ErrCoerce, "no value for NOT NULL column %q, which has no default", c.Name)
+			}
+			continue
+		}
+		if c.Generated {
+			return nil, errField(c.Name, ErrCoerce, "column %q is generated and cannot be written", c.Name)
+		}
+		v, err := coerce(c, raw)
+		if err != nil {
+			return nil, err
+		}
+		o.cols = append(o.cols, c)
+		o.vals = append(o.vals, v)
+		shape.WriteString(strconv.Itoa(c.Index))
+		shape.WriteByte(',')
+	}
+	if len(o.cols) == 0 {
+		return nil, fmt.Errorf("%w: the value sets no column", ErrDecode)
+	}
+	o.shape = shape.String()
+	if p.pkCols != nil && w.cfg.InsertMode == InsertModeUpsert {
+		keyVals := make([]any, 0, len(p.pkCols))
+		for _, c := range p.pkCols {
+			i := slices.Index(o.cols, c)
+			if i < 0 || o.vals[i] == nil {
+				return nil, errField(c.Name, ErrMissingKey, "no value for pk column %q", c.Name)
+			}
+			keyVals = append(keyVals, o.vals[i])
+		}
+		o.key = keyString(keyVals)
+	}
+	return o, nil
+}
+
+func pkNames(p *plan) string {
+	names := make([]string, len(p.pkCols))
+	for i, c := range p.pkCols {
+		names[i] = c.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+// keyString encodes converted pk values so that equal keys give equal
+// strings (numerics are normalised, times compared as instants).
+func keyString(vals []any) string {
+	var b strings.Builder
+	for _, v := range vals {
+		switch x := v.(type) {
+		case pgtype.Numeric:
+			b.WriteString("n:")
+			b.WriteString(numericKey(x))
+		case pgtype.Timestamptz:
+			fmt.Fprintf(&b, "t:%d.%d.%d", x.Time.Unix(), x.Time.Nanosecond(), x.InfinityModifier)
+		case pgtype.Timestamp:
+			fmt.Fprintf(&b, "t:%d.%d.%d", x.Time.Unix(), x.Time.Nanosecond(), x.InfinityModifier)
+		case pgtype.Date:
+			fmt.Fprintf(&b, "d:%d.%d", x.Time.Unix(), x.InfinityModifier)
+		case float64:
+			if x == 0 {
+				x = 0 // -0 == 0
+			}
+			b.WriteString("f:" + strconv.FormatFloat(x, 'g', -1, 64))
+		case float32:
+			if x == 0 {
+				x = 0
+			}
+			b.WriteString("f:" + strconv.FormatFloat(float64(x), 'g', -1, 32))
+		case string:
+			b.WriteString("s:" + strconv.Quote(x))
+		default:
+			fmt.Fprintf(&b, "%T:%v", v, v)
+		}
+		b.WriteByte(0)
+	}
+	return b.String()
+}
+
+func numericKey(n pgtype.Numeric) string {
+	switch {
+	case n.NaN:
+		return "NaN"
+	case n.InfinityModifier != 0:
+		return strconv.Itoa(int(n.InfinityModifier)) + "inf"
+	case n.Int == nil || n.Int.Sign() == 0:
+		return "0"
+	}
+	digits := n.Int.String()
+	exp := int(n.Exp)
+	for strings.HasSuffix(digits, "0") {
+		digits = digits[:len(digits)-1]
+		exp++
+	}
+	return digits + "e" + strconv.Itoa(exp)
+}
+
+// applyOrdered applies ops in offset order (insert mode): runs of inserts
+// between tombstones go in with COPY, one per column set, runs of tombstones
+// with one DELETE.
+func (w *Writer) applyOrdered(ctx context.Context, tx pgx.Tx, p *plan, ops []*op, stats *WriteStats) ([]*RecordError, error) {
+	var bad []*RecordError
+	for len(ops) > 0 {
+		n := 1
+		for n < len(ops) && ops[n].del == ops[0].del {
+			n++
+		}
+		run := ops[:n]
+		ops = ops[n:]
+		if run[0].del {
+			b, err := w.bisect(ctx, tx, run, func(ops []*op) error { return w.execDelete(ctx, tx, p, ops) })
+			if err != nil {
+				return nil, err
+			}
+			bad = append(bad, failureErrors(b)...)
+			stats.Deleted += len(run) - len(b)
+			continue
+		}
+		for _, group := range groupByShape(run) {
+			cols := group[0].cols
+			b, err := w.bisect(ctx, tx, group, func(ops []*op) error { return w.execCopy(ctx, tx, p, cols, ops) })
+			if err != nil {
+				return nil, err
+			}
+			bad = append(bad, failureErrors(b)...)
+			stats.Written += len(group) - len(b)
+		}
+	}
+	return bad, nil
+}
+
+// applyKeyed applies ops in upsert mode: per key only the last op counts.
+// When the database rejects a key's last op, the key's previous op is tried
+// in the next round, so the table ends as if the records had been applied
+// one by one, skipping the bad ones.
+func (w *Writer) applyKeyed(ctx context.Context, tx pgx.Tx, p *plan, ops []*op, stats *WriteStats) ([]*RecordError, error) {
+	history := make(map[string][]*op) // per key, its ops in offset order
+	var keys []string                 // in order of first appearance
+	for _, o := range ops {
+		if _, ok := history[o.key]; !ok {
+			keys = append(keys, o.key)
+		}
+		history[o.key] = append(history[o.key], o)
+	}
+	var bad []*RecordError
+	pending := keys
+	for len(pending) > 0 {
+		var dels, ups []*op
+		for _, k := range pending {
+			h := history[k]
+			o := h[len(h)-1]
+			if o.del {
+				dels = append(dels, o)
+			} else {
+				ups = append(ups, o)
+			}
+		}
+		var failed []failure
+		if len(dels) > 0 {
+			b, err := w.bisect(ctx, tx, dels, func(ops []*op) error { return w.execDelete(ctx, tx, p, ops) })
+			if err != nil {
+				return nil, err
+			}
+			failed = append(failed, b...)
+			stats.Deleted += len(dels) - len(b)
+		}
+		for _, group := range groupByShape(ups) {
+			cols := group[0].cols
+			b, err := w.bisect(ctx, tx, group, func(ops []*op) error { return w.execUpsert(ctx, tx, p, cols, ops) })
+			if err != nil {
+				return nil, err
+			}
+			failed = append(failed, b...)
+			stats.Written += len(group) - len(b)
+		}
+		bad = append(bad, failureErrors(failed)...)
+		// Retry the keys whose last op failed with their previous op.
+		failedKeys := make(map[string]bool, len(failed))
+		for _, f := range failed {
+			failedKeys[f.op.key] = true
+		}
+		pending = pending[:0:0]
+		for _, k := range keys {
+			if failedKeys[k] {
+				h := history[k]
+				history[k] = h[:len(h)-1]
+				if len(h) > 1 {
+					pending = append(pending, k)
+				}
+			}
+		}
+	}
+	for _, h := range history {
+		if len(h) > 1 {
+			stats.Superseded += len(h) - 1
+		}
+	}
+	return bad, nil
+}
+
+// groupByShape splits ops by column set, keeping offset order inside each
+// group and ordering groups by their first op.
+func groupByShape(ops []*op) [][]*op {
+	if len(ops) == 0 {
+		return nil
+	}
+	same := true
+	for _, o := range ops[1:] {
+		if o.shape != ops[0].shape {
+			same = false
+			break
+		}
+	}
+	if same {
+		return [][]*op{ops}
+	}
+	idx := map[string]int{}
+	var groups [][]*op
+	for _, o := range ops {
+		i, ok := idx[o.shape]
+		if !ok {
+			i = len(groups)
+			idx[o.shape] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], o)
+	}
+	return groups
+}
+
+// failure is an op the database rejected.
+type failure struct {
+	op  *op
+	err *RecordError
+}
+
+func failureErrors(fs []failure) []*RecordError {
+	out := make([]*RecordError, len(fs))
+	for i, f := range fs {
+		out[i] = f.err
+	}
+	return out
+}
+
+// bisect runs exec on ops under a savepoint. When the database rejects a
+// record, it rolls back to the savepoint and splits ops in halves until the
+// bad records are isolated; those come back as RecordErrors. Any other
+// error is returned as is: the batch fails.
+func (w *Writer) bisect(ctx context.Context, tx pgx.Tx, ops []*op, exec func([]*op) error) ([]failure, error) {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	err = exec(ops)
+	if err == nil {
+		return nil, sp.Commit(ctx)
+	}
+	if !IsBadRecord(err) {
+		_ = sp.Rollback(ctx)
+		return nil, err
+	}
+	if rerr := sp.Rollback(ctx); rerr != nil {
+		return nil, rerr
+	}
+	if len(ops) == 1 {
+		return []failure{{op: ops[0], err: recordError(ops[0].rec, rejected{pg: err})}}, nil
+	}
+	mid := len(ops) / 2
+	left, err := w.bisect(ctx, tx, ops[:mid], exec)
+	if err != nil {
+		return nil, err
+	}
+	right, err := w.bisect(ctx, tx, ops[mid:], exec)
+	if err != nil {
+		return nil, err
+	}
+	return append(left, right...), nil
+}
+
+// execCopy writes ops (all with columns cols) with COPY.
+func (w *Writer) execCopy(ctx context.Context, tx pgx.Tx, p *plan, cols []*column, ops []*op) error {
+	names := make([]string, len(cols))
+	for i, c := range cols {
+		names[i] = c.Name
+	}
+	_, err := tx.CopyFrom(ctx, pgx.Identifier{p.t.Schema, p.t.Name}, names,
+		pgx.CopyFromSlice(len(ops), func(i int) ([]any, error) { return ops[i].vals, nil }))
+	return err
+}
+
+// paramType is the cast of a column's unnest parameter: its type as an
+// array, or text[] for array columns (unnest would flatten them), cast back
+// per element.
+func paramType(c *column) (param, cast string) {
+	if c.Type.Kind == kindArray {
+		return "pg_catalog.text[]", "::" + c.Type.Name
+	}
+	return c.Type.Name + "[]", ""
+}
+
+// columnArrays transposes ops' values into one array per column.
+func columnArrays(cols []*column, ops []*op) ([]any, error) {
+	args := make([]any, len(cols))
+	for j, c := range cols {
+		if c.Type.Kind == kindArray {
+			arr := make([]*string, len(ops))
+			for i, o := range ops {
+				v := o.vals[slices.Index(o.cols, c)]
+				if v == nil {
+					continue
+				}
+				s, err := arrayText(c, v)
+				if err != nil {
+					return nil, err
+				}
+				arr[i] = &s
+			}
+			args[j] = arr
+			continue
+		}
+		arr := make([]any, len(ops))
+		for i, o := range ops {
+			arr[i] = o.vals[slices.Index(o.cols, c)]
+		}
+		args[j] = arr
+	}
+	return args, nil
+}
+
+// arrayText renders an array value in PostgreSQL's text syntax.
+func arrayText(c *column, v any) (string, error) {
+	pgxTypes.Lock()
+	defer pgxTypes.Unlock()
+	if pgxTypes.m == nil {
+		pgxTypes.m = pgtype.NewMap()
+	}
+	b, err := pgxTypes.m.Encode(c.Type.OID, pgtype.TextFormatCode, v, nil)
+	if err != nil {
+		return "", fmt.Errorf("postgres: encode column %q: %w", c.Name, err)
+	}
+	return string(b), nil
+}
+
+// execUpsert writes ops (all with columns cols) with one
+// INSERT … SELECT FROM unnest(…) ON CONFLICT (pk) DO UPDATE.
+func (w *Writer) execUpsert(ctx context.Context, tx pgx.Tx, p *plan, cols []*column, ops []*op) error {
+	var sel, params, names, set strings.Builder
+	isPK := func(c *column) bool { return slices.Contains(p.pkCols, c) }
+	for j, c := range cols {
+		if j > 0 {
+			sel.WriteString(", ")
+			params.WriteString(", ")
+			names.WriteString(", ")
+		}
+		param, cast := paramType(c)
+		fmt.Fprintf(&params, "$%d::%s", j+1, param)
+		fmt.Fprintf(&sel, "u.c%d%s", j, cast)
+		names.WriteString(pgx.Identifier{c.Name}.Sanitize())
+		if !isPK(c) {
+			if set.Len() > 0 {
+				set.WriteString(", ")
+			}
+			q := pgx.Identifier{c.Name}.Sanitize()
+			set.WriteString(q + " = EXCLUDED." + q)
+		}
+	}
+	alias := make([]string, len(cols))
+	for j := range cols {
+		alias[j] = "c" + strconv.Itoa(j)
+	}
+	target := make([]string, len(p.pkCols))
+	for i, c := range p.pkCols {
+		target[i] = pgx.Identifier{c.Name}.Sanitize()
+	}
+	action := "DO NOTHING"
+	if set.Len() > 0 {
+		action = "DO UPDATE SET " + set.String()
+	}
+	sql := fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM unnest(%s) AS u(%s) ON CONFLICT (%s) %s",
+		p.t.Ident, names.String(), sel.String(), params.String(), strings.Join(alias, ", "), strings.Join(target, ", "), action)
+	args, err := columnArrays(cols, ops)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, sql, args...)
+	return err
+}
+
+// execDelete deletes the rows of ops' keys with one DELETE … USING unnest.
+func (w *Writer) execDelete(ctx context.Context, tx pgx.Tx, p *plan, ops []*op) error {
+	var params, where strings.Builder
+	alias := make([]string, len(p.pkCols))
+	for j, c := range p.pkCols {
+		if j > 0 {
+			params.WriteString(", ")
+			where.WriteString(" AND ")
+		}
+		param, cast := paramType(c)
+		fmt.Fprintf(&params, "$%d::%s", j+1, param)
+		alias[j] = "c" + strconv.Itoa(j)
+		fmt.Fprintf(&where, "t.%s = d.c%d%s", pgx.Identifier{c.Name}.Sanitize(), j, cast)
+	}
+	sql := fmt.Sprintf("DELETE FROM %s AS t USING unnest(%s) AS d(%s) WHERE %s",
+		p.t.Ident, params.String(), strings.Join(alias, ", "), where.String())
+	args, err := columnArrays(p.pkCols, ops)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, sql, args...)
+	return err
+}

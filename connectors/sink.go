@@ -1,0 +1,157 @@
+// Package connectors is txsink's runtime: a registry of sinks by name, and
+// the task loop that owns Kafka partitions through a consumer group, polls
+// read_committed batches, and hands each round to the commit protocol of the
+// connector's delivery guarantee.
+package connectors
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/txsink/txsink/config"
+	"github.com/txsink/txsink/offsets"
+	"github.com/txsink/txsink/twophase"
+)
+
+// Sink is what the runtime needs from a sink: the 2PC participant contract,
+// the sink-side offset store, and a local (one transaction) write path.
+type Sink interface {
+	twophase.Participant
+
+	// Acquire fences the partitions for this owner and returns their
+	// stored positions (invariant 4). It returns an error wrapping
+	// offsets.ErrBusy while an in-doubt batch holds a partition.
+	Acquire(ctx context.Context, topic string, partitions []int32) (map[int32]offsets.Position, error)
+	// Initialize stores the first position of a partition that had none.
+	Initialize(ctx context.Context, topic string, partition int32, fence, next int64) error
+	// WriteLocal writes a batch without two-phase commit. With
+	// offsets.GuardCAS rows and the offset advance commit in one
+	// transaction (exactly_once_sink); an unknown commit outcome is
+	// resolved from the stored offset before WriteLocal returns. With
+	// offsets.GuardNone, order says whether rows (RowsFirst) or the offset
+	// (OffsetFirst) commit first, in separate transactions.
+	WriteLocal(ctx context.Context, b *twophase.Batch, guard offsets.Guard, order Order) error
+	// Positions reads every stored position of the connector.
+	Positions(ctx context.Context) ([]offsets.Position, error)
+	// ResetOffsets edits stored offsets administratively, fencing owners.
+	ResetOffsets(ctx context.Context, all bool, positions []offsets.Position) error
+	// Preflight checks that the sink can honour the delivery guarantee and
+	// returns an error that says what to change when it cannot.
+	Preflight(ctx context.Context, delivery string) error
+	// Close releases connections.
+	Close()
+}
+
+// Order is the commit order of the non-atomic modes.
+type Order int
+
+// Commit orders for WriteLocal with offsets.GuardNone.
+const (
+	Atomic      Order = iota // rows and offset in one transaction
+	RowsFirst                // at_least_once: a crash in between duplicates
+	OffsetFirst              // at_most_once: a crash in between loses
+)
+
+// Factory opens a sink for a validated connector configuration.
+type Factory func(ctx context.Context, conn config.Connector, v config.Values, log *slog.Logger) (Sink, error)
+
+// Spec describes a registered sink.
+type Spec struct {
+	// Name is the short name (postgres, clickhouse).
+	Name string
+	// Class is the connector.class alias Kafka Connect users write.
+	Class string
+	// Version of the sink plugin.
+	Version string
+	// Defs are the sink's own settings, after config.ConnectorDefs.
+	Defs config.Defs
+	// Validate checks cross-field rules; it returns field errors.
+	Validate func(v config.Values) config.Errors
+	New      Factory
+}
+
+// AllDefs returns the common and the sink's settings.
+func (s Spec) AllDefs() config.Defs {
+	out := append(config.Defs{}, config.ConnectorDefs...)
+	return append(out, s.Defs...)
+}
+
+// Registry maps sink names and class aliases to specs. The zero value is
+// empty and ready to use.
+type Registry struct {
+	mu    sync.RWMutex
+	specs map[string]Spec
+}
+
+// Register adds a sink; it fails if the name or class is taken.
+func (r *Registry) Register(s Spec) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.specs == nil {
+		r.specs = map[string]Spec{}
+	}
+	for _, k := range []string{s.Name, s.Class} {
+		if _, ok := r.specs[strings.ToLower(k)]; ok {
+			return fmt.Errorf("connectors: sink %q already registered", k)
+		}
+	}
+	r.specs[strings.ToLower(s.Name)] = s
+	r.specs[strings.ToLower(s.Class)] = s
+	return nil
+}
+
+// Lookup finds a sink by name or class alias (case-insensitive).
+func (r *Registry) Lookup(nameOrClass string) (Spec, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	s, ok := r.specs[strings.ToLower(nameOrClass)]
+	return s, ok
+}
+
+// Specs lists every registered sink once, by name.
+func (r *Registry) Specs() []Spec {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	seen := map[string]bool{}
+	var out []Spec
+	for _, s := range r.specs {
+		if !seen[s.Name] {
+			seen[s.Name] = true
+			out = append(out, s)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Validate checks a raw connector configuration against the common and the
+// sink's definitions. It returns the spec (zero if connector.class is
+// unknown), the effective values and the field errors.
+func (r *Registry) Validate(raw map[string]string) (Spec, config.Values, config.Errors) {
+	class := raw[config.KeyClass]
+	spec, ok := r.Lookup(class)
+	if !ok {
+		v, errs := config.ConnectorDefs.Validate(raw)
+		if class != "" {
+			errs = append(errs, config.FieldError{Name: config.KeyClass, Msg: fmt.Sprintf("unknown connector class %q; known: %s", class, strings.Join(r.names(), ", "))})
+		}
+		return Spec{}, v, errs
+	}
+	v, errs := spec.AllDefs().Validate(raw)
+	if len(errs) == 0 && spec.Validate != nil {
+		errs = spec.Validate(v)
+	}
+	return spec, v, errs
+}
+
+func (r *Registry) names() []string {
+	var out []string
+	for _, s := range r.Specs() {
+		out = append(out, s.Name+" ("+s.Class+")")
+	}
+	return out
+}

@@ -1,0 +1,711 @@
+package connectors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/txsink/txsink/config"
+	"github.com/txsink/txsink/internal/failpoint"
+	"github.com/txsink/txsink/offsets"
+	"github.com/txsink/txsink/twophase"
+)
+
+// TaskOptions are the worker-level settings a task needs.
+type TaskOptions struct {
+	// Bootstrap lists the Kafka seed brokers.
+	Bootstrap []string
+	// KafkaOpts are extra client options (TLS, SASL) from the worker.
+	KafkaOpts []kgo.Opt
+	// InstanceID is the worker's stable id. Transactional ids are
+	// txsink-<connector>-<task>-<InstanceID>: a restarted worker with the
+	// same id fences its previous incarnation's open transaction at once
+	// (InitProducerID), while two live workers must have different ids.
+	InstanceID string
+	Log        *slog.Logger
+	// Observer, when set, receives task events (status, metrics).
+	Observer Observer
+}
+
+// Observer receives a task's events. Methods must not block.
+type Observer interface {
+	// Assigned reports the partitions a task owns after a rebalance.
+	Assigned(task int, positions []offsets.Position)
+	// Revoked reports partitions a task gave up.
+	Revoked(task int, topic string, partitions []int32)
+	// Round reports one finished round.
+	Round(task int, r RoundStats)
+	// FenceConflict reports that a commit was fenced.
+	FenceConflict(task int, err error)
+}
+
+// RoundStats describes one round.
+type RoundStats struct {
+	Outcome      string // committed, aborted, in_doubt
+	Records      int
+	Batches      int
+	Prepare      time.Duration
+	Decide       time.Duration
+	Commit       time.Duration
+	Total        time.Duration
+	Positions    []offsets.Position // committed next offsets
+	DeadLettered int
+}
+
+// RecordLocator is implemented by errors about one bad record (sinks'
+// record errors), so the runtime can stop the partition exactly there.
+type RecordLocator interface {
+	error
+	RecordCoordinates() (topic string, partition int32, offset int64)
+}
+
+// ErrTaskStopped is wrapped by the error a task returns when it stopped on
+// a bad record with errors.tolerance=none.
+var ErrTaskStopped = errors.New("task stopped at a bad record")
+
+type tp struct {
+	topic     string
+	partition int32
+}
+
+type partState struct {
+	next  int64 // stored next_offset: where the next batch continues
+	fence int64
+	// stopAt, when >= 0, is the offset of a bad record: batches are cut
+	// before it and the task fails once the records before it commit.
+	stopAt int64
+	stopEr error
+}
+
+// Task owns partitions of the connector's topics through the consumer group
+// and runs rounds of the commit protocol. A Task is run once.
+type Task struct {
+	conn config.Connector
+	id   int
+	sink Sink
+	opt  TaskOptions
+	log  *slog.Logger
+
+	mu    sync.Mutex // guards parts
+	parts map[tp]*partState
+
+	roundMu sync.Mutex // held while a round runs (non-2PC modes wait on revoke)
+}
+
+// NewTask returns a task; Run starts it.
+func NewTask(conn config.Connector, id int, sink Sink, opt TaskOptions) *Task {
+	log := opt.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Task{
+		conn:  conn,
+		id:    id,
+		sink:  sink,
+		opt:   opt,
+		log:   log.With("connector", conn.Name, "task", id),
+		parts: map[tp]*partState{},
+	}
+}
+
+// errRestart asks Run to close the Kafka client and join again: after a
+// fence conflict or an unknown outcome, the next assignment recovers and
+// fences before any new work (invariants 4 and 7).
+type errRestart struct{ err error }
+
+func (e errRestart) Error() string { return "restarting session: " + e.err.Error() }
+func (e errRestart) Unwrap() error { return e.err }
+
+// Run consumes and commits until ctx is cancelled (returns nil) or a
+// terminal error happens (a bad record with errors.tolerance=none, an
+// unrecoverable configuration error). Fence conflicts and unknown outcomes
+// restart the session internally. Cancelling ctx in the middle of a round
+// leaves at most prepared batches, which the next owner's recovery resolves.
+func (t *Task) Run(ctx context.Context) error {
+	backoff := 200 * time.Millisecond
+	for {
+		var err error
+		if t.conn.Delivery == config.ExactlyOnce {
+			err = t.runTransactional(ctx)
+		} else {
+			err = t.runLocal(ctx)
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		var rs errRestart
+		if !errors.As(err, &rs) {
+			return err
+		}
+		t.log.Warn("session restart", "err", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		if backoff < 5*time.Second {
+			backoff *= 2
+		}
+	}
+}
+
+func (t *Task) clientOpts(onAssign func(context.Context, map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error), onRevoke func(context.Context, *kgo.Client, map[string][]int32)) []kgo.Opt {
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(t.opt.Bootstrap...),
+		kgo.ConsumerGroup(t.conn.GroupID),
+		kgo.ConsumeTopics(t.conn.Topics...),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.RequireStableFetchOffsets(),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.DisableAutoCommit(),
+		kgo.SessionTimeout(t.conn.SessionTimeout),
+		kgo.HeartbeatInterval(t.conn.SessionTimeout / 5),
+		kgo.AdjustFetchOffsetsFn(onAssign),
+		kgo.OnPartitionsRevoked(onRevoke),
+		kgo.OnPartitionsLost(onRevoke),
+		kgo.FetchMaxBytes(int32(min(t.conn.BatchMaxBytes*2, 1<<30))),
+		kgo.ClientID("txsink-" + t.conn.Name),
+	}
+	return append(opts, t.opt.KafkaOpts...)
+}
+
+// runTransactional is delivery.guarantee=exactly_once: a GroupTransactSession
+// whose transaction commits the group's offsets is the decision record.
+func (t *Task) runTransactional(ctx context.Context) error {
+	var dec *twophase.KafkaDecider
+	var ready = make(chan struct{})
+	onAssign := func(actx context.Context, offs map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+		<-ready
+		return t.assign(actx, dec, offs)
+	}
+	onRevoke := func(_ context.Context, _ *kgo.Client, rev map[string][]int32) {
+		// The session aborts the in-flight round by itself; waiting for it
+		// here would deadlock with End. The new owner recovers whatever
+		// we left prepared.
+		t.forget(rev)
+	}
+	opts := t.clientOpts(onAssign, onRevoke)
+	opts = append(opts,
+		kgo.TransactionalID(fmt.Sprintf("txsink-%s-%d-%s", t.conn.Name, t.id, t.opt.InstanceID)),
+		kgo.TransactionTimeout(t.conn.TxnTimeout),
+	)
+	sess, err := kgo.NewGroupTransactSession(opts...)
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	defer sess.Close()
+	dec = twophase.NewKafkaDecider(sess, t.conn.GroupID)
+	close(ready)
+	coord := twophase.NewCoordinator(t.sink, dec,
+		twophase.WithPrepareConcurrency(t.conn.Parallelism),
+		twophase.WithHook(failpoint.Hit))
+
+	for {
+		recs, err := t.poll(ctx, sess.PollRecords)
+		if err != nil || ctx.Err() != nil {
+			return err
+		}
+		failpoint.Hit(failpoint.AfterPoll)
+		batches := t.cut(recs)
+		if len(batches) == 0 {
+			continue
+		}
+		start := time.Now()
+		res, err := coord.Round(ctx, batches)
+		stats := RoundStats{Records: len(recs), Batches: len(batches), Prepare: res.Phases.Prepare, Decide: res.Phases.Decide, Commit: res.Phases.Commit, Total: time.Since(start)}
+		switch res.Outcome {
+		case twophase.OutcomeCommitted:
+			stats.Outcome = "committed"
+			stats.Positions = t.advance(batches)
+			t.observeRound(stats)
+			if err := t.stoppedError(); err != nil {
+				return err
+			}
+			if len(res.InDoubt) > 0 {
+				// Committed decision but some COMMIT PREPARED failed: the
+				// batches are visible to recovery; restart so it runs.
+				return errRestart{fmt.Errorf("%d committed batches left prepared: %w", len(res.InDoubt), err)}
+			}
+			continue
+		case twophase.OutcomeAborted:
+			stats.Outcome = "aborted"
+			t.observeRound(stats)
+			if ctx.Err() != nil {
+				return nil
+			}
+			if len(res.Fenced) > 0 || errors.Is(err, offsets.ErrFenced) || errors.Is(err, twophase.ErrFenced) {
+				t.fenceConflict(err)
+				return errRestart{fmt.Errorf("fenced: %w", err)}
+			}
+			if t.noteBadRecord(err) {
+				t.rewind(sess.Client())
+				continue
+			}
+			// A clean abort: a rebalance or KIP-447 generation fencing
+			// (err == nil), or a participant failed to prepare (a lost
+			// connection): the decision was abort, so retry from the
+			// stored offsets.
+			t.rewind(sess.Client())
+			if err == nil {
+				t.log.Info("round aborted by the decision (rebalance or KIP-447 generation fencing); continuing from the stored offsets", "batches", len(batches))
+			} else {
+				t.log.Warn("round aborted; retrying from the stored offsets", "err", err)
+				if sleepCtx(ctx, 500*time.Millisecond) != nil {
+					return nil
+				}
+			}
+			continue
+		default:
+			stats.Outcome = "in_doubt"
+			t.observeRound(stats)
+			return errRestart{fmt.Errorf("round outcome unknown: %w", err)}
+		}
+	}
+}
+
+// runLocal is delivery.guarantee=exactly_once_sink, at_least_once and
+// at_most_once: no Kafka transaction; the sink's offsets are the only record.
+func (t *Task) runLocal(ctx context.Context) error {
+	var cl *kgo.Client
+	ready := make(chan struct{})
+	onAssign := func(actx context.Context, offs map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+		<-ready
+		return t.assign(actx, stableOutcome{cl, t.conn.GroupID}, offs)
+	}
+	onRevoke := func(_ context.Context, _ *kgo.Client, rev map[string][]int32) {
+		// Finish the in-flight round before giving the partitions up.
+		t.roundMu.Lock()
+		defer t.roundMu.Unlock()
+		t.forget(rev)
+	}
+	var err error
+	cl, err = kgo.NewClient(t.clientOpts(onAssign, onRevoke)...)
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	close(ready)
+
+	guard, order := offsets.GuardCAS, Atomic
+	switch t.conn.Delivery {
+	case config.AtLeastOnce:
+		guard, order = offsets.GuardNone, RowsFirst
+	case config.AtMostOnce:
+		guard, order = offsets.GuardNone, OffsetFirst
+	}
+	if t.conn.UnsafeNoFencing {
+		guard = offsets.GuardNone
+	}
+	for {
+		recs, err := t.poll(ctx, cl.PollRecords)
+		if err != nil || ctx.Err() != nil {
+			return err
+		}
+		failpoint.Hit(failpoint.AfterPoll)
+		if err := t.localRound(ctx, cl, recs, guard, order); err != nil {
+			return err
+		}
+	}
+}
+
+func (t *Task) localRound(ctx context.Context, cl *kgo.Client, recs []*kgo.Record, guard offsets.Guard, order Order) error {
+	t.roundMu.Lock()
+	defer t.roundMu.Unlock()
+	batches := t.cut(recs)
+	if len(batches) == 0 {
+		return nil
+	}
+	start := time.Now()
+	errs := make([]error, len(batches))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(t.conn.Parallelism)
+	for i, b := range batches {
+		g.Go(func() error {
+			errs[i] = t.sink.WriteLocal(gctx, b, guard, order)
+			return nil
+		})
+	}
+	_ = g.Wait()
+	var done []*twophase.Batch
+	var firstErr error
+	for i, err := range errs {
+		if err == nil {
+			done = append(done, batches[i])
+		} else if firstErr == nil {
+			firstErr = err
+		}
+	}
+	stats := RoundStats{Records: len(recs), Batches: len(batches), Commit: time.Since(start), Total: time.Since(start), Outcome: "committed"}
+	stats.Positions = t.advance(done)
+	if firstErr != nil {
+		stats.Outcome = "partial"
+	}
+	t.observeRound(stats)
+	if len(done) > 0 {
+		// Mirror the sink's offsets into the group for lag tooling.
+		mirror := map[string]map[int32]kgo.EpochOffset{}
+		for _, b := range done {
+			if mirror[b.ID.Topic] == nil {
+				mirror[b.ID.Topic] = map[int32]kgo.EpochOffset{}
+			}
+			mirror[b.ID.Topic][b.ID.Partition] = kgo.EpochOffset{Epoch: -1, Offset: b.ID.NextOffset()}
+		}
+		cl.CommitOffsets(ctx, mirror, nil)
+	}
+	if firstErr == nil {
+		return t.stoppedError()
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	if errors.Is(firstErr, offsets.ErrFenced) {
+		t.fenceConflict(firstErr)
+		return errRestart{firstErr}
+	}
+	if t.noteBadRecord(firstErr) {
+		t.rewind(cl)
+		return nil
+	}
+	t.log.Warn("local write failed; retrying from the stored offsets", "err", firstErr)
+	t.rewind(cl)
+	select {
+	case <-ctx.Done():
+	case <-time.After(500 * time.Millisecond):
+	}
+	return nil
+}
+
+// outcomeReader is the part of a Decider recovery needs.
+type outcomeReader interface {
+	Outcome(ctx context.Context, id twophase.BatchID) (bool, error)
+}
+
+// assign runs when partitions are assigned, before any fetch: it recovers
+// in-doubt batches of those partitions, fences them in the sink, and seeks
+// to the sink's next_offset (invariants 1, 4, 7).
+func (t *Task) assign(ctx context.Context, or outcomeReader, offs map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+	ctx, cancel := context.WithTimeout(ctx, t.conn.RecoveryTimeout)
+	defer cancel()
+	out := make(map[string]map[int32]kgo.Offset, len(offs))
+	var assigned []offsets.Position
+	for topic, parts := range offs {
+		ps := make([]int32, 0, len(parts))
+		for p := range parts {
+			ps = append(ps, p)
+		}
+		sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
+		owned := map[int32]bool{}
+		for _, p := range ps {
+			owned[p] = true
+		}
+		owns := func(tpc string, p int32) bool { return tpc == topic && owned[p] }
+		var pos map[int32]offsets.Position
+		for attempt := 0; ; attempt++ {
+			if _, err := twophase.Recover(ctx, t.sink, decOnly{or}, t.conn.Name, owns); err != nil {
+				t.log.Warn("recovery of in-doubt batches failed; retrying", "topic", topic, "err", err)
+				if err := sleepCtx(ctx, backoffFor(attempt)); err != nil {
+					return nil, fmt.Errorf("recovery of %s: %w", topic, err)
+				}
+				continue
+			}
+			var err error
+			pos, err = t.sink.Acquire(ctx, topic, ps)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, offsets.ErrBusy) {
+				return nil, err
+			}
+			t.log.Info("offsets row locked by an in-doubt batch; recovering again", "topic", topic)
+			if err := sleepCtx(ctx, backoffFor(attempt)); err != nil {
+				return nil, fmt.Errorf("fencing %s: %w", topic, err)
+			}
+		}
+		out[topic] = map[int32]kgo.Offset{}
+		for _, p := range ps {
+			ps := pos[p]
+			if ps.Next == offsets.Unset {
+				next, err := t.initialOffset(ctx, topic, p)
+				if err != nil {
+					return nil, err
+				}
+				if err := t.sink.Initialize(ctx, topic, p, ps.Fence, next); err != nil {
+					return nil, err
+				}
+				ps.Next = next
+			}
+			t.mu.Lock()
+			t.parts[tp{topic, p}] = &partState{next: ps.Next, fence: ps.Fence, stopAt: -1}
+			t.mu.Unlock()
+			out[topic][p] = kgo.NewOffset().At(ps.Next).WithEpoch(-1)
+			assigned = append(assigned, ps)
+		}
+	}
+	t.log.Info("partitions assigned and fenced", "positions", fmtPositions(assigned))
+	if t.opt.Observer != nil {
+		t.opt.Observer.Assigned(t.id, assigned)
+	}
+	return out, nil
+}
+
+// decOnly adapts an outcome reader to twophase.Decider for Recover, which
+// only calls Outcome.
+type decOnly struct{ outcomeReader }
+
+func (decOnly) Begin(context.Context) error { return errors.New("recovery only") }
+func (decOnly) Decide(context.Context, bool) (bool, error) {
+	return false, errors.New("recovery only")
+}
+
+// stableOutcome reads a batch's decision from the group's committed offsets
+// with stable semantics (pending transactional commits settle first), for
+// the modes that have no Kafka transaction of their own but may find
+// batches left prepared by an earlier exactly_once run.
+type stableOutcome struct {
+	cl    *kgo.Client
+	group string
+}
+
+func (s stableOutcome) Outcome(ctx context.Context, id twophase.BatchID) (bool, error) {
+	offs, err := twophase.StableOffsets(ctx, s.cl, s.group, id.Topic)
+	if err != nil {
+		return false, err
+	}
+	return twophase.OutcomeFromOffsets(id, offs), nil
+}
+
+func (t *Task) initialOffset(ctx context.Context, topic string, p int32) (int64, error) {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(t.opt.Bootstrap...)}, t.opt.KafkaOpts...)...)
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	var lo kadm.ListedOffsets
+	if t.conn.OffsetsInitial == string(offsets.InitialLatest) {
+		lo, err = adm.ListCommittedOffsets(ctx, topic) // last stable offset
+	} else {
+		lo, err = adm.ListStartOffsets(ctx, topic)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("list offsets of %s: %w", topic, err)
+	}
+	o, ok := lo.Lookup(topic, p)
+	if !ok {
+		return 0, fmt.Errorf("list offsets of %s[%d]: partition missing", topic, p)
+	}
+	if o.Err != nil {
+		return 0, fmt.Errorf("list offsets of %s[%d]: %w", topic, p, o.Err)
+	}
+	return o.Offset, nil
+}
+
+func (t *Task) forget(rev map[string][]int32) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for topic, ps := range rev {
+		for _, p := range ps {
+			delete(t.parts, tp{topic, p})
+		}
+		if t.opt.Observer != nil {
+			t.opt.Observer.Revoked(t.id, topic, ps)
+		}
+	}
+}
+
+// poll returns the records of one round: it waits for the first records,
+// then keeps polling until batch.max.records, batch.max.bytes or
+// batch.linger.ms.
+func (t *Task) poll(ctx context.Context, pollFn func(context.Context, int) kgo.Fetches) ([]*kgo.Record, error) {
+	max := t.conn.BatchMaxRecords
+	var recs []*kgo.Record
+	bytes := 0
+	add := func(f kgo.Fetches, lingering bool) error {
+		var fatal error
+		f.EachError(func(topic string, p int32, err error) {
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, kgo.ErrClientClosed) {
+				return
+			}
+			t.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
+		})
+		f.EachRecord(func(r *kgo.Record) {
+			recs = append(recs, r)
+			bytes += len(r.Key) + len(r.Value)
+		})
+		return fatal
+	}
+	for len(recs) == 0 {
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		f := pollFn(ctx, max)
+		if f.IsClientClosed() {
+			return nil, nil
+		}
+		if err := add(f, false); err != nil {
+			return nil, err
+		}
+	}
+	deadline := time.Now().Add(t.conn.BatchLinger)
+	for len(recs) < max && bytes < t.conn.BatchMaxBytes && time.Now().Before(deadline) {
+		lctx, cancel := context.WithDeadline(ctx, deadline)
+		f := pollFn(lctx, max-len(recs))
+		cancel()
+		if err := add(f, true); err != nil {
+			return nil, err
+		}
+		if ctx.Err() != nil {
+			return recs, nil
+		}
+	}
+	return recs, nil
+}
+
+// cut groups a round's records into one batch per owned partition,
+// continuing from the stored next offsets, and cuts before a known bad
+// record.
+func (t *Task) cut(recs []*kgo.Record) []*twophase.Batch {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	byTP := map[tp]*twophase.Batch{}
+	var order []tp
+	for _, r := range recs {
+		k := tp{r.Topic, r.Partition}
+		st, ok := t.parts[k]
+		if !ok || r.Offset < st.next {
+			continue // revoked meanwhile, or already written
+		}
+		if st.stopAt >= 0 && r.Offset >= st.stopAt {
+			continue
+		}
+		b := byTP[k]
+		if b == nil {
+			b = &twophase.Batch{
+				ID:    twophase.BatchID{Connector: t.conn.Name, Topic: r.Topic, Partition: r.Partition, First: r.Offset},
+				Prev:  st.next,
+				Fence: st.fence,
+			}
+			byTP[k] = b
+			order = append(order, k)
+		}
+		b.Records = append(b.Records, r)
+		b.ID.Last = r.Offset
+	}
+	out := make([]*twophase.Batch, 0, len(order))
+	for _, k := range order {
+		out = append(out, byTP[k])
+	}
+	return out
+}
+
+// advance moves the cursors of committed batches and returns their new
+// positions.
+func (t *Task) advance(batches []*twophase.Batch) []offsets.Position {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []offsets.Position
+	for _, b := range batches {
+		st, ok := t.parts[tp{b.ID.Topic, b.ID.Partition}]
+		if !ok {
+			continue
+		}
+		st.next = b.ID.NextOffset()
+		out = append(out, offsets.Position{Topic: b.ID.Topic, Partition: b.ID.Partition, Next: st.next, Fence: st.fence})
+	}
+	return out
+}
+
+// rewind seeks every owned partition back to its stored next offset, after
+// an aborted round.
+func (t *Task) rewind(cl *kgo.Client) {
+	t.mu.Lock()
+	set := map[string]map[int32]kgo.EpochOffset{}
+	for k, st := range t.parts {
+		if set[k.topic] == nil {
+			set[k.topic] = map[int32]kgo.EpochOffset{}
+		}
+		set[k.topic][k.partition] = kgo.EpochOffset{Epoch: -1, Offset: st.next}
+	}
+	t.mu.Unlock()
+	cl.SetOffsets(set)
+}
+
+// noteBadRecord records a bad record reported with errors.tolerance=none so
+// that the following rounds stop before it. It reports whether err was one.
+func (t *Task) noteBadRecord(err error) bool {
+	var rl RecordLocator
+	if !errors.As(err, &rl) {
+		return false
+	}
+	topic, p, off := rl.RecordCoordinates()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	st, ok := t.parts[tp{topic, p}]
+	if !ok {
+		return true
+	}
+	if st.stopAt < 0 || off < st.stopAt {
+		st.stopAt, st.stopEr = off, rl
+	}
+	t.log.Error("bad record: the partition stops before it (errors.tolerance=none)", "topic", topic, "partition", p, "offset", off, "err", rl)
+	return true
+}
+
+// stoppedError returns the terminal error once every partition that hit a
+// bad record has committed everything before it.
+func (t *Task) stoppedError() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k, st := range t.parts {
+		if st.stopAt >= 0 && st.next >= st.stopAt {
+			return fmt.Errorf("%w: topic %s partition %d offset %d: %v (skip it by resetting the partition's offset to %d)", ErrTaskStopped, k.topic, k.partition, st.stopAt, st.stopEr, st.stopAt+1)
+		}
+	}
+	return nil
+}
+
+func (t *Task) observeRound(s RoundStats) {
+	if t.opt.Observer != nil {
+		t.opt.Observer.Round(t.id, s)
+	}
+}
+
+func (t *Task) fenceConflict(err error) {
+	t.log.Warn("fence conflict: another owner holds the partition; dropping the batch", "err", err)
+	if t.opt.Observer != nil {
+		t.opt.Observer.FenceConflict(t.id, err)
+	}
+}
+
+func fmtPositions(ps []offsets.Position) string {
+	s := ""
+	for i, p := range ps {
+		if i > 0 {
+			s += " "
+		}
+		s += fmt.Sprintf("%s[%d]=%d(fence %d)", p.Topic, p.Partition, p.Next, p.Fence)
+	}
+	return s
+}
+
+func backoffFor(attempt int) time.Duration {
+	d := 100 * time.Millisecond << min(attempt, 5)
+	return min(d, 3*time.Second)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}

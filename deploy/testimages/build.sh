@@ -1,0 +1,223 @@
+#!/usr/bin/env bash
+# build.sh builds txsink's stand-in test images locally, without any image
+# registry:
+#
+#   txsink-test/base:<hash>        debootstrap'ed Debian bookworm root filesystem
+#   txsink-test/kafka:<hash>       Apache Kafka broker (Maven Central jars, Java 17)
+#   txsink-test/postgres:<hash>    PostgreSQL 15 (official postgres image contract)
+#   txsink-test/clickhouse:<hash>  ClickHouse 18.16 (official image contract)
+#   txsink-test/zookeeper:<hash>   ZooKeeper 3.8 (official zookeeper image contract)
+#
+# Every tag is a hash of the recipe files that produce it, so a recipe change
+# gives a new tag and a rebuild; an image whose tag already exists is not
+# rebuilt. Progress goes to stderr; stdout gets only the lines
+#
+#   export TXSINK_TEST_KAFKA_IMAGE=txsink-test/kafka:<hash>
+#   ...
+#
+# so that `eval "$(deploy/testimages/build.sh)"` points the integration tests
+# at the stand-ins. `build.sh --print-env` prints those lines without building.
+#
+# The Debian mirror is read at run time from the machine's apt configuration
+# (/etc/apt/sources.list.d/*.sources, then /etc/apt/sources.list), or from
+# TXSINK_DEBIAN_MIRROR. Kafka's jars are fetched with plain `mvn` and cached in
+# ${TXSINK_TESTIMAGES_CACHE:-$HOME/.cache/txsink-testimages}.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+suite=bookworm
+cache_dir=${TXSINK_TESTIMAGES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/txsink-testimages}
+
+log() { printf '[testimages] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# hash_files prints a short hash of the named files and directories (paths
+# relative to $here) and of any extra words given after "--".
+hash_files() {
+	local files=() extra=()
+	while (($#)); do
+		if [[ $1 == -- ]]; then
+			shift
+			extra=("$@")
+			break
+		fi
+		files+=("$1")
+		shift
+	done
+	{
+		(cd "$here" && find "${files[@]}" -type f ! -name '*.md' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum)
+		printf '%s\n' "${extra[@]}"
+	} | sha256sum | cut -c1-12
+}
+
+base_tag=$(hash_files base)
+kafka_tag=$(hash_files kafka build.sh -- "$base_tag")
+postgres_tag=$(hash_files postgres build.sh -- "$base_tag")
+clickhouse_tag=$(hash_files clickhouse build.sh -- "$base_tag")
+zookeeper_tag=$(hash_files zookeeper build.sh -- "$base_tag")
+
+base_image=txsink-test/base:$base_tag
+kafka_image=txsink-test/kafka:$kafka_tag
+postgres_image=txsink-test/postgres:$postgres_tag
+clickhouse_image=txsink-test/clickhouse:$clickhouse_tag
+zookeeper_image=txsink-test/zookeeper:$zookeeper_tag
+
+print_env() {
+	printf 'export TXSINK_TEST_KAFKA_IMAGE=%s\n' "$kafka_image"
+	printf 'export TXSINK_TEST_POSTGRES_IMAGE=%s\n' "$postgres_image"
+	printf 'export TXSINK_TEST_CLICKHOUSE_IMAGE=%s\n' "$clickhouse_image"
+	printf 'export TXSINK_TEST_ZOOKEEPER_IMAGE=%s\n' "$zookeeper_image"
+}
+
+if [[ ${1-} == --print-env ]]; then
+	print_env
+	exit 0
+fi
+[[ $# -eq 0 ]] || die "usage: $0 [--print-env]"
+
+have_image() { docker image inspect "$1" >/dev/null 2>&1; }
+
+# debian_mirror prints the URI of the machine's apt source for $suite main.
+debian_mirror() {
+	if [[ -n ${TXSINK_DEBIAN_MIRROR-} ]]; then
+		printf '%s\n' "$TXSINK_DEBIAN_MIRROR"
+		return
+	fi
+	local f uri
+	# deb822 sources: the first stanza of Types deb whose Suites name $suite.
+	for f in /etc/apt/sources.list.d/*.sources; do
+		[[ -r $f ]] || continue
+		uri=$(awk -v suite="$suite" '
+			function flush() {
+				if (isdeb && hassuite && uri != "") { print uri; found = 1; exit }
+				isdeb = 0; hassuite = 0; uri = ""
+			}
+			/^[[:space:]]*$/ { flush(); next }
+			tolower($1) == "types:" { for (i = 2; i <= NF; i++) if ($i == "deb") isdeb = 1 }
+			tolower($1) == "suites:" { for (i = 2; i <= NF; i++) if ($i == suite) hassuite = 1 }
+			tolower($1) == "uris:" { uri = $2 }
+			END { if (!found) flush() }
+		' "$f")
+		if [[ -n $uri ]]; then
+			printf '%s\n' "$uri"
+			return
+		fi
+	done
+	# one-line sources: "deb [options] URI suite components".
+	for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+		[[ -r $f ]] || continue
+		uri=$(awk -v suite="$suite" '
+			$1 == "deb" {
+				i = 2
+				if ($i ~ /^\[/) { while (i <= NF && $i !~ /\]$/) i++; i++ }
+				if ($(i + 1) == suite) { print $i; exit }
+			}
+		' "$f")
+		if [[ -n $uri ]]; then
+			printf '%s\n' "$uri"
+			return
+		fi
+	done
+	return 1
+}
+
+build_base() {
+	if have_image "$base_image"; then
+		log "$base_image exists"
+		return
+	fi
+	command -v debootstrap >/dev/null || die "debootstrap is not installed (apt-get install debootstrap)"
+	local mirror pkgs rootfs start
+	mirror=$(debian_mirror) || die "no apt source for $suite found under /etc/apt; set TXSINK_DEBIAN_MIRROR"
+	pkgs=$(grep -v -E '^[[:space:]]*(#|$)' "$here/base/packages.txt" | paste -sd, -)
+	rootfs=$(mktemp -d "${TMPDIR:-/var/tmp}/txsink-rootfs.XXXXXX")
+	# shellcheck disable=SC2064 # expand now: rootfs is local.
+	trap "rm -rf '$rootfs'" EXIT
+	start=$SECONDS
+	log "debootstrap $suite ($pkgs) into $rootfs"
+	if ! debootstrap --variant=minbase --include="$pkgs" "$suite" "$rootfs" "$mirror" >"$rootfs.log" 2>&1; then
+		tail -n 50 "$rootfs.log" >&2
+		rm -f "$rootfs.log"
+		die "debootstrap failed"
+	fi
+	rm -f "$rootfs.log"
+	rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/* "$rootfs"/tmp/*
+	log "debootstrap took $((SECONDS - start))s; importing"
+	start=$SECONDS
+	tar -C "$rootfs" -c . | docker import \
+		--change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+		--change 'ENV LANG=C.UTF-8' \
+		- "$base_image" >/dev/null
+	rm -rf "$rootfs"
+	trap - EXIT
+	log "import took $((SECONDS - start))s"
+}
+
+# kafka_libs fetches the Kafka broker's runtime jars with Maven into the cache
+# and prints the directory holding them.
+kafka_libs() {
+	local key dir tmp
+	key=$(hash_files kafka/pom.xml)
+	dir=$cache_dir/kafka-libs-$key
+	if [[ -f $dir/.complete ]]; then
+		printf '%s\n' "$dir"
+		return
+	fi
+	command -v mvn >/dev/null || die "mvn is not installed"
+	log "fetching Kafka jars with Maven into $dir"
+	rm -rf "$dir"
+	mkdir -p "$cache_dir"
+	tmp=$(mktemp -d "$cache_dir/kafka-libs.XXXXXX")
+	cp "$here/kafka/pom.xml" "$tmp/pom.xml"
+	(cd "$tmp" && mvn -B -q -Dstyle.color=never dependency:copy-dependencies \
+		-DincludeScope=runtime -DoutputDirectory="$tmp/libs") >&2 ||
+		die "mvn dependency:copy-dependencies failed"
+	mv "$tmp/libs" "$dir"
+	rm -rf "$tmp"
+	touch "$dir/.complete"
+	printf '%s\n' "$dir"
+}
+
+# build_image NAME IMAGE [EXTRA_DIR] builds $here/NAME's Dockerfile FROM the
+# base image; EXTRA_DIR, if given, is copied into the context as NAME/libs.
+build_image() {
+	local name=$1 image=$2 extra=${3-} ctx start
+	if have_image "$image"; then
+		log "$image exists"
+		return
+	fi
+	start=$SECONDS
+	ctx=$(mktemp -d "${TMPDIR:-/var/tmp}/txsink-ctx.XXXXXX")
+	cp -R "$here/$name/." "$ctx/"
+	if [[ -n $extra ]]; then
+		mkdir -p "$ctx/libs"
+		cp "$extra"/*.jar "$ctx/libs/"
+	fi
+	log "building $image"
+	if ! DOCKER_BUILDKIT=0 docker build -q --build-arg "BASE=$base_image" -t "$image" "$ctx" >/dev/null 2>"$ctx.log"; then
+		cat "$ctx.log" >&2
+		rm -rf "$ctx" "$ctx.log"
+		die "docker build of $image failed"
+	fi
+	rm -rf "$ctx" "$ctx.log"
+	log "built $image in $((SECONDS - start))s"
+}
+
+command -v docker >/dev/null || die "docker is not installed"
+docker info >/dev/null 2>&1 || die "no Docker engine answers (is dockerd running?)"
+
+if ! have_image "$kafka_image" || ! have_image "$postgres_image" ||
+	! have_image "$clickhouse_image" || ! have_image "$zookeeper_image"; then
+	build_base
+	libs=""
+	if ! have_image "$kafka_image"; then
+		libs=$(kafka_libs)
+	fi
+	build_image kafka "$kafka_image" "$libs"
+	build_image postgres "$postgres_image"
+	build_image clickhouse "$clickhouse_image"
+	build_image zookeeper "$zookeeper_image"
+else
+	log "all stand-in images exist"
+fi
+print_env

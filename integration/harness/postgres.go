@@ -1,0 +1,212 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Settings of the PostgreSQL server the harness starts.
+const (
+	postgresUser     = "postgres"
+	postgresPassword = "txsink"
+	// PostgresMaxPreparedTransactions is the server's max_prepared_transactions.
+	PostgresMaxPreparedTransactions = 64
+)
+
+// PostgresService is a PostgreSQL server with max_prepared_transactions set
+// (two-phase commit usable) and fsync on.
+type PostgresService struct {
+	// URL connects as a superuser to the database "postgres", e.g.
+	// "postgres://postgres:txsink@127.0.0.1:32781/postgres?sslmode=disable".
+	URL string
+
+	tb testing.TB
+	p  *postgresShared
+}
+
+type postgresShared struct {
+	url string
+	ctr *managedContainer // nil for an external server
+}
+
+// Postgres returns a server shared by the test binary (started on first use).
+// It skips the test with the reason when no Docker engine answers and
+// TXSINK_TEST_POSTGRES_URL is unset.
+func Postgres(t testing.TB) *PostgresService {
+	t.Helper()
+	if u := os.Getenv(EnvPostgresURL); u != "" {
+		return &PostgresService{URL: u, tb: t, p: &postgresShared{url: u}}
+	}
+	requireDocker(t, EnvPostgresURL)
+	p := service(t, "postgres", startPostgres)
+	return &PostgresService{URL: p.url, tb: t, p: p}
+}
+
+// External reports whether the server was not started by the harness (then
+// Restart skips the test).
+func (s *PostgresService) External() bool { return s.p.ctr == nil }
+
+// Exec runs sql (with args) on the "postgres" database in a new connection.
+func (s *PostgresService) Exec(ctx context.Context, sql string, args ...any) error {
+	conn, err := pgx.Connect(ctx, s.URL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	_, err = conn.Exec(ctx, sql, args...)
+	return err
+}
+
+// NewDatabase creates a database with a unique name derived from t's name
+// and returns a URL for it (same credentials as URL). When t ends, prepared
+// transactions left in it are rolled back and it is dropped.
+func (s *PostgresService) NewDatabase(t testing.TB) string {
+	t.Helper()
+	name := uniqueName(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatalf("harness: creating database %s: %v", name, err)
+	}
+	dbURL, err := withDatabase(s.URL, name)
+	if err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := s.dropDatabase(ctx, name, dbURL); err != nil {
+			t.Logf("harness: dropping database %s: %v", name, err)
+		}
+	})
+	return dbURL
+}
+
+// dropDatabase rolls back the database's prepared transactions (which would
+// block DROP DATABASE) and drops it.
+func (s *PostgresService) dropDatabase(ctx context.Context, name, dbURL string) error {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	rows, err := conn.Query(ctx, "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()")
+	if err == nil {
+		var gids []string
+		gids, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		for _, gid := range gids {
+			if _, rerr := conn.Exec(ctx, "ROLLBACK PREPARED "+quoteLiteral(gid)); rerr != nil && err == nil {
+				err = rerr
+			}
+		}
+	}
+	conn.Close(ctx)
+	if err != nil {
+		return err
+	}
+	return s.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+}
+
+// Restart restarts the server keeping its data and returns once it accepts
+// connections. With immediate, the server is killed (SIGKILL, like a crash or
+// pg_ctl stop -m immediate): no shutdown checkpoint, crash recovery on start,
+// prepared transactions survive. Without, it shuts down fast (SIGINT).
+// Open connections break either way. For a server the harness did not start,
+// it skips the calling test.
+func (s *PostgresService) Restart(ctx context.Context, immediate bool) error {
+	if s.p.ctr == nil {
+		s.tb.Skipf("harness: PostgreSQL is external (%s): cannot restart it", EnvPostgresURL)
+		return ErrExternal
+	}
+	var err error
+	if immediate {
+		err = s.p.ctr.kill(ctx)
+	} else {
+		err = s.p.ctr.stop(ctx, 30*time.Second)
+	}
+	if err != nil {
+		return err
+	}
+	if err := s.p.ctr.start(ctx); err != nil {
+		return err
+	}
+	return waitReady(ctx, s.p.ctr, "PostgreSQL", func(ctx context.Context) error { return postgresReady(ctx, s.URL) })
+}
+
+func startPostgres(tb testing.TB, sharedMode bool) (*postgresShared, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	image := envOr(EnvPostgresImage, DefaultPostgresImage)
+	var lastErr error
+	for range 3 { // a picked port can be taken before Docker binds it
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		u := fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/postgres?sslmode=disable", postgresUser, postgresPassword, port)
+		ctr, err := startContainer(ctx, tb, sharedMode, containerSpec{
+			name:  "postgres",
+			image: image,
+			env: map[string]string{
+				"POSTGRES_USER":     postgresUser,
+				"POSTGRES_PASSWORD": postgresPassword,
+				"POSTGRES_DB":       "postgres",
+			},
+			cmd: []string{
+				"postgres",
+				"-c", "max_prepared_transactions=" + strconv.Itoa(PostgresMaxPreparedTransactions),
+				"-c", "fsync=on",
+				"-c", "max_connections=200",
+			},
+			ports: map[string]int{"5432/tcp": port},
+		})
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		if err := waitReady(ctx, ctr, "PostgreSQL", func(ctx context.Context) error { return postgresReady(ctx, u) }); err != nil {
+			return nil, err
+		}
+		return &postgresShared{url: u, ctr: ctr}, nil
+	}
+	return nil, lastErr
+}
+
+// postgresReady checks that the server accepts a connection and a query.
+func postgresReady(ctx context.Context, u string) error {
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var one int
+	return conn.QueryRow(ctx, "SELECT 1").Scan(&one)
+}
+
+// withDatabase returns u with its path set to the database name.
+func withDatabase(u, name string) (string, error) {
+	parsed, err := url.Parse(u)
+	if err != nil {
+		return "", fmt.Errorf("parsing PostgreSQL URL: %w", err)
+	}
+	parsed.Path = "/" + name
+	return parsed.String(), nil
+}
+
+// quoteLiteral quotes s as an SQL string literal.
+func quoteLiteral(s string) string {
+	out := []byte{'\''}
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\'' {
+			out = append(out, '\'')
+		}
+		out = append(out, s[i])
+	}
+	return string(append(out, '\''))
+}

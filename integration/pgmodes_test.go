@@ -1,0 +1,218 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txsink/txsink/integration/harness"
+	"github.com/txsink/txsink/internal/failpoint"
+	"github.com/txsink/txsink/offsets"
+)
+
+// TestPostgresModes runs every delivery guarantee end to end. Without
+// faults each is exact. With one crash between the two transactions of the
+// non-atomic modes, at_least_once duplicates and at_most_once loses, which
+// shows that the exactness check of the other tests can fail.
+func TestPostgresModes(t *testing.T) {
+	k := harness.Kafka(t)
+	cases := []struct {
+		mode      string
+		crash     bool
+		wantExact bool
+		wantKind  string // anomaly expected when not exact
+	}{
+		{"exactly_once", false, true, ""},
+		{"exactly_once_sink", false, true, ""},
+		{"at_least_once", false, true, ""},
+		{"at_most_once", false, true, ""},
+		{"exactly_once", true, true, ""},
+		{"exactly_once_sink", true, true, ""},
+		{"at_least_once", true, false, "written 2 times"},
+		{"at_most_once", true, false, "missing"},
+	}
+	for i, c := range cases {
+		name := c.mode
+		if c.crash {
+			name += "/crash-after-write"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			db := harness.Postgres(t).NewDatabase(t)
+			topic := fmt.Sprintf("modes-%d", i)
+			conn := topic
+			k.CreateTopic(t, topic, 2)
+			pool := connectPool(t, db)
+			createEventsTable(t, pool, topic)
+			var u upstream
+			produce(t, k.Bootstrap, topic, produceOpts{Records: 3000, Partitions: 2, AbortRatio: 0.15, MaxTxn: 50, Seed: uint64(100 + i)}, &u)
+			cfg := baseConnector(conn, topic, db, c.mode)
+			cfg["batch.max.records"] = "500"
+			path := writeConnector(t, cfg)
+			if c.crash {
+				p := startTxsink(t, k.Bootstrap, path, "w1", failpoint.Env+"="+failpoint.AfterWrite+":2")
+				if !p.wait(90*time.Second) || func() bool { _, code := p.exited(); return code != -1 }() {
+					t.Fatalf("txsink was not killed at %s:\n%s", failpoint.AfterWrite, tail(p.output(), 3000))
+				}
+			}
+			p := startTxsink(t, k.Bootstrap, path, "w1")
+			waitDrained(t, pool, conn, &u, 2*time.Minute, nil)
+			p.signal(syscall.SIGTERM)
+			p.wait(30 * time.Second)
+			problems := exactness(&u, readRows(t, pool, topic), nil)
+			if c.wantExact {
+				if len(problems) > 0 {
+					t.Fatalf("%d anomalies, first: %s", len(problems), strings.Join(problems[:min(10, len(problems))], "; "))
+				}
+				return
+			}
+			found := 0
+			for _, p := range problems {
+				if strings.Contains(p, c.wantKind) {
+					found++
+				}
+			}
+			if found == 0 {
+				t.Fatalf("%s after a crash between its two transactions should show %q anomalies; got %d anomalies: %v", c.mode, c.wantKind, len(problems), problems[:min(5, len(problems))])
+			}
+			t.Logf("%s after a crash: %d %q anomalies, as the mode implies", c.mode, found, c.wantKind)
+		})
+	}
+}
+
+// procState reads the state letter of a process from /proc (T = stopped).
+func procState(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return ""
+	}
+	return s[i+2 : i+3]
+}
+
+func waitStopped(t *testing.T, p *proc, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for procState(p.cmd.Process.Pid) != "T" {
+		if ok, code := p.exited(); ok {
+			t.Fatalf("process exited (%d) instead of stopping:\n%s", code, tail(p.output(), 3000))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process did not stop at its failpoint within %v", d)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestPostgresZombie pauses a worker (SIGSTOP from a failpoint inside a
+// round) for longer than the group session timeout; a second worker takes
+// its partitions and writes past them; then the first resumes (SIGCONT).
+// Its commit must be rejected: by the group generation of the Kafka
+// decision in exactly_once, by the sink's fence and compare-and-set in
+// exactly_once_sink. The "rewind" variants add an administrative offsets
+// rewind while the zombie is paused, which puts next_offset back where the
+// zombie expects it: only the fence can reject it then. The negative
+// controls switch the sink checks off and must produce duplicates.
+func TestPostgresZombie(t *testing.T) {
+	k := harness.Kafka(t)
+	cases := []struct {
+		name, mode, point string
+		rewind, unsafe    bool
+		rejectLog         string
+	}{
+		{"exactly_once", "exactly_once", failpoint.AfterPrepare, false, false, "round aborted by the decision"},
+		{"exactly_once_sink", "exactly_once_sink", failpoint.AfterPoll, false, false, "fence conflict"},
+		{"exactly_once/rewind", "exactly_once", failpoint.AfterPoll, true, false, "fence conflict"},
+		{"exactly_once_sink/rewind", "exactly_once_sink", failpoint.AfterPoll, true, false, "fence conflict"},
+		{"negative/exactly_once_sink-unfenced", "exactly_once_sink", failpoint.AfterPoll, false, true, ""},
+		{"negative/exactly_once_sink-unfenced-rewind", "exactly_once_sink", failpoint.AfterPoll, true, true, ""},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			db := harness.Postgres(t).NewDatabase(t)
+			topic := fmt.Sprintf("zombie-%d", i)
+			conn := topic
+			k.CreateTopic(t, topic, 2)
+			pool := connectPool(t, db)
+			createEventsTable(t, pool, topic)
+			var u upstream
+			produce(t, k.Bootstrap, topic, produceOpts{Records: 2000, Partitions: 2, AbortRatio: 0.1, MaxTxn: 40, Seed: uint64(200 + i)}, &u)
+			cfg := baseConnector(conn, topic, db, c.mode)
+			cfg["batch.max.records"] = "200"
+			if c.unsafe {
+				cfg["txsink.test.unsafe.disable.fencing"] = "true"
+			}
+			path := writeConnector(t, cfg)
+
+			// A freezes inside its third round.
+			a := startTxsink(t, k.Bootstrap, path, "wA", failpoint.Env+"="+c.point+":3:stop")
+			waitStopped(t, a, 90*time.Second)
+			ctx := context.Background()
+			atPause, err := sinkOffsets(ctx, pool, conn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// B takes over once A's session times out, and drains.
+			b := startTxsink(t, k.Bootstrap, path, "wB")
+			waitDrained(t, pool, conn, &u, 2*time.Minute, nil)
+			var extra map[int32][2]int64
+			if c.rewind {
+				b.signal(syscall.SIGTERM)
+				b.wait(30 * time.Second)
+				ends := u.ends()
+				extra = map[int32][2]int64{}
+				var reset []offsets.Position
+				for p, off := range atPause {
+					extra[p] = [2]int64{off, ends[p]}
+					reset = append(reset, offsets.Position{Topic: topic, Partition: p, Next: off})
+				}
+				rewind(t, pool, conn, reset)
+				b = startTxsink(t, k.Bootstrap, path, "wB2")
+				waitDrained(t, pool, conn, &u, 2*time.Minute, nil)
+			}
+			// The zombie resumes; give it time to try its commit.
+			a.signal(syscall.SIGCONT)
+			time.Sleep(8 * time.Second)
+			b.signal(syscall.SIGTERM)
+			a.signal(syscall.SIGTERM)
+			b.wait(30 * time.Second)
+			a.wait(30 * time.Second)
+			problems := exactness(&u, readRows(t, pool, topic), extra)
+			if c.unsafe {
+				if len(problems) == 0 {
+					t.Fatal("negative control: with the sink's fence and compare-and-set switched off the zombie's commit should duplicate rows, but the table is exact: the test cannot tell")
+				}
+				t.Logf("negative control caught %d anomalies, e.g. %s", len(problems), problems[0])
+				return
+			}
+			if len(problems) > 0 {
+				t.Fatalf("%d anomalies, first: %s", len(problems), strings.Join(problems[:min(10, len(problems))], "; "))
+			}
+			if !strings.Contains(a.output(), c.rejectLog) {
+				t.Errorf("zombie's log does not show its commit rejected (%q):\n%s", c.rejectLog, tail(a.output(), 3000))
+			}
+			if n := preparedXacts(t, pool); n != 0 {
+				t.Errorf("%d prepared transactions left", n)
+			}
+		})
+	}
+}
+
+func rewind(t *testing.T, pool *pgxpool.Pool, conn string, ps []offsets.Position) {
+	t.Helper()
+	st := offsets.NewPG(pool, "public", "")
+	if err := st.Reset(context.Background(), conn, false, ps); err != nil {
+		t.Fatal(err)
+	}
+}

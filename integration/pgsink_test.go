@@ -1,0 +1,119 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/txsink/txsink/integration/harness"
+	"github.com/txsink/txsink/internal/failpoint"
+)
+
+// TestPostgresExactlyOnceDrain: an upstream transactional producer writes
+// 100,000 committed records over 6 partitions, aborting about 15 % of its
+// transactions; a txsink process drains them in exactly_once mode. The
+// table holds exactly the committed records, once each, in offset order
+// per partition, and the stored next_offset is each partition's end.
+func TestPostgresExactlyOnceDrain(t *testing.T) {
+	k, db := sinkEnv(t)
+	const topic, conn = "drain", "drain-eo"
+	k.CreateTopic(t, topic, 6)
+	pool := connectPool(t, db)
+	createEventsTable(t, pool, topic)
+
+	var u upstream
+	produce(t, k.Bootstrap, topic, produceOpts{Records: 100_000, Partitions: 6, AbortRatio: 0.15, MaxTxn: 400, BodyBytes: 40, Seed: 1}, &u)
+	if u.abortedTx*10 < u.totalTx {
+		t.Fatalf("workload aborted %d of %d transactions, want >= 10 %%", u.abortedTx, u.totalTx)
+	}
+	t.Logf("upstream: %d committed records, %d/%d transactions aborted (%d records)", u.total(), u.abortedTx, u.totalTx, u.abortedRc)
+
+	cfg := baseConnector(conn, topic, db, "exactly_once")
+	start := time.Now()
+	p := startTxsink(t, k.Bootstrap, writeConnector(t, cfg), "w1")
+	waitDrained(t, pool, conn, &u, 4*time.Minute, func() error {
+		if ok, code := p.exited(); ok {
+			return fmt.Errorf("txsink exited early with %d", code)
+		}
+		return nil
+	})
+	t.Logf("drained %d records in %v", u.total(), time.Since(start).Round(time.Millisecond))
+	p.signal(syscall.SIGTERM)
+	if !p.wait(30 * time.Second) {
+		t.Fatal("txsink did not stop within 30s of SIGTERM")
+	}
+
+	if problems := exactness(&u, readRows(t, pool, topic), nil); len(problems) > 0 {
+		t.Fatalf("%d anomalies, first: %s", len(problems), strings.Join(problems[:min(10, len(problems))], "; "))
+	}
+	got, err := sinkOffsets(context.Background(), pool, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for part, end := range u.ends() {
+		if got[part] != end {
+			t.Errorf("partition %d: stored next_offset %d, want %d (one past the last committed record)", part, got[part], end)
+		}
+	}
+	if n := preparedXacts(t, pool); n != 0 {
+		t.Errorf("%d prepared transactions left", n)
+	}
+}
+
+// TestPostgresCrashPoints kills the txsink process (SIGKILL, from a
+// failpoint inside the process) at each point of the protocol, five times
+// each, restarting it every time, while the producer keeps writing. The
+// result stays exact and no prepared transaction of ours is left.
+func TestPostgresCrashPoints(t *testing.T) {
+	k, _ := sinkEnv(t)
+	points := []string{failpoint.AfterPoll, failpoint.AfterWrite, failpoint.AfterPrepare, failpoint.AfterDecide, failpoint.AfterCommit}
+	for i, point := range points {
+		t.Run(point, func(t *testing.T) {
+			t.Parallel()
+			db := harness.Postgres(t).NewDatabase(t)
+			topic := "crash-" + point
+			conn := "crash-" + point
+			k.CreateTopic(t, topic, 3)
+			pool := connectPool(t, db)
+			createEventsTable(t, pool, topic)
+			cfg := baseConnector(conn, topic, db, "exactly_once")
+			cfg["batch.max.records"] = "300"
+			cfgPath := writeConnector(t, cfg)
+
+			var u upstream
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				produce(t, k.Bootstrap, topic, produceOpts{Records: 6000, Partitions: 3, AbortRatio: 0.15, MaxTxn: 60, Seed: uint64(10 + i)}, &u)
+			}()
+			kills := 0
+			for kills < 5 {
+				p := startTxsink(t, k.Bootstrap, cfgPath, "w1", failpoint.Env+"="+point+":"+fmt.Sprint(1+kills%3))
+				if !p.wait(90 * time.Second) {
+					t.Fatalf("failpoint %s did not fire within 90s (kill %d)", point, kills+1)
+				}
+				if _, code := p.exited(); code != -1 {
+					t.Fatalf("txsink exited with %d instead of being killed at %s:\n%s", code, point, tail(p.output(), 3000))
+				}
+				kills++
+			}
+			wg.Wait()
+			p := startTxsink(t, k.Bootstrap, cfgPath, "w1")
+			waitDrained(t, pool, conn, &u, 3*time.Minute, nil)
+			p.signal(syscall.SIGTERM)
+			p.wait(30 * time.Second)
+			if problems := exactness(&u, readRows(t, pool, topic), nil); len(problems) > 0 {
+				t.Fatalf("after %d kills at %s: %d anomalies, first: %s", kills, point, len(problems), strings.Join(problems[:min(10, len(problems))], "; "))
+			}
+			if n := preparedXacts(t, pool); n != 0 {
+				t.Errorf("%d prepared transactions left", n)
+			}
+			t.Logf("%s: %d kills, %d records exact", point, kills, u.total())
+		})
+	}
+}

@@ -1,0 +1,117 @@
+// Package twophase is txsink's two-phase commit: the participant contract a
+// sink implements, a coordinator written as a deterministic state machine
+// with I/O at its edges, the Kafka decision record, and recovery of in-doubt
+// batches.
+//
+// One round of the protocol (DESIGN.md, "The commit protocol"):
+//
+//  1. the runtime polls records and cuts one [Batch] per partition;
+//  2. every batch is prepared in its participant (durable, decidable later
+//     from another process);
+//  3. the [Decider] records the decision (a Kafka transaction that commits
+//     the consumer group's offsets);
+//  4. every prepared batch is committed or aborted.
+//
+// When the decision's outcome is unknown (a timeout, a lost connection) the
+// prepared batches stay in doubt; [Recover] resolves them from durable
+// records before any new work on their partitions (invariant 7).
+package twophase
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// BatchID identifies one batch: the records of one partition between two
+// offsets, inclusive (invariant 6). Re-reading the range yields the same
+// records in the same order.
+type BatchID struct {
+	Connector string
+	Topic     string
+	Partition int32
+	First     int64 // offset of the first record of the batch
+	Last      int64 // offset of the last record of the batch
+}
+
+// NextOffset is the offset stored in the sink once the batch commits.
+func (id BatchID) NextOffset() int64 { return id.Last + 1 }
+
+// String formats the identity for logs and errors.
+func (id BatchID) String() string {
+	return fmt.Sprintf("%s/%s[%d]@%d-%d", id.Connector, id.Topic, id.Partition, id.First, id.Last)
+}
+
+// Batch is the work of one round for one partition.
+type Batch struct {
+	ID BatchID
+	// Prev is the partition's stored next_offset that this batch continues
+	// from: the compare-and-set expects it. It is ID.First or lower (gaps
+	// left by transaction markers and compaction are normal).
+	Prev int64
+	// Fence is the epoch the owner obtained when the partition was assigned
+	// (invariant 4). A participant refuses to prepare when the stored fence
+	// differs, returning an error that wraps [ErrFenced].
+	Fence int64
+	// Records are the partition's records in offset order, First..Last,
+	// read with read_committed isolation (gaps left by transaction markers
+	// are normal).
+	Records []*kgo.Record
+}
+
+// Participant is one sink's side of the protocol. Every method must be safe
+// to call from a process other than the one that prepared the batch: that is
+// how recovery finishes the work of a crashed or fenced owner.
+type Participant interface {
+	// Prepare writes the batch's rows, its offset advance (compare-and-set
+	// from Prev to ID.NextOffset, only while the fence still equals
+	// b.Fence) and its dead letters, and makes all of it durable but not
+	// yet visible. It returns an error wrapping ErrFenced when the
+	// compare-and-set or fence check fails; nothing is then left prepared.
+	// Cancelling ctx before Prepare returns leaves either nothing or a
+	// prepared batch that InDoubt lists.
+	Prepare(ctx context.Context, b *Batch) error
+	// Commit makes a prepared batch visible. It is idempotent: committing a
+	// batch that is no longer prepared returns nil when the batch's effects
+	// are visible (it was committed before) and an error wrapping
+	// ErrNotPrepared when they are not.
+	Commit(ctx context.Context, id BatchID) error
+	// Abort discards a prepared batch. It is idempotent: aborting a batch
+	// that is not prepared returns nil.
+	Abort(ctx context.Context, id BatchID) error
+	// InDoubt lists the connector's prepared batches, whoever prepared them.
+	InDoubt(ctx context.Context, connector string) ([]BatchID, error)
+}
+
+// Decider records and reads the decision of a round. In exactly_once mode it
+// is a Kafka transaction that commits the consumer group's offsets (KIP-447:
+// fenced by the group generation).
+type Decider interface {
+	// Begin opens the round's decision record (a Kafka transaction). It is
+	// called once per round, before any batch is prepared.
+	Begin(ctx context.Context) error
+	// Decide ends the round's decision record with a commit when commit is
+	// true and with an abort otherwise. It returns committed=true only when
+	// the commit is durable. An error means the outcome is unknown: the
+	// caller must leave its participants prepared and run recovery.
+	Decide(ctx context.Context, commit bool) (committed bool, err error)
+	// Outcome reads, from durable records, whether the round that prepared
+	// id was committed. It waits for pending decisions to settle (stable
+	// offsets); it never guesses.
+	Outcome(ctx context.Context, id BatchID) (committed bool, err error)
+}
+
+// Sentinel errors.
+var (
+	// ErrFenced means another owner holds the partition: its fence epoch or
+	// stored offset moved. The batch must be dropped, never retried blindly.
+	ErrFenced = errors.New("twophase: fenced by a newer owner")
+	// ErrNotPrepared means Commit found neither a prepared batch nor its
+	// committed effects.
+	ErrNotPrepared = errors.New("twophase: batch is not prepared")
+	// ErrInDoubt means a round ended without a known outcome; recovery must
+	// run before new work on its partitions.
+	ErrInDoubt = errors.New("twophase: outcome unknown, batches in doubt")
+)

@@ -1,0 +1,185 @@
+package twophase
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// KafkaDecider is the [Decider] of exactly_once mode: each round's decision
+// is one Kafka transaction of a [kgo.GroupTransactSession] that commits the
+// consumer group's offsets (KIP-447, fenced by the group generation).
+//
+// The offsets it commits are the session's own: for every partition, one
+// past the last record polled through the session. The runtime must
+// therefore cut, per partition, one batch ending at the last record polled
+// since the previous round, so that the committed offset is exactly
+// [BatchID.NextOffset] (see [KafkaDecider.Outcome]).
+//
+// Rebalances: the session aborts the transaction of a round during which
+// any partition was revoked or lost (Decide(ctx, true) then returns
+// committed=false and a nil error). Do not end the round from inside an
+// OnPartitionsRevoked or OnPartitionsLost callback, and do not make those
+// callbacks wait for an in-flight round: franz-go holds the lock End needs
+// while it runs them, so either deadlocks. To let the in-flight round
+// finish before a revoke, use kgo.BlockRebalanceOnPoll and call
+// AllowRebalance after Round returns.
+type KafkaDecider struct {
+	sess    *kgo.GroupTransactSession
+	group   string
+	backoff time.Duration // first wait while offsets are unstable
+}
+
+var _ Decider = (*KafkaDecider)(nil)
+
+// NewKafkaDecider returns a decider that ends sess's transactions and reads
+// decisions back from group's committed offsets. group must be the
+// session's consumer group. The decider does not own sess: closing it is
+// the caller's job.
+func NewKafkaDecider(sess *kgo.GroupTransactSession, group string) *KafkaDecider {
+	return &KafkaDecider{sess: sess, group: group, backoff: 50 * time.Millisecond}
+}
+
+// Begin begins the session's transaction. The session cannot be
+// interrupted here: ctx is only checked first.
+func (d *KafkaDecider) Begin(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("twophase: kafka begin: %w", err)
+	}
+	if err := d.sess.Begin(); err != nil {
+		return fmt.Errorf("twophase: kafka begin: %w", err)
+	}
+	return nil
+}
+
+// Decide ends the session's transaction: with kgo.TryCommit when commit is
+// true, committing the group's offsets in the transaction, and with
+// kgo.TryAbort otherwise.
+//
+// committed=false with a nil error means the transaction aborted: asked to,
+// or because the group rebalanced (a revoke, a lost partition, or the
+// coordinator refusing the offset commit with ILLEGAL_GENERATION,
+// UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, …: KIP-447 fencing of a
+// zombie). An error means the outcome is unknown; franz-go says no End
+// error is retryable, so the session should be closed and recreated and
+// [Recover] run. Cancelling ctx makes the outcome unknown and, per
+// franz-go, likely leaves the session unusable: cancel only to shut down.
+func (d *KafkaDecider) Decide(ctx context.Context, commit bool) (bool, error) {
+	committed, err := d.sess.End(ctx, kgo.TransactionEndTry(commit))
+	if err != nil {
+		return false, fmt.Errorf("twophase: kafka end transaction (commit=%t): %w", commit, err)
+	}
+	return committed, nil
+}
+
+// Outcome reports whether the round that prepared id committed: it reads
+// the group's committed offset for id's partition with stable semantics
+// (waiting, with backoff bounded by ctx, while a transaction that commits
+// offsets for the group is still pending) and returns committed when the
+// offset equals id.NextOffset().
+//
+// Why equality: the round that prepared id commits exactly NextOffset for
+// the partition, and while id is prepared no later batch of the partition
+// can be prepared (its compare-and-set starts from NextOffset, which only
+// id's commit stores in the sink), so no later decision can have moved the
+// group's offset past it. Any other value means the round's transaction
+// did not commit: the previous round's offset (id.First) when it aborted,
+// or something an operator wrote. No committed offset at all (the group or
+// partition has none, e.g. the very first round aborted, or the offsets
+// expired under offsets.retention.minutes) also reads as not committed.
+// Misreading a committed round as aborted only costs a redo, because the
+// sink, not Kafka, is the source of truth for progress: the sink's
+// next_offset stays at id.First and the range is re-read and rewritten
+// (invariants 1 and 6; dead letters produced in that Kafka transaction
+// would be duplicated). The opposite mistake is the one equality avoids.
+func (d *KafkaDecider) Outcome(ctx context.Context, id BatchID) (bool, error) {
+	offs, err := stableOffsets(ctx, d.sess.Client(), d.group, d.backoff, id.Topic)
+	if err != nil {
+		return false, fmt.Errorf("twophase: outcome of %s: %w", id, err)
+	}
+	return OutcomeFromOffsets(id, offs), nil
+}
+
+// OutcomeFromOffsets reports whether offsets, as returned by
+// [StableOffsets], record id's round as committed: the partition's offset
+// equals id.NextOffset(). A missing offset means not committed. See
+// [KafkaDecider.Outcome] for why. Use it to resolve many batches with one
+// offset fetch.
+func OutcomeFromOffsets(id BatchID, offsets map[string]map[int32]int64) bool {
+	off, ok := offsets[id.Topic][id.Partition]
+	return ok && off == id.NextOffset()
+}
+
+// StableOffsets fetches group's committed offsets with stable semantics
+// (KIP-447 RequireStable): while a transaction that commits offsets for the
+// group is pending, the broker answers UNSTABLE_OFFSET_COMMIT and this
+// retries with exponential backoff until ctx is done. It returns
+// offsets[topic][partition] for the given topics (all of the group's topics
+// when none is given); partitions without a committed offset are absent. A
+// group unknown to the coordinator has no offsets and yields an empty map.
+// cl is only used for requests; it is not closed.
+func StableOffsets(ctx context.Context, cl *kgo.Client, group string, topics ...string) (map[string]map[int32]int64, error) {
+	return stableOffsets(ctx, cl, group, 50*time.Millisecond, topics...)
+}
+
+const maxStableBackoff = time.Second
+
+func stableOffsets(ctx context.Context, cl *kgo.Client, group string, backoff time.Duration, topics ...string) (map[string]map[int32]int64, error) {
+	adm := kadm.NewClient(cl) // not closed: closing it would close cl
+	for {
+		offs, err := fetchStableOnce(ctx, adm, group, topics)
+		if !errors.Is(err, kerr.UnstableOffsetCommit) {
+			return offs, err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("twophase: stable offsets of group %q: %w (last: %w)", group, ctx.Err(), err)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, maxStableBackoff)
+	}
+}
+
+func fetchStableOnce(ctx context.Context, adm *kadm.Client, group string, topics []string) (map[string]map[int32]int64, error) {
+	resps, err := adm.FetchOffsets(kadm.RequireStable(ctx), group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return map[string]map[int32]int64{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("twophase: fetch offsets of group %q: %w", group, err)
+	}
+	want := func(string) bool { return true }
+	if len(topics) > 0 {
+		set := make(map[string]bool, len(topics))
+		for _, t := range topics {
+			set[t] = true
+		}
+		want = func(t string) bool { return set[t] }
+	}
+	out := make(map[string]map[int32]int64)
+	for topic, ps := range resps {
+		if !want(topic) {
+			continue
+		}
+		for p, r := range ps {
+			if r.Err != nil {
+				return nil, fmt.Errorf("twophase: fetch offsets of group %q, %s[%d]: %w", group, topic, p, r.Err)
+			}
+			if r.At < 0 {
+				continue
+			}
+			if out[topic] == nil {
+				out[topic] = make(map[int32]int64)
+			}
+			out[topic][p] = r.At
+		}
+	}
+	return out, nil
+}
