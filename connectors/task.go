@@ -83,6 +83,9 @@ type partState struct {
 	// before it and the task fails once the records before it commit.
 	stopAt int64
 	stopEr error
+	// atStop is set once a poll returned a record at or past stopAt:
+	// everything before the bad record has been handed to a round.
+	atStop bool
 }
 
 // Task owns partitions of the connector's topics through the consumer group
@@ -216,6 +219,9 @@ func (t *Task) runTransactional(ctx context.Context) error {
 		failpoint.Hit(failpoint.AfterPoll)
 		batches := t.cut(recs)
 		if len(batches) == 0 {
+			if err := t.stoppedError(); err != nil {
+				return err
+			}
 			continue
 		}
 		start := time.Now()
@@ -246,8 +252,15 @@ func (t *Task) runTransactional(ctx context.Context) error {
 				return errRestart{fmt.Errorf("fenced: %w", err)}
 			}
 			if t.noteBadRecord(err) {
+				// The batch holding the bad record rolled back before
+				// PREPARE; the others of the round were aborted.
 				t.rewind(sess.Client())
 				continue
+			}
+			if len(res.InDoubt) > 0 {
+				// A prepare failed in a way that may have left its batch
+				// prepared (holding the offsets row): recover first.
+				return errRestart{fmt.Errorf("%d batches may be left prepared: %w", len(res.InDoubt), err)}
 			}
 			// A clean abort: a rebalance or KIP-447 generation fencing
 			// (err == nil), or a participant failed to prepare (a lost
@@ -321,7 +334,7 @@ func (t *Task) localRound(ctx context.Context, cl *kgo.Client, recs []*kgo.Recor
 	defer t.roundMu.Unlock()
 	batches := t.cut(recs)
 	if len(batches) == 0 {
-		return nil
+		return t.stoppedError()
 	}
 	start := time.Now()
 	errs := make([]error, len(batches))
@@ -584,6 +597,7 @@ func (t *Task) cut(recs []*kgo.Record) []*twophase.Batch {
 			continue // revoked meanwhile, or already written
 		}
 		if st.stopAt >= 0 && r.Offset >= st.stopAt {
+			st.atStop = true
 			continue
 		}
 		b := byTP[k]
@@ -665,7 +679,7 @@ func (t *Task) stoppedError() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for k, st := range t.parts {
-		if st.stopAt >= 0 && st.next >= st.stopAt {
+		if st.stopAt >= 0 && (st.next >= st.stopAt || st.atStop) {
 			return fmt.Errorf("%w: topic %s partition %d offset %d: %v (skip it by resetting the partition's offset to %d)", ErrTaskStopped, k.topic, k.partition, st.stopAt, st.stopEr, st.stopAt+1)
 		}
 	}

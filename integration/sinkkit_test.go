@@ -22,6 +22,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txsink/txsink/integration/harness"
@@ -32,6 +33,9 @@ type upRecord struct {
 	Partition int32
 	Offset    int64
 	ID        string
+	Seq       int
+	Key       []byte
+	Value     []byte
 }
 
 // upstream is the producer's log: committed records per partition in
@@ -77,6 +81,7 @@ type produceOpts struct {
 	BodyBytes  int
 	Seed       uint64
 	Key        func(seq int) []byte            // optional record key
+	Partition  func(seq int) int32             // optional partition choice
 	Value      func(seq int, id string) []byte // optional value (default JSON)
 }
 
@@ -93,6 +98,7 @@ func produce(t testing.TB, bootstrap, topic string, o produceOpts, u *upstream) 
 		kgo.DefaultProduceTopic(topic),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerLinger(5*time.Millisecond),
+		kgo.ProducerBatchMaxBytes(8<<20),
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -114,6 +120,7 @@ func produce(t testing.TB, bootstrap, topic string, o produceOpts, u *upstream) 
 			t.Fatal(err)
 		}
 		recs := make([]*kgo.Record, size)
+		seqs := make([]int, size)
 		u.mu.Lock()
 		for i := range recs {
 			u.seq++
@@ -128,7 +135,10 @@ func produce(t testing.TB, bootstrap, topic string, o produceOpts, u *upstream) 
 			if o.Key != nil {
 				r.Key = o.Key(u.seq)
 			}
-			recs[i] = r
+			if o.Partition != nil {
+				r.Partition = o.Partition(u.seq)
+			}
+			recs[i], seqs[i] = r, u.seq
 		}
 		u.mu.Unlock()
 		res := cl.ProduceSync(ctx, recs...)
@@ -148,12 +158,8 @@ func produce(t testing.TB, bootstrap, topic string, o produceOpts, u *upstream) 
 			u.abortedTx++
 			u.abortedRc += len(recs)
 		} else {
-			for _, r := range recs {
-				var id struct {
-					ID string `json:"id"`
-				}
-				_ = json.Unmarshal(r.Value, &id)
-				u.committed[r.Partition] = append(u.committed[r.Partition], upRecord{Partition: r.Partition, Offset: r.Offset, ID: id.ID})
+			for i, r := range recs {
+				u.committed[r.Partition] = append(u.committed[r.Partition], upRecord{Partition: r.Partition, Offset: r.Offset, ID: fmt.Sprintf("%s-%d", topic, seqs[i]), Seq: seqs[i], Key: r.Key, Value: r.Value})
 			}
 		}
 		u.mu.Unlock()
@@ -163,6 +169,21 @@ func produce(t testing.TB, bootstrap, topic string, o produceOpts, u *upstream) 
 		sort.Slice(u.committed[p], func(i, j int) bool { return u.committed[p][i].Offset < u.committed[p][j].Offset })
 	}
 	u.mu.Unlock()
+}
+
+// createTopic creates a topic that accepts records up to 8 MiB.
+func createTopic(t testing.TB, k *harness.KafkaService, topic string, partitions int32) {
+	t.Helper()
+	cl := k.Client(t)
+	adm := kadm.NewClient(cl)
+	mb := "8388608"
+	resp, err := adm.CreateTopic(context.Background(), partitions, 1, map[string]*string{"max.message.bytes": &mb}, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatalf("create topic %s: %v", topic, err)
+	}
 }
 
 var (

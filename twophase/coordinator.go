@@ -76,10 +76,10 @@ type RoundResult struct {
 
 // Coordinator runs two-phase commit rounds: it drives a [Machine] and
 // performs its I/O against one [Participant] and one [Decider]. A
-// Coordinator runs one round at a time; Round must not be called
-// concurrently on the same Coordinator (the Decider is one Kafka
-// transaction at a time).
+// Coordinator runs one round at a time (the Decider is one Kafka
+// transaction at a time): concurrent calls to Round wait for each other.
 type Coordinator struct {
+	mu          sync.Mutex // serializes rounds
 	p           Participant
 	d           Decider
 	prepareConc int
@@ -131,6 +131,8 @@ func NewCoordinator(p Participant, d Decider, opts ...Option) *Coordinator {
 // In short: cancelling after PREPARE leaves the batches in doubt; [Recover]
 // resolves them. Cancel only to shut down.
 func (c *Coordinator) Round(ctx context.Context, batches []*Batch) (RoundResult, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	res := RoundResult{Outcome: OutcomeAborted}
 	byID := make(map[BatchID]*Batch, len(batches))
 	ids := make([]BatchID, 0, len(batches))

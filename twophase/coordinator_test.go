@@ -377,7 +377,7 @@ func TestRecoverOwnsAndErrors(t *testing.T) {
 	p.prepared[other] = true
 	store.offsets[tp{"t", 0}] = bs[0].ID.NextOffset() // p0 committed
 	store.offsets[tp{"t", 1}] = bs[1].ID.First        // p1 aborted
-	d.outcomeErr[bs[2].ID] = errBoom                   // p2 unknown
+	d.outcomeErr[bs[2].ID] = errBoom                  // p2 unknown
 	// p3 is not ours.
 	owns := func(topic string, partition int32) bool { return partition != 3 }
 

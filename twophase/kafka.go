@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // KafkaDecider is the [Decider] of exactly_once mode: each round's decision
@@ -98,7 +99,8 @@ func (d *KafkaDecider) Decide(ctx context.Context, commit bool) (bool, error) {
 // (invariants 1 and 6; dead letters produced in that Kafka transaction
 // would be duplicated). The opposite mistake is the one equality avoids.
 func (d *KafkaDecider) Outcome(ctx context.Context, id BatchID) (bool, error) {
-	offs, err := stableOffsets(ctx, d.sess.Client(), d.group, d.backoff, id.Topic)
+	parts := map[string][]int32{id.Topic: {id.Partition}}
+	offs, err := stableOffsets(ctx, d.sess.Client(), d.group, d.backoff, parts)
 	if err != nil {
 		return false, fmt.Errorf("twophase: outcome of %s: %w", id, err)
 	}
@@ -119,20 +121,45 @@ func OutcomeFromOffsets(id BatchID, offsets map[string]map[int32]int64) bool {
 // (KIP-447 RequireStable): while a transaction that commits offsets for the
 // group is pending, the broker answers UNSTABLE_OFFSET_COMMIT and this
 // retries with exponential backoff until ctx is done. It returns
-// offsets[topic][partition] for the given topics (all of the group's topics
-// when none is given); partitions without a committed offset are absent. A
-// group unknown to the coordinator has no offsets and yields an empty map.
-// cl is only used for requests; it is not closed.
+// offsets[topic][partition]; partitions without a committed offset are
+// absent. A group unknown to the coordinator has no offsets and yields an
+// empty map. cl is only used for requests; it is not closed.
+//
+// Name the topics: their partitions are then listed and asked for
+// explicitly, and the broker reports a pending offset even for a partition
+// that never had a committed one. With no topics, the group's committed
+// topics are fetched, and a partition whose only offset is still pending
+// in a transaction is silently absent instead of unstable (Kafka and kfake
+// both only check the pending state of partitions they report).
 func StableOffsets(ctx context.Context, cl *kgo.Client, group string, topics ...string) (map[string]map[int32]int64, error) {
-	return stableOffsets(ctx, cl, group, 50*time.Millisecond, topics...)
+	var parts map[string][]int32
+	if len(topics) > 0 {
+		listed, err := kadm.NewClient(cl).ListTopics(ctx, topics...) // not closed: it would close cl
+		if err != nil {
+			return nil, fmt.Errorf("twophase: stable offsets of group %q: list topics: %w", group, err)
+		}
+		parts = make(map[string][]int32, len(topics))
+		for _, t := range topics {
+			td, ok := listed[t]
+			if !ok {
+				return nil, fmt.Errorf("twophase: stable offsets of group %q: topic %q not found", group, t)
+			}
+			if td.Err != nil {
+				return nil, fmt.Errorf("twophase: stable offsets of group %q: topic %q: %w", group, t, td.Err)
+			}
+			parts[t] = td.Partitions.Numbers()
+		}
+	}
+	return stableOffsets(ctx, cl, group, 50*time.Millisecond, parts)
 }
 
 const maxStableBackoff = time.Second
 
-func stableOffsets(ctx context.Context, cl *kgo.Client, group string, backoff time.Duration, topics ...string) (map[string]map[int32]int64, error) {
-	adm := kadm.NewClient(cl) // not closed: closing it would close cl
+// stableOffsets fetches parts (all the group's topics when nil) with
+// RequireStable, retrying while unstable.
+func stableOffsets(ctx context.Context, cl *kgo.Client, group string, backoff time.Duration, parts map[string][]int32) (map[string]map[int32]int64, error) {
 	for {
-		offs, err := fetchStableOnce(ctx, adm, group, topics)
+		offs, err := fetchStableOnce(ctx, cl, group, parts)
 		if !errors.Is(err, kerr.UnstableOffsetCommit) {
 			return offs, err
 		}
@@ -147,39 +174,61 @@ func stableOffsets(ctx context.Context, cl *kgo.Client, group string, backoff ti
 	}
 }
 
-func fetchStableOnce(ctx context.Context, adm *kadm.Client, group string, topics []string) (map[string]map[int32]int64, error) {
-	resps, err := adm.FetchOffsets(kadm.RequireStable(ctx), group)
-	if errors.Is(err, kerr.GroupIDNotFound) {
-		return map[string]map[int32]int64{}, nil
+func fetchStableOnce(ctx context.Context, cl *kgo.Client, group string, parts map[string][]int32) (map[string]map[int32]int64, error) {
+	req := kmsg.NewPtrOffsetFetchRequest()
+	req.Group = group
+	req.RequireStable = true
+	for topic, ps := range parts {
+		rt := kmsg.NewOffsetFetchRequestTopic()
+		rt.Topic = topic
+		rt.Partitions = ps
+		req.Topics = append(req.Topics, rt)
 	}
+	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
 		return nil, fmt.Errorf("twophase: fetch offsets of group %q: %w", group, err)
 	}
-	want := func(string) bool { return true }
-	if len(topics) > 0 {
-		set := make(map[string]bool, len(topics))
-		for _, t := range topics {
-			set[t] = true
+	code := resp.ErrorCode
+	type part struct {
+		topic     string
+		partition int32
+		offset    int64
+		code      int16
+	}
+	var got []part
+	if len(resp.Groups) > 0 { // v8+
+		g := resp.Groups[0]
+		code = g.ErrorCode
+		for _, t := range g.Topics {
+			for _, p := range t.Partitions {
+				got = append(got, part{t.Topic, p.Partition, p.Offset, p.ErrorCode})
+			}
 		}
-		want = func(t string) bool { return set[t] }
+	} else {
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				got = append(got, part{t.Topic, p.Partition, p.Offset, p.ErrorCode})
+			}
+		}
+	}
+	if err := kerr.ErrorForCode(code); err != nil {
+		if errors.Is(err, kerr.GroupIDNotFound) {
+			return map[string]map[int32]int64{}, nil
+		}
+		return nil, fmt.Errorf("twophase: fetch offsets of group %q: %w", group, err)
 	}
 	out := make(map[string]map[int32]int64)
-	for topic, ps := range resps {
-		if !want(topic) {
+	for _, p := range got {
+		if err := kerr.ErrorForCode(p.code); err != nil {
+			return nil, fmt.Errorf("twophase: fetch offsets of group %q, %s[%d]: %w", group, p.topic, p.partition, err)
+		}
+		if p.offset < 0 {
 			continue
 		}
-		for p, r := range ps {
-			if r.Err != nil {
-				return nil, fmt.Errorf("twophase: fetch offsets of group %q, %s[%d]: %w", group, topic, p, r.Err)
-			}
-			if r.At < 0 {
-				continue
-			}
-			if out[topic] == nil {
-				out[topic] = make(map[int32]int64)
-			}
-			out[topic][p] = r.At
+		if out[p.topic] == nil {
+			out[p.topic] = make(map[int32]int64)
 		}
+		out[p.topic][p.partition] = p.offset
 	}
 	return out, nil
 }

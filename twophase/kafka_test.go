@@ -21,7 +21,8 @@ const (
 
 func newKfake(t *testing.T, partitions int32) *kfake.Cluster {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, kTopic))
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, kTopic),
+		kfake.GroupMinSessionTimeout(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,8 +131,11 @@ func TestKafkaDeciderCommitAbort(t *testing.T) {
 	if err != nil || offs[kTopic][0] != 10 {
 		t.Fatalf("stable offsets %v %v", offs, err)
 	}
-	if offs, err := StableOffsets(ctx, s.Client(), kGroup, "unrelated"); err != nil || len(offs) != 0 {
-		t.Fatalf("filtered offsets %v %v", offs, err)
+	if offs, err := StableOffsets(ctx, s.Client(), kGroup, kTopic); err != nil || offs[kTopic][0] != 10 || len(offs) != 1 {
+		t.Fatalf("offsets of %s: %v %v", kTopic, offs, err)
+	}
+	if _, err := StableOffsets(ctx, s.Client(), kGroup, "no-such-topic"); err == nil {
+		t.Fatal("offsets of a missing topic: no error")
 	}
 
 	// Decide(false): the next range is not committed.
@@ -228,7 +232,7 @@ func TestStableOffsetsWaitsForPendingTxn(t *testing.T) {
 	defer cl.Close()
 
 	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
-	_, err = StableOffsets(short, cl, kGroup)
+	_, err = StableOffsets(short, cl, kGroup, kTopic)
 	cancelShort()
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, kerr.UnstableOffsetCommit) {
 		t.Fatalf("while pending: %v", err)
@@ -236,7 +240,7 @@ func TestStableOffsetsWaitsForPendingTxn(t *testing.T) {
 
 	got := make(chan map[string]map[int32]int64, 1)
 	go func() {
-		offs, err := StableOffsets(ctx, cl, kGroup)
+		offs, err := StableOffsets(ctx, cl, kGroup, kTopic)
 		if err != nil {
 			t.Error(err)
 		}
@@ -309,7 +313,8 @@ func TestKafkaDeciderRebalanceAborts(t *testing.T) {
 // stuck in a long round would) and is kicked out of the group after its
 // rebalance timeout; b takes every partition in a new generation. a's
 // Decide(commit) is then refused by the group coordinator (KIP-447
-// generation fencing) and returns committed=false with a nil error.
+// generation fencing: kfake answers UNKNOWN_MEMBER_ID, one of the errors
+// franz-go treats as "abort") and returns committed=false with a nil error.
 func TestKafkaDeciderZombieFenced(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -165,6 +165,7 @@ func (t EventType) perBatch() bool {
 
 // Event is one input to [Machine.Step].
 type Event struct {
+	// Type is what happened.
 	Type EventType
 	// ID names the batch of a per-batch event; it is ignored otherwise.
 	ID BatchID
@@ -224,6 +225,7 @@ func (t ActionType) String() string {
 
 // Action is one output of [Machine.Step].
 type Action struct {
+	// Type is what to do.
 	Type ActionType
 	// ID names the batch of a per-batch action.
 	ID BatchID

@@ -83,22 +83,20 @@ func decodeDocument(b []byte, lenientString bool) (document, error) {
 		return document{}, fmt.Errorf("%w: value is not valid UTF-8", ErrDecode)
 	}
 	trimmed := bytes.TrimSpace(b)
-	if !json.Valid(trimmed) {
-		if lenientString {
-			s, _ := json.Marshal(string(b))
-			return document{Scalar: s}, nil
+	var fields map[string]json.RawMessage
+	// Unmarshal validates the whole text; objects skip a separate pass.
+	if len(trimmed) == 0 || trimmed[0] != '{' || json.Unmarshal(trimmed, &fields) != nil {
+		if !json.Valid(trimmed) {
+			if lenientString {
+				s, _ := json.Marshal(string(b))
+				return document{Scalar: s}, nil
+			}
+			return document{}, fmt.Errorf("%w: invalid JSON", ErrDecode)
 		}
-		return document{}, fmt.Errorf("%w: invalid JSON", ErrDecode)
-	}
-	if len(trimmed) == 0 || trimmed[0] != '{' {
 		if string(trimmed) == "null" {
 			return document{Null: true}, nil
 		}
 		return document{Scalar: json.RawMessage(trimmed)}, nil
-	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(trimmed, &fields); err != nil {
-		return document{}, fmt.Errorf("%w: %v", ErrDecode, err)
 	}
 	if sch, payload, ok := envelope(fields); ok {
 		return decodeEnvelope(sch, payload)

@@ -137,6 +137,13 @@ func (s *Sink) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
+	// A batch that waits on a row lock is waiting on another owner (a
+	// zombie's prepared batch, an administrative reset): fail fast with
+	// SQLSTATE 55P03 so the runtime recovers instead of hanging.
+	if _, err := tx.Exec(ctx, lockTimeoutSQL); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return fmt.Errorf("begin: %w", err)
+	}
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return err
@@ -146,6 +153,9 @@ func (s *Sink) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	}
 	return nil
 }
+
+// lockTimeoutSQL bounds lock waits inside a batch transaction.
+const lockTimeoutSQL = "SET LOCAL lock_timeout = '10s'"
 
 // commitError is an error returned by COMMIT itself.
 type commitError struct{ err error }
