@@ -51,7 +51,7 @@ func Open(ctx context.Context, reg *Registry, raw map[string]string, opt TaskOpt
 	if opt.InstanceID == "" {
 		opt.InstanceID = NewInstanceID()
 	}
-	sink, err := spec.New(ctx, c, v, log.With("connector", c.Name))
+	sink, err := spec.New(ctx, Env{Bootstrap: opt.Bootstrap, KafkaOpts: opt.KafkaOpts, Log: log.With("connector", c.Name)}, c, v)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/offsets"
 	"github.com/txsink/txsink/twophase"
@@ -56,8 +58,18 @@ const (
 	OffsetFirst              // at_most_once: a crash in between loses
 )
 
+// Env is what a sink factory gets from the worker besides the connector's
+// own settings.
+type Env struct {
+	// Bootstrap and KafkaOpts reach the Kafka cluster the connector
+	// consumes (a sink that re-reads batch ranges during recovery needs it).
+	Bootstrap []string
+	KafkaOpts []kgo.Opt
+	Log       *slog.Logger
+}
+
 // Factory opens a sink for a validated connector configuration.
-type Factory func(ctx context.Context, conn config.Connector, v config.Values, log *slog.Logger) (Sink, error)
+type Factory func(ctx context.Context, env Env, conn config.Connector, v config.Values) (Sink, error)
 
 // Spec describes a registered sink.
 type Spec struct {

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/url"
 	"strings"
 
@@ -135,7 +134,7 @@ func fieldOf(msg string) string {
 	return KeyInsertMode
 }
 
-func open(ctx context.Context, c config.Connector, v config.Values, log *slog.Logger) (connectors.Sink, error) {
+func open(ctx context.Context, env connectors.Env, c config.Connector, v config.Values) (connectors.Sink, error) {
 	u, err := ParseURL(v[KeyURL])
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", KeyURL, err)
@@ -170,7 +169,7 @@ func open(ctx context.Context, c config.Connector, v config.Values, log *slog.Lo
 		pool.Close()
 		return nil, err
 	}
-	s, err := NewSink(ctx, pool, c.Name, w, v[KeySchema], v[KeyOffsetsTable], log)
+	s, err := NewSink(ctx, pool, c.Name, w, v[KeySchema], v[KeyOffsetsTable], env.Log)
 	if err != nil {
 		pool.Close()
 		return nil, err
