@@ -687,6 +687,8 @@ func (t *Task) stoppedError() error {
 }
 
 func (t *Task) observeRound(s RoundStats) {
+	t.log.Debug("round", "outcome", s.Outcome, "records", s.Records, "batches", s.Batches,
+		"prepare", s.Prepare, "decide", s.Decide, "commit", s.Commit, "total", s.Total)
 	if t.opt.Observer != nil {
 		t.opt.Observer.Round(t.id, s)
 	}

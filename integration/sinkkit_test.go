@@ -276,7 +276,7 @@ func writeConnector(t testing.TB, cfg map[string]string) string {
 // killed at cleanup if still running.
 func startTxsink(t testing.TB, bootstrap, cfgPath, workerID string, env ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(txsinkBinary(t), "run", "-bootstrap", bootstrap, "-config", cfgPath, "-worker-id", workerID, "-log-level", "info")
+	cmd := exec.Command(txsinkBinary(t), "run", "-bootstrap", bootstrap, "-config", cfgPath, "-worker-id", workerID)
 	p := &proc{cmd: cmd, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p, p
 	cmd.Env = append(os.Environ(), env...)
@@ -290,7 +290,7 @@ func startTxsink(t testing.TB, bootstrap, cfgPath, workerID string, env ...strin
 			_ = cmd.Process.Kill()
 			<-p.done
 		}
-		if t.Failed() {
+		if t.Failed() || os.Getenv("TXSINK_TEST_VERBOSE") != "" {
 			t.Logf("txsink %s output (tail):\n%s", workerID, tail(p.output(), 4000))
 		}
 	})

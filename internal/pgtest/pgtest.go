@@ -74,6 +74,8 @@ type Server struct {
 	stopOnce  sync.Once
 	stopErr   error
 	dbSeq     atomic.Int64
+
+	maxPrepared int
 }
 
 // Start starts a cluster in t.TempDir() and stops it (pg_ctl stop -m
@@ -81,7 +83,21 @@ type Server struct {
 // missing and t.Fatal on any other failure.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	srv, err := start(t.TempDir())
+	return StartWith(t, Options{})
+}
+
+// Options change the throwaway cluster's settings.
+type Options struct {
+	// NoPreparedTransactions starts the server with
+	// max_prepared_transactions = 0, PostgreSQL's default, to test
+	// refusals of two-phase commit.
+	NoPreparedTransactions bool
+}
+
+// StartWith is Start with options.
+func StartWith(t testing.TB, o Options) *Server {
+	t.Helper()
+	srv, err := start(t.TempDir(), o)
 	if errors.Is(err, ErrNoBinaries) {
 		t.Skip(err.Error())
 	}
@@ -105,7 +121,7 @@ func StartMain() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgtest: %w", err)
 	}
-	srv, err := start(dir)
+	srv, err := start(dir, Options{})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -285,7 +301,7 @@ func unprivileged() (*syscall.Credential, error) {
 // maxSocketPath is the usable length of sockaddr_un.sun_path on Linux.
 const maxSocketPath = 107
 
-func start(dir string) (*Server, error) {
+func start(dir string, o Options) (*Server, error) {
 	binDir, err := findBinDir()
 	if err != nil {
 		return nil, err
@@ -294,7 +310,10 @@ func start(dir string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{binDir: binDir, cred: cred, Host: "127.0.0.1", DataDir: filepath.Join(dir, "data"), SocketDir: dir}
+	s := &Server{binDir: binDir, cred: cred, Host: "127.0.0.1", DataDir: filepath.Join(dir, "data"), SocketDir: dir, maxPrepared: 64}
+	if o.NoPreparedTransactions {
+		s.maxPrepared = 0
+	}
 
 	if cred != nil {
 		// The cluster user must reach dir: open the search bit on the
@@ -378,14 +397,14 @@ func (s *Server) writeConf() error {
 	conf := fmt.Sprintf(`listen_addresses = '127.0.0.1'
 port = %d
 unix_socket_directories = '%s'
-max_prepared_transactions = 64
+max_prepared_transactions = %d
 max_connections = 200
 fsync = off
 synchronous_commit = off
 full_page_writes = off
 shared_buffers = '64MB'
 log_min_messages = warning
-`, s.Port, strings.ReplaceAll(s.SocketDir, "'", "''"))
+`, s.Port, strings.ReplaceAll(s.SocketDir, "'", "''"), s.maxPrepared)
 	p := filepath.Join(s.DataDir, "postgresql.auto.conf")
 	if err := os.WriteFile(p, []byte(conf), 0o600); err != nil {
 		return fmt.Errorf("pgtest: %w", err)

@@ -1,0 +1,150 @@
+package connectors_test
+
+// Fast tests of the task loop: an in-memory Kafka (kfake, with transactions
+// and read_committed) and a real throwaway PostgreSQL (internal/pgtest).
+// The same guarantees are proven on the real broker in integration/.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/postgres"
+	"github.com/txsink/txsink/internal/pgtest"
+)
+
+type coord struct {
+	p   int32
+	off int64
+}
+
+// produceTxns writes n transactions of 1..20 records over the topic's
+// partitions, aborting every fourth, and returns the committed records.
+func produceTxns(t *testing.T, addrs []string, topic string, n int) map[coord]string {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.TransactionalID("up-"+topic), kgo.DefaultProduceTopic(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(1, 2))
+	want := map[coord]string{}
+	seq := 0
+	for i := 0; i < n; i++ {
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		var recs []*kgo.Record
+		for j := 0; j < 1+rng.IntN(20); j++ {
+			seq++
+			v, _ := json.Marshal(map[string]any{"id": fmt.Sprint(seq), "seq": seq})
+			recs = append(recs, &kgo.Record{Value: v})
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		abort := i%4 == 3
+		if err := cl.EndTransaction(ctx, kgo.TransactionEndTry(!abort)); err != nil {
+			t.Fatal(err)
+		}
+		if !abort {
+			for _, r := range recs {
+				var v struct{ ID string }
+				_ = json.Unmarshal(r.Value, &v)
+				want[coord{r.Partition, r.Offset}] = v.ID
+			}
+		}
+	}
+	return want
+}
+
+func TestTaskExactlyOnceOnKfake(t *testing.T) {
+	for _, mode := range []string{"exactly_once", "exactly_once_sink"} {
+		t.Run(mode, func(t *testing.T) {
+			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "events"), kfake.GroupMinSessionTimeout(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			db := pgtest.Start(t).NewDatabase(t)
+			ctx := context.Background()
+			pool, err := pgxpool.New(ctx, db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pool.Close()
+			if _, err := pool.Exec(ctx, `CREATE TABLE events (id text, seq bigint, __connect_topic text, __connect_partition int, __connect_offset bigint)`); err != nil {
+				t.Fatal(err)
+			}
+			want := produceTxns(t, c.ListenAddrs(), "events", 60)
+
+			reg := &connectors.Registry{}
+			if err := reg.Register(postgres.Spec()); err != nil {
+				t.Fatal(err)
+			}
+			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			conn, err := connectors.Open(ctx, reg, map[string]string{
+				"name": "kfake-" + mode, "connector.class": "postgres", "topics": "events",
+				"connection.url": db, "delivery.guarantee": mode, "pk.mode": "kafka",
+				"batch.max.records": "50", "batch.linger.ms": "5", "session.timeout.ms": "3000",
+			}, connectors.TaskOptions{Bootstrap: c.ListenAddrs(), InstanceID: "t", Log: log})
+			if err != nil {
+				t.Fatal(err)
+			}
+			conn.Start(nil)
+			defer conn.Stop()
+
+			deadline := time.Now().Add(60 * time.Second)
+			for {
+				var n int
+				if err := pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				if n >= len(want) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("only %d of %d rows after 60s", n, len(want))
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			time.Sleep(300 * time.Millisecond) // let a wrong extra round show up
+			rows, err := pool.Query(ctx, `SELECT __connect_partition, __connect_offset, id FROM events`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen := map[coord]int{}
+			for rows.Next() {
+				var k coord
+				var id string
+				if err := rows.Scan(&k.p, &k.off, &id); err != nil {
+					t.Fatal(err)
+				}
+				seen[k]++
+				if want[k] != id {
+					t.Errorf("row p%d@%d id %q: produced %q (aborted?)", k.p, k.off, id, want[k])
+				}
+			}
+			for k := range want {
+				if seen[k] != 1 {
+					t.Errorf("p%d@%d written %d times", k.p, k.off, seen[k])
+				}
+			}
+			var prepared int
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database()`).Scan(&prepared); err != nil || prepared != 0 {
+				t.Errorf("%d prepared transactions left (err %v)", prepared, err)
+			}
+		})
+	}
+}
