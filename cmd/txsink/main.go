@@ -32,6 +32,8 @@ func main() {
 const usage = `usage: txsink <command> [flags]
 
 commands:
+  demo      run the main job on embedded services (in-process Kafka, a
+            throwaway PostgreSQL) and print the exactly-once verdict
   version   print the version and commit
   run       run one connector in the foreground until SIGTERM or SIGINT
   serve     run the worker: HTTP on -listen (GET /, GET /health) and the
@@ -51,6 +53,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "run":
 		return cmdRun(args[1:], stderr)
+	case "demo":
+		return cmdDemo(args[1:], stdout, stderr)
 	case "serve":
 		return cmdServe(args[1:], stderr)
 	case "help", "-h", "--help":

@@ -121,6 +121,10 @@ func (s *Server) Stop() error {
 
 // findBinDir returns the directory holding initdb and pg_ctl, preferring
 // PATH, then the newest /usr/lib/postgresql/<version>/bin.
+// FindBinaries returns the directory holding initdb and pg_ctl, or an
+// error wrapping ErrNoBinaries.
+func FindBinaries() (string, error) { return findBinDir() }
+
 func findBinDir() (string, error) {
 	if p, err := exec.LookPath("initdb"); err == nil {
 		dir := filepath.Dir(p)

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/txsink/txsink/internal/pglocal"
+)
+
+// TestDemo runs "txsink demo" non-interactively, as a newcomer's first
+// command does: in-process Kafka, a throwaway PostgreSQL, a producer that
+// aborts a fifth of its transactions, and the exactly-once verdict.
+func TestDemo(t *testing.T) {
+	if _, err := pglocal.FindBinaries(); err != nil {
+		t.Skipf("PostgreSQL server binaries are needed for the demo: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	start := time.Now()
+	v, err := runDemo(ctx, demoOptions{records: 3000, partitions: 3, abortRatio: 0.2, nonInteractive: true}, &out)
+	if err != nil {
+		t.Fatalf("demo failed: %v\n%s", err, out.String())
+	}
+	if !v.exact() || v.committed < 3000 || v.aborted == 0 {
+		t.Fatalf("verdict %+v, want exact with aborted records upstream\n%s", v, out.String())
+	}
+	if !strings.Contains(out.String(), "verdict     EXACT") {
+		t.Fatalf("output lacks the verdict line:\n%s", out.String())
+	}
+	t.Logf("demo: %d committed, %d aborted, exact, in %v", v.committed, v.aborted, time.Since(start).Round(time.Millisecond))
+}
