@@ -6,6 +6,7 @@ package connectors
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -46,6 +47,21 @@ type Sink interface {
 	Preflight(ctx context.Context, delivery string) error
 	// Close releases connections.
 	Close()
+}
+
+// Terminal marks errors that retrying cannot fix: a missing target table,
+// a column type the sink cannot write. The task fails with the error (and
+// the worker's restart policy decides what happens next) instead of
+// retrying the batch forever.
+type Terminal struct{ Err error }
+
+func (e *Terminal) Error() string { return e.Err.Error() }
+func (e *Terminal) Unwrap() error { return e.Err }
+
+// IsTerminal reports whether err, or an error it wraps, is a *Terminal.
+func IsTerminal(err error) bool {
+	var t *Terminal
+	return errors.As(err, &t)
 }
 
 // Order is the commit order of the non-atomic modes.

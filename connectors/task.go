@@ -257,6 +257,9 @@ func (t *Task) runTransactional(ctx context.Context) error {
 				t.rewind(sess.Client())
 				continue
 			}
+			if IsTerminal(err) {
+				return err
+			}
 			if len(res.InDoubt) > 0 {
 				// A prepare failed in a way that may have left its batch
 				// prepared (holding the offsets row): recover first.
@@ -386,6 +389,9 @@ func (t *Task) localRound(ctx context.Context, cl *kgo.Client, recs []*kgo.Recor
 	if t.noteBadRecord(firstErr) {
 		t.rewind(cl)
 		return nil
+	}
+	if IsTerminal(firstErr) {
+		return firstErr
 	}
 	t.log.Warn("local write failed; retrying from the stored offsets", "err", firstErr)
 	t.rewind(cl)

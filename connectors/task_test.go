@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -146,5 +147,42 @@ func TestTaskExactlyOnceOnKfake(t *testing.T) {
 				t.Errorf("%d prepared transactions left (err %v)", prepared, err)
 			}
 		})
+	}
+}
+
+// TestTaskFailsOnMissingTable: a target table that does not exist is not a
+// bad record and not worth retrying forever: the task fails with an error
+// naming the table.
+func TestTaskFailsOnMissingTable(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orphans"), kfake.GroupMinSessionTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	db := pgtest.Start(t).NewDatabase(t)
+	produceTxns(t, c.ListenAddrs(), "orphans", 3)
+	reg := &connectors.Registry{}
+	if err := reg.Register(postgres.Spec()); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	conn, err := connectors.Open(ctx, reg, map[string]string{
+		"name": "orphans", "connector.class": "postgres", "topics": "orphans",
+		"connection.url": db, "table.name.format": "no_such_table", "session.timeout.ms": "3000",
+	}, connectors.TaskOptions{Bootstrap: c.ListenAddrs(), InstanceID: "t",
+		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	conn.Start(func(_ int, err error) { done <- err })
+	defer conn.Stop()
+	select {
+	case err := <-done:
+		if !connectors.IsTerminal(err) || !strings.Contains(err.Error(), "no_such_table") {
+			t.Fatalf("task ended with %v, want a terminal error naming the table", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("task still running 60s after hitting a missing table")
 	}
 }

@@ -114,7 +114,7 @@ func parseGID(gid string) (connHash, topicHash string, partition int32, first, l
 // completes rolls back; if the connection breaks during PREPARE the batch
 // may be prepared, and InDoubt lists it.
 func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) error {
-	return s.inTx(ctx, func(tx pgx.Tx) error {
+	return classify(s.inTx(ctx, func(tx pgx.Tx) error {
 		if err := s.store.Advance(ctx, tx, offsets.GuardCAS, b.ID.Connector, b.ID.Topic, b.ID.Partition, b.Fence, b.Prev, b.ID.NextOffset()); err != nil {
 			return err
 		}
@@ -126,7 +126,15 @@ func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) error {
 			return fmt.Errorf("prepare %s: %w", b.ID, err)
 		}
 		return nil
-	})
+	}))
+}
+
+// classify marks the errors no retry can fix as connectors.Terminal.
+func classify(err error) error {
+	if err != nil && (errors.Is(err, ErrTableNotFound) || errors.Is(err, ErrUnsupportedColumn) || errors.Is(err, ErrNoConflictTarget)) {
+		return &connectors.Terminal{Err: err}
+	}
+	return err
 }
 
 // inTx runs fn in a transaction and ends it: after a successful PREPARE
@@ -258,6 +266,10 @@ func (s *Sink) ResetOffsets(ctx context.Context, all bool, positions []offsets.P
 // WriteLocal implements connectors.Sink for exactly_once_sink (Atomic with
 // GuardCAS), at_least_once (RowsFirst) and at_most_once (OffsetFirst).
 func (s *Sink) WriteLocal(ctx context.Context, b *twophase.Batch, guard offsets.Guard, order connectors.Order) error {
+	return classify(s.writeLocal(ctx, b, guard, order))
+}
+
+func (s *Sink) writeLocal(ctx context.Context, b *twophase.Batch, guard offsets.Guard, order connectors.Order) error {
 	advance := func(tx pgx.Tx) error {
 		return s.store.Advance(ctx, tx, guard, b.ID.Connector, b.ID.Topic, b.ID.Partition, b.Fence, b.Prev, b.ID.NextOffset())
 	}
