@@ -169,9 +169,11 @@ kafka_libs() {
 	mkdir -p "$cache_dir"
 	tmp=$(mktemp -d "$cache_dir/kafka-libs.XXXXXX")
 	cp "$here/kafka/pom.xml" "$tmp/pom.xml"
-	(cd "$tmp" && mvn -B -q -Dstyle.color=never dependency:copy-dependencies \
-		-DincludeScope=runtime -DoutputDirectory="$tmp/libs") >&2 ||
+	if ! (cd "$tmp" && mvn -B -q -Dstyle.color=never dependency:copy-dependencies \
+		-DincludeScope=runtime -DoutputDirectory="$tmp/libs") >"$tmp/mvn.log" 2>&1; then
+		cat "$tmp/mvn.log" >&2
 		die "mvn dependency:copy-dependencies failed"
+	fi
 	mv "$tmp/libs" "$dir"
 	rm -rf "$tmp"
 	touch "$dir/.complete"

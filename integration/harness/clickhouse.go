@@ -2,6 +2,9 @@ package harness
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -183,7 +186,7 @@ func startClickHouse(tb testing.TB, sharedMode bool) (*clickhouseShared, error) 
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 
-	nw, err := network.New(ctx, network.WithLabels(map[string]string{containerLabel: "clickhouse"}))
+	nw, err := network.New(ctx, network.WithLabels(labels("clickhouse")))
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +195,9 @@ func startClickHouse(tb testing.TB, sharedMode bool) (*clickhouseShared, error) 
 		return nw.Remove(ctx)
 	}})
 
+	var zkAddr string
 	zk, err := startWithFreePort(func(port int) (*managedContainer, error) {
+		zkAddr = "127.0.0.1:" + strconv.Itoa(port)
 		return startContainer(ctx, tb, sharedMode, containerSpec{
 			name:     "zookeeper",
 			image:    envOr(EnvZooKeeperImage, DefaultZooKeeperImage),
@@ -205,7 +210,11 @@ func startClickHouse(tb testing.TB, sharedMode bool) (*clickhouseShared, error) 
 	if err != nil {
 		return nil, err
 	}
-	_ = zk // ClickHouse retries ZooKeeper until it answers.
+	// ClickHouse's first ZooKeeper session must not meet a server that
+	// accepts connections but does not serve yet.
+	if err := waitReady(ctx, zk, "ZooKeeper", func(ctx context.Context) error { return zookeeperReady(ctx, zkAddr) }); err != nil {
+		return nil, err
+	}
 
 	var c *clickhouseShared
 	ctr, err := startWithFreePort(func(port int) (*managedContainer, error) {
@@ -259,4 +268,29 @@ func startWithFreePort(start func(port int) (*managedContainer, error)) (*manage
 		lastErr = err
 	}
 	return nil, lastErr
+}
+
+// zookeeperReady checks with the "srvr" four-letter command that ZooKeeper
+// serves requests.
+func zookeeperReady(ctx context.Context, addr string) error {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(deadline)
+	}
+	if _, err := conn.Write([]byte("srvr")); err != nil {
+		return err
+	}
+	out, err := io.ReadAll(conn)
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(string(out), "Mode: ") {
+		return fmt.Errorf("ZooKeeper not serving: %q", out)
+	}
+	return nil
 }

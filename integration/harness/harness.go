@@ -76,6 +76,7 @@ const (
 	EnvClickHousePassword = "TXSINK_TEST_CLICKHOUSE_PASSWORD"
 	EnvClickHouseZK       = "TXSINK_TEST_CLICKHOUSE_ZOOKEEPER"
 	EnvRequireServices    = "TXSINK_TEST_REQUIRE_SERVICES"
+	EnvRunID              = "TXSINK_TEST_RUN_ID"
 )
 
 // ErrExternal is returned by fault-injection methods on a service that the
@@ -84,8 +85,21 @@ var ErrExternal = errors.New("harness: service was not started by the harness")
 
 // containerLabel marks every container and network the harness starts, so
 // that leftovers of a killed test binary can be found:
-// docker ps -aq --filter label=io.txsink.test.
-const containerLabel = "io.txsink.test"
+// docker ps -aq --filter label=io.txsink.test. When TXSINK_TEST_RUN_ID is
+// set, runLabel carries its value (.ci/run removes its own leftovers by it).
+const (
+	containerLabel = "io.txsink.test"
+	runLabel       = "io.txsink.test.run"
+)
+
+// labels returns the labels of a container or network named name.
+func labels(name string) map[string]string {
+	l := map[string]string{containerLabel: name}
+	if id := os.Getenv(EnvRunID); id != "" {
+		l[runLabel] = id
+	}
+	return l
+}
 
 // startTimeout bounds starting one service, image already present.
 const startTimeout = 3 * time.Minute
@@ -334,7 +348,7 @@ func startContainer(ctx context.Context, tb testing.TB, sharedMode bool, spec co
 		Files:          spec.files,
 		Networks:       spec.networks,
 		NetworkAliases: spec.aliases,
-		Labels:         map[string]string{containerLabel: spec.name},
+		Labels:         labels(spec.name),
 		HostConfigModifier: func(hc *container.HostConfig) {
 			hc.PortBindings = bindings
 		},

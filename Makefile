@@ -1,0 +1,40 @@
+# txsink build, lint and test entry points. See docs/testing.md.
+SHELL := /bin/bash
+GO ?= go
+
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -s -w \
+	-X github.com/txsink/txsink/internal/buildinfo.Version=$(VERSION) \
+	-X github.com/txsink/txsink/internal/buildinfo.Commit=$(COMMIT)
+
+# On machines whose Docker engine cannot pull the Ryuk reaper, and that look
+# like containers to testcontainers, these keep the tests on 127.0.0.1 and
+# let the harness clean up itself (it always does). Override if you need to.
+export TESTCONTAINERS_RYUK_DISABLED ?= true
+export TESTCONTAINERS_HOST_OVERRIDE ?= 127.0.0.1
+
+.PHONY: all build lint test test-unit test-integration images
+
+all: lint build test
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/txsink ./cmd/txsink
+
+lint:
+	@out=$$(gofmt -l .); \
+	if [[ -n $$out ]]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+test: test-unit test-integration
+
+test-unit:
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v '/integration')
+
+test-integration:
+	$(GO) test -count=1 -timeout 45m -p 1 ./integration/...
+
+# Builds the local stand-in images and prints the variables that select them:
+#   eval "$$(make -s images)"
+images:
+	@deploy/testimages/build.sh
