@@ -135,6 +135,10 @@ func (e errRestart) Unwrap() error { return e.err }
 func (t *Task) Run(ctx context.Context) error {
 	backoff := 200 * time.Millisecond
 	for {
+		// A new session owns nothing until its first assignment.
+		t.mu.Lock()
+		t.parts = map[tp]*partState{}
+		t.mu.Unlock()
 		var err error
 		if t.conn.Delivery == config.ExactlyOnce {
 			err = t.runTransactional(ctx)
