@@ -24,8 +24,17 @@ type Connector struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu   sync.Mutex
-	errs map[int]error // terminal error per task
+	mu    sync.Mutex
+	errs  map[int]error    // terminal error per task
+	runs  map[int]*taskRun // running tasks by id
+	base  context.Context  // parent of every task's context; cancelled by Stop
+	onEnd func(int, error) // onExit given to Start, reused by StartTask
+}
+
+// taskRun is one run of one task.
+type taskRun struct {
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // NewInstanceID returns a random id that makes this process's
@@ -59,40 +68,103 @@ func Open(ctx context.Context, reg *Registry, raw map[string]string, opt TaskOpt
 		sink.Close()
 		return nil, err
 	}
-	return &Connector{Config: c, Values: v, Spec: spec, Sink: sink, log: log, opt: opt, errs: map[int]error{}}, nil
+	return &Connector{Config: c, Values: v, Spec: spec, Sink: sink, log: log, opt: opt, errs: map[int]error{}, runs: map[int]*taskRun{}}, nil
 }
 
 // Start runs tasks.max tasks until Stop. onExit, when not nil, is called
 // with each task's terminal error (nil when it stopped cleanly).
 func (c *Connector) Start(onExit func(task int, err error)) {
-	ctx, cancel := context.WithCancel(context.Background())
-	c.cancel = cancel
+	c.mu.Lock()
+	c.onEnd = onExit
+	c.mu.Unlock()
 	for i := 0; i < c.Config.TasksMax; i++ {
-		t := NewTask(c.Config, i, c.Sink, c.opt)
-		c.wg.Add(1)
-		go func() {
-			defer c.wg.Done()
-			err := t.Run(ctx)
-			if err != nil {
-				c.log.Error("task failed", "connector", c.Config.Name, "task", i, "err", err)
-			}
-			c.mu.Lock()
-			c.errs[i] = err
-			c.mu.Unlock()
-			if onExit != nil {
-				onExit(i, err)
-			}
-		}()
+		_ = c.StartTask(i, onExit)
 	}
+}
+
+func (c *Connector) baseContext() context.Context {
+	if c.base == nil {
+		c.base, c.cancel = context.WithCancel(context.Background())
+	}
+	return c.base
+}
+
+// StartTask runs task id (0 <= id < tasks.max) again after it exited, or
+// for the first time. It fails if the task is still running or the
+// connector was stopped. onExit, when not nil, is called with the task's
+// terminal error (nil when it stopped cleanly); a nil onExit reuses the one
+// given to Start.
+func (c *Connector) StartTask(id int, onExit func(task int, err error)) error {
+	if id < 0 || id >= c.Config.TasksMax {
+		return fmt.Errorf("connectors: %s has no task %d", c.Config.Name, id)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.runs == nil {
+		c.runs = map[int]*taskRun{}
+	}
+	if c.errs == nil {
+		c.errs = map[int]error{}
+	}
+	base := c.baseContext()
+	if base.Err() != nil {
+		return fmt.Errorf("connectors: %s is stopped", c.Config.Name)
+	}
+	if r := c.runs[id]; r != nil {
+		select {
+		case <-r.done:
+		default:
+			return fmt.Errorf("connectors: %s task %d is running", c.Config.Name, id)
+		}
+	}
+	if onExit == nil {
+		onExit = c.onEnd
+	}
+	ctx, cancel := context.WithCancel(base)
+	r := &taskRun{cancel: cancel, done: make(chan struct{})}
+	c.runs[id] = r
+	delete(c.errs, id)
+	t := NewTask(c.Config, id, c.Sink, c.opt)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer cancel()
+		err := t.Run(ctx)
+		if err != nil {
+			c.log.Error("task failed", "connector", c.Config.Name, "task", id, "err", err)
+		}
+		c.mu.Lock()
+		c.errs[id] = err
+		c.mu.Unlock()
+		close(r.done)
+		if onExit != nil {
+			onExit(id, err)
+		}
+	}()
+	return nil
+}
+
+// StopTask cancels task id and waits until it exited. It does nothing when
+// the task is not running. The connector's sink stays open.
+func (c *Connector) StopTask(id int) {
+	c.mu.Lock()
+	r := c.runs[id]
+	c.mu.Unlock()
+	if r == nil {
+		return
+	}
+	r.cancel()
+	<-r.done
 }
 
 // Stop cancels the tasks, waits for them and closes the sink. A round in
 // flight is abandoned at its next step; what it left prepared is resolved
 // by the next owner's recovery.
 func (c *Connector) Stop() {
-	if c.cancel != nil {
-		c.cancel()
-	}
+	c.mu.Lock()
+	c.baseContext()
+	c.cancel()
+	c.mu.Unlock()
 	c.wg.Wait()
 	c.Sink.Close()
 }

@@ -2,17 +2,26 @@ package main
 
 import (
 	"context"
-	"encoding/json"
+	"crypto/tls"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/txsink/txsink/api"
+	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
 	"github.com/txsink/txsink/internal/buildinfo"
 )
@@ -22,75 +31,172 @@ type connectorFiles []string
 func (c *connectorFiles) String() string     { return strings.Join(*c, ",") }
 func (c *connectorFiles) Set(v string) error { *c = append(*c, v); return nil }
 
+// serveFlags maps the serve flags to worker settings; a flag given on the
+// command line overrides the environment and the worker file.
+var serveFlags = map[string]string{
+	"listen":     config.KeyWorkerListen,
+	"bootstrap":  config.KeyWorkerBootstrap,
+	"worker-id":  config.KeyWorkerID,
+	"data-dir":   config.KeyWorkerDataDir,
+	"log-format": config.KeyWorkerLogFormat,
+	"log-level":  config.KeyWorkerLogLevel,
+}
+
 func cmdServe(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var cf commonFlags
-	cf.register(fs)
-	listen := fs.String("listen", envOr("TXSINK_LISTEN", "127.0.0.1:8083"), "HTTP listen address (env TXSINK_LISTEN)")
+	cfgFile := fs.String("config", os.Getenv("TXSINK_CONFIG"), "worker config file, JSON object or Java properties (env TXSINK_CONFIG); settings: see docs/api.md")
+	for flagName, key := range serveFlags {
+		d, _ := config.WorkerDefs.Lookup(key)
+		fs.String(flagName, "", fmt.Sprintf("%s (worker setting %s, env %s; default %q)", d.Doc, key, config.EnvKey(key), d.Default))
+	}
 	var files connectorFiles
-	fs.Var(&files, "connector", "connector config file (JSON); repeatable")
+	fs.Var(&files, "connector", "connector config file (JSON) created at start if no connector of that name exists; repeatable")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
-	log, err := cf.logger(stderr)
+	overrides := map[string]string{}
+	fs.Visit(func(f *flag.Flag) {
+		if key, ok := serveFlags[f.Name]; ok {
+			overrides[key] = f.Value.String()
+		}
+	})
+	wc, err := config.LoadWorker(*cfgFile, os.LookupEnv, overrides)
 	if err != nil {
 		fmt.Fprintln(stderr, "txsink serve:", err)
 		return exitUsage
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-
-	reg := registry()
-	var running []*connectors.Connector
-	healthy := true
-	for _, f := range files {
-		raw, err := readConnectorFile(f)
-		if err != nil {
-			fmt.Fprintln(stderr, "txsink serve:", err)
-			return exitUsage
-		}
-		c, err := connectors.Open(ctx, reg, raw, cf.taskOptions(log))
-		if err != nil {
-			fmt.Fprintf(stderr, "txsink serve: connector from %s: %v\n", f, err)
-			return exitStartFail
-		}
-		c.Start(func(task int, err error) {
-			if err != nil {
-				healthy = false
-			}
-		})
-		running = append(running, c)
+	if wc.WorkerID == "" {
+		wc.WorkerID = defaultWorkerID()
+	}
+	rootLevel, err := api.ParseLevel(wc.LogLevel)
+	if err != nil {
+		fmt.Fprintln(stderr, "txsink serve:", err)
+		return exitUsage
 	}
 
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]string{"version": buildinfo.Version, "commit": buildinfo.CommitID(), "kafka_cluster_id": ""})
-	})
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		if !healthy {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = io.WriteString(w, `{"status":"unhealthy","message":"a connector task failed; see the logs"}`)
-			return
+	// Every log line goes through the secret scrubber, then the named
+	// levels of /admin/loggers.
+	var worker *connectors.Worker
+	ho := &slog.HandlerOptions{Level: api.LevelTrace}
+	var base slog.Handler = slog.NewTextHandler(stderr, ho)
+	if wc.LogFormat == "json" {
+		base = slog.NewJSONHandler(stderr, ho)
+	}
+	base = api.NewScrubHandler(base, func() []string {
+		if worker == nil {
+			return nil
 		}
-		_, _ = io.WriteString(w, `{"status":"healthy","message":"Worker has completed startup and is ready to handle requests."}`)
+		return worker.Secrets()
 	})
-	ln, err := net.Listen("tcp", *listen)
+	levels := api.NewLevels(rootLevel)
+	log := levels.Logger(base, "txsink")
+
+	kopts, err := wc.KafkaOpts()
+	if err != nil {
+		fmt.Fprintln(stderr, "txsink serve:", err)
+		return exitUsage
+	}
+	tlsCfg, err := wc.TLSConfig()
+	if err != nil {
+		fmt.Fprintln(stderr, "txsink serve:", err)
+		return exitUsage
+	}
+	promReg := prometheus.NewRegistry()
+	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	worker, err = connectors.NewWorker(registry(), connectors.WorkerOptions{
+		DataDir:   wc.DataDir,
+		WorkerID:  wc.WorkerID,
+		Bootstrap: wc.Bootstrap,
+		KafkaOpts: kopts,
+		Log:       levels.Logger(base, "txsink.worker"),
+		ConnectorLog: func(name string) *slog.Logger {
+			return levels.Logger(base, "txsink.connectors."+name)
+		},
+		Restart:    connectors.RestartPolicy{Enabled: wc.RestartEnabled, Initial: wc.RestartInitial, Max: wc.RestartMax},
+		Registerer: promReg,
+	})
 	if err != nil {
 		fmt.Fprintln(stderr, "txsink serve:", err)
 		return exitStartFail
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	log.Info("worker listening", "addr", ln.Addr().String(), "connectors", len(running))
-	<-ctx.Done()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	ln, err := net.Listen("tcp", wc.Listen)
+	if err != nil {
+		fmt.Fprintln(stderr, "txsink serve:", err)
+		return exitStartFail
+	}
+	auth := api.Auth{BasicUser: wc.REST.BasicUser, BasicPassword: wc.REST.BasicPassword, BearerToken: wc.REST.BearerToken}
+	if !auth.Enabled() && !isLoopback(ln.Addr()) {
+		log.Warn("the REST API listens beyond the loopback interface without authentication; set rest.auth.basic.user/password or rest.auth.bearer.token", "addr", ln.Addr().String())
+	}
+	scheme := "http"
+	if tlsCfg != nil {
+		ln = tls.NewListener(ln, tlsCfg)
+		scheme = "https"
+	}
+	router := api.New(api.Options{
+		Worker:       worker,
+		Levels:       levels,
+		Metrics:      promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}),
+		Log:          levels.Logger(base, "txsink.api"),
+		Auth:         auth,
+		MaxBodyBytes: wc.REST.MaxBodyBytes,
+		Version:      buildinfo.Version,
+		Commit:       buildinfo.CommitID(),
+	})
+	srv := &http.Server{Handler: router, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	log.Info("worker listening", "url", scheme+"://"+ln.Addr().String(), "worker_id", wc.WorkerID, "data_dir", wc.DataDir)
+
+	code := exitOK
+	if err := worker.Start(ctx); err != nil {
+		log.Error("worker state cannot be written", "err", err)
+	}
+	for _, f := range files {
+		raw, err := readConnectorFile(f)
+		if err != nil {
+			fmt.Fprintln(stderr, "txsink serve:", err)
+			code = exitUsage
+			stop()
+			break
+		}
+		name := strings.TrimSpace(raw[config.KeyName])
+		if _, err := worker.Info(name); err == nil {
+			log.Info("connector from file already exists; keeping the stored one", "connector", name, "file", f)
+			continue
+		}
+		if _, err := worker.Create(ctx, name, raw, connectors.TargetRunning); err != nil {
+			fmt.Fprintf(stderr, "txsink serve: connector from %s: %s\n", f, connectors.ScrubString(err.Error(), connectors.Secrets(worker.Registry(), raw)))
+			code = exitStartFail
+			stop()
+			break
+		}
+	}
+	log.Info("worker started", "connectors", len(worker.Connectors()))
+
+	select {
+	case <-ctx.Done():
+		log.Info("stopping")
+	case err := <-served:
+		if !errors.Is(err, http.ErrServerClosed) {
+			log.Error("HTTP server failed", "err", err)
+			code = exitStartFail
+		}
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(sctx)
-	for _, c := range running {
-		c.Stop()
-	}
-	return exitOK
+	worker.Close()
+	log.Info("worker stopped")
+	return code
+}
+
+func isLoopback(a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
 }

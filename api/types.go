@@ -1,0 +1,266 @@
+package api
+
+import (
+	"sort"
+	"time"
+
+	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/offsets"
+)
+
+// The wire shapes below follow Kafka Connect 3.9's REST entities field for
+// field (ConnectorInfo, ConnectorStateInfo, TaskInfo, ConnectorOffsets,
+// ConfigInfos, ServerInfo, ErrorMessage). txsink's additions live under a
+// single "txsink" key so that the Connect fields stay exactly Connect's.
+
+// errorBody is Connect's ErrorMessage.
+type errorBody struct {
+	ErrorCode int    `json:"error_code"`
+	Message   string `json:"message"`
+}
+
+// messageBody is Connect's Message (offsets edits).
+type messageBody struct {
+	Message string `json:"message"`
+}
+
+type serverInfo struct {
+	Version        string `json:"version"`
+	Commit         string `json:"commit"`
+	KafkaClusterID string `json:"kafka_cluster_id"`
+}
+
+type createRequest struct {
+	Name         *string           `json:"name"`
+	Config       map[string]string `json:"config"`
+	InitialState *string           `json:"initial_state"`
+}
+
+type taskID struct {
+	Connector string `json:"connector"`
+	Task      int    `json:"task"`
+}
+
+type connectorInfo struct {
+	Name   string            `json:"name"`
+	Config map[string]string `json:"config"`
+	Tasks  []taskID          `json:"tasks"`
+	Type   string            `json:"type"`
+}
+
+type taskInfo struct {
+	ID     taskID            `json:"id"`
+	Config map[string]string `json:"config"`
+}
+
+type connectorState struct {
+	State    string `json:"state"`
+	WorkerID string `json:"worker_id"`
+	Trace    string `json:"trace,omitempty"`
+	// Txsink holds txsink's additions.
+	Txsink *connectorExt `json:"txsink,omitempty"`
+}
+
+type connectorExt struct {
+	TargetState string         `json:"target_state"`
+	InDoubt     []inDoubtBatch `json:"in_doubt"`
+}
+
+type taskState struct {
+	ID       int      `json:"id"`
+	State    string   `json:"state"`
+	WorkerID string   `json:"worker_id"`
+	Trace    string   `json:"trace,omitempty"`
+	Txsink   *taskExt `json:"txsink,omitempty"`
+}
+
+type taskExt struct {
+	Partitions        []partitionStatus `json:"partitions"`
+	InDoubt           []inDoubtBatch    `json:"in_doubt"`
+	LastFenceConflict *fenceConflict    `json:"last_fence_conflict"`
+	LastRound         *roundSummary     `json:"last_round"`
+	Restarts          int               `json:"restarts"`
+	NextRestart       *time.Time        `json:"next_restart"`
+}
+
+type partitionStatus struct {
+	Topic      string `json:"topic"`
+	Partition  int32  `json:"partition"`
+	NextOffset int64  `json:"next_offset"`
+	EndOffset  *int64 `json:"end_offset"`
+	Lag        *int64 `json:"lag"`
+}
+
+type inDoubtBatch struct {
+	Topic       string    `json:"topic"`
+	Partition   int32     `json:"partition"`
+	FirstOffset int64     `json:"first_offset"`
+	LastOffset  int64     `json:"last_offset"`
+	Since       time.Time `json:"since"`
+}
+
+type fenceConflict struct {
+	At    time.Time `json:"at"`
+	Error string    `json:"error"`
+}
+
+type roundSummary struct {
+	At      time.Time `json:"at"`
+	Outcome string    `json:"outcome"`
+	Records int       `json:"records"`
+	Batches int       `json:"batches"`
+	TotalMs float64   `json:"total_ms"`
+}
+
+type connectorStatus struct {
+	Name      string         `json:"name"`
+	Connector connectorState `json:"connector"`
+	Tasks     []taskState    `json:"tasks"`
+	Type      string         `json:"type"`
+}
+
+type offsetPartition struct {
+	KafkaTopic     string `json:"kafka_topic"`
+	KafkaPartition int32  `json:"kafka_partition"`
+}
+
+type offsetValue struct {
+	KafkaOffset int64 `json:"kafka_offset"`
+}
+
+type connectorOffset struct {
+	Partition offsetPartition `json:"partition"`
+	Offset    *offsetValue    `json:"offset"`
+}
+
+type connectorOffsets struct {
+	Offsets []connectorOffset `json:"offsets"`
+}
+
+type pluginInfo struct {
+	Class   string `json:"class"`
+	Type    string `json:"type"`
+	Version string `json:"version"`
+}
+
+// configKeyInfo is Connect's ConfigKeyInfo as Connect serializes it:
+// "order" is the position within the group (Connect's orderInGroup).
+type configKeyInfo struct {
+	Name          string   `json:"name"`
+	Type          string   `json:"type"`
+	Required      bool     `json:"required"`
+	DefaultValue  *string  `json:"default_value"`
+	Importance    string   `json:"importance"`
+	Documentation string   `json:"documentation"`
+	Group         string   `json:"group"`
+	Width         string   `json:"width"`
+	DisplayName   string   `json:"display_name"`
+	Dependents    []string `json:"dependents"`
+	Order         int      `json:"order"`
+}
+
+// configValueInfo is Connect's ConfigValueInfo.
+type configValueInfo struct {
+	Name              string   `json:"name"`
+	Value             *string  `json:"value"`
+	RecommendedValues []string `json:"recommended_values"`
+	Errors            []string `json:"errors"`
+	Visible           bool     `json:"visible"`
+}
+
+type configInfo struct {
+	Definition configKeyInfo   `json:"definition"`
+	Value      configValueInfo `json:"value"`
+}
+
+// configInfos is Connect's ConfigInfos (the validate response).
+type configInfos struct {
+	Name       string       `json:"name"`
+	ErrorCount int          `json:"error_count"`
+	Groups     []string     `json:"groups"`
+	Configs    []configInfo `json:"configs"`
+}
+
+type loggerLevel struct {
+	Level        string `json:"level"`
+	LastModified *int64 `json:"last_modified"`
+}
+
+type healthBody struct {
+	Status  string `json:"status"`
+	Message string `json:"message"`
+}
+
+func toInfo(reg *connectors.Registry, inf connectors.Info) connectorInfo {
+	out := connectorInfo{Name: inf.Name, Config: connectors.RedactConfig(reg, inf.Config), Type: inf.Type, Tasks: []taskID{}}
+	for _, t := range inf.Tasks {
+		out.Tasks = append(out.Tasks, taskID{Connector: inf.Name, Task: t})
+	}
+	return out
+}
+
+func toTaskState(t connectors.TaskStatus) taskState {
+	ts := taskState{ID: t.ID, State: string(t.State), WorkerID: t.WorkerID, Trace: t.Trace}
+	ext := &taskExt{Partitions: []partitionStatus{}, InDoubt: toInDoubt(t.InDoubt), Restarts: t.Restarts}
+	for _, p := range t.Partitions {
+		ps := partitionStatus{Topic: p.Topic, Partition: p.Partition, NextOffset: p.NextOffset}
+		if p.EndOffset >= 0 {
+			e, l := p.EndOffset, p.Lag
+			ps.EndOffset, ps.Lag = &e, &l
+		}
+		ext.Partitions = append(ext.Partitions, ps)
+	}
+	if f := t.LastFenceConflict; f != nil {
+		ext.LastFenceConflict = &fenceConflict{At: f.At, Error: f.Error}
+	}
+	if r := t.LastRound; r != nil {
+		ext.LastRound = &roundSummary{At: r.At, Outcome: r.Outcome, Records: r.Records, Batches: r.Batches, TotalMs: float64(r.Total.Microseconds()) / 1000}
+	}
+	if !t.RestartAt.IsZero() {
+		n := t.RestartAt.UTC()
+		ext.NextRestart = &n
+	}
+	ts.Txsink = ext
+	return ts
+}
+
+func toInDoubt(bs []connectors.InDoubtBatch) []inDoubtBatch {
+	out := []inDoubtBatch{}
+	for _, b := range bs {
+		out = append(out, inDoubtBatch{Topic: b.Topic, Partition: b.Partition, FirstOffset: b.FirstOffset, LastOffset: b.LastOffset, Since: b.Since})
+	}
+	return out
+}
+
+func toStatus(st connectors.ConnectorStatus) connectorStatus {
+	out := connectorStatus{
+		Name: st.Name,
+		Type: st.Type,
+		Connector: connectorState{
+			State: string(st.Connector.State), WorkerID: st.Connector.WorkerID, Trace: st.Connector.Trace,
+			Txsink: &connectorExt{TargetState: string(st.Target), InDoubt: toInDoubt(st.InDoubt)},
+		},
+		Tasks: []taskState{},
+	}
+	for _, t := range st.Tasks {
+		out.Tasks = append(out.Tasks, toTaskState(t))
+	}
+	return out
+}
+
+func toOffsets(ps []offsets.Position) connectorOffsets {
+	sort.Slice(ps, func(i, j int) bool {
+		if ps[i].Topic != ps[j].Topic {
+			return ps[i].Topic < ps[j].Topic
+		}
+		return ps[i].Partition < ps[j].Partition
+	})
+	out := connectorOffsets{Offsets: []connectorOffset{}}
+	for _, p := range ps {
+		out.Offsets = append(out.Offsets, connectorOffset{
+			Partition: offsetPartition{KafkaTopic: p.Topic, KafkaPartition: p.Partition},
+			Offset:    &offsetValue{KafkaOffset: p.Next},
+		})
+	}
+	return out
+}

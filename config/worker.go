@@ -1,0 +1,365 @@
+package config
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+)
+
+// Worker setting names, as written in a worker file. Each is also read
+// from the environment variable EnvKey(name) (TXSINK_ + the name in upper
+// case with '.' and '-' as '_', e.g. TXSINK_BOOTSTRAP_SERVERS).
+const (
+	KeyWorkerListen          = "listen"
+	KeyWorkerBootstrap       = "bootstrap.servers"
+	KeyWorkerID              = "worker.id"
+	KeyWorkerDataDir         = "data.dir"
+	KeyWorkerLogFormat       = "log.format"
+	KeyWorkerLogLevel        = "log.level"
+	KeyKafkaSecurityProtocol = "kafka.security.protocol"
+	KeyKafkaSSLCAFile        = "kafka.ssl.ca.file"
+	KeyKafkaSSLCertFile      = "kafka.ssl.cert.file"
+	KeyKafkaSSLKeyFile       = "kafka.ssl.key.file"
+	KeyKafkaSASLMechanism    = "kafka.sasl.mechanism"
+	KeyKafkaSASLUsername     = "kafka.sasl.username"
+	KeyKafkaSASLPassword     = "kafka.sasl.password"
+	KeyRESTBasicUser         = "rest.auth.basic.user"
+	KeyRESTBasicPassword     = "rest.auth.basic.password"
+	KeyRESTBearerToken       = "rest.auth.bearer.token"
+	KeyRESTTLSCertFile       = "rest.tls.cert.file"
+	KeyRESTTLSKeyFile        = "rest.tls.key.file"
+	KeyRESTTLSClientCAFile   = "rest.tls.client.ca.file"
+	KeyRESTMaxBodyBytes      = "rest.max.body.bytes"
+	KeyRestartEnabled        = "task.restart.enabled"
+	KeyRestartInitialMs      = "task.restart.backoff.initial.ms"
+	KeyRestartMaxMs          = "task.restart.backoff.max.ms"
+)
+
+// Kafka security protocols (kafka.security.protocol).
+const (
+	ProtocolPlaintext     = "PLAINTEXT"
+	ProtocolSSL           = "SSL"
+	ProtocolSASLPlaintext = "SASL_PLAINTEXT"
+	ProtocolSASLSSL       = "SASL_SSL"
+)
+
+// WorkerDefs are the worker's settings.
+var WorkerDefs = Defs{
+	{Name: KeyWorkerListen, Type: String, Default: "127.0.0.1:8083", Group: "REST", Doc: "HTTP listen address of the REST API. The default listens on the loopback interface only; listening elsewhere without authentication logs a warning."},
+	{Name: KeyWorkerBootstrap, Type: List, Default: "127.0.0.1:9092", Group: "Kafka", Doc: "Kafka bootstrap servers, comma-separated."},
+	{Name: KeyWorkerID, Type: String, Group: "Worker", Doc: "Stable id of this worker (default: the host name). Part of the Kafka transactional ids, so a restarted worker with the same id fences its previous incarnation; two live workers must use different ids. Shown as worker_id in statuses."},
+	{Name: KeyWorkerDataDir, Type: String, Default: "txsink-data", Group: "Worker", Doc: "Directory of the standalone worker's state (connector configurations, target states, task states), written atomically. Holds connector passwords: keep it private (txsink creates it with mode 0700)."},
+	{Name: KeyWorkerLogFormat, Type: String, Default: "text", Enum: []string{"text", "json"}, Group: "Worker", Doc: "Log format."},
+	{Name: KeyWorkerLogLevel, Type: String, Default: "info", Enum: []string{"trace", "debug", "info", "warn", "error"}, Group: "Worker", Doc: "Level of the root logger; /admin/loggers changes levels at run time."},
+	{Name: KeyKafkaSecurityProtocol, Type: String, Default: ProtocolPlaintext, Enum: []string{ProtocolPlaintext, ProtocolSSL, ProtocolSASLPlaintext, ProtocolSASLSSL}, Group: "Kafka", Doc: "How the worker's Kafka clients connect."},
+	{Name: KeyKafkaSSLCAFile, Type: String, Group: "Kafka", Doc: "PEM file of CA certificates for the brokers (default: the system roots)."},
+	{Name: KeyKafkaSSLCertFile, Type: String, Group: "Kafka", Doc: "PEM client certificate (mutual TLS)."},
+	{Name: KeyKafkaSSLKeyFile, Type: String, Group: "Kafka", Doc: "PEM private key of the client certificate."},
+	{Name: KeyKafkaSASLMechanism, Type: String, Default: "PLAIN", Enum: []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}, Group: "Kafka", Doc: "SASL mechanism (SASL_PLAINTEXT, SASL_SSL)."},
+	{Name: KeyKafkaSASLUsername, Type: String, Group: "Kafka", Doc: "SASL user name."},
+	{Name: KeyKafkaSASLPassword, Type: Password, Group: "Kafka", Doc: "SASL password."},
+	{Name: KeyRESTBasicUser, Type: String, Group: "REST", Doc: "Enables HTTP basic authentication with this user name (GET /health stays open)."},
+	{Name: KeyRESTBasicPassword, Type: Password, Group: "REST", Doc: "Basic authentication password."},
+	{Name: KeyRESTBearerToken, Type: Password, Group: "REST", Doc: "Enables bearer token authentication (Authorization: Bearer <token>)."},
+	{Name: KeyRESTTLSCertFile, Type: String, Group: "REST", Doc: "PEM server certificate: the API is served over TLS."},
+	{Name: KeyRESTTLSKeyFile, Type: String, Group: "REST", Doc: "PEM private key of the server certificate."},
+	{Name: KeyRESTTLSClientCAFile, Type: String, Group: "REST", Doc: "PEM CA certificates: clients must present a certificate they signed (mutual TLS)."},
+	{Name: KeyRESTMaxBodyBytes, Type: Long, Default: "1048576", Min: 1024, Max: 64 << 20, Group: "REST", Doc: "Largest accepted request body; larger ones get HTTP 413."},
+	{Name: KeyRestartEnabled, Type: Boolean, Default: "true", Group: "Restarts", Doc: "Restart failed tasks and connectors automatically with exponential backoff. A task stopped at a bad record (errors.tolerance=none) is never restarted automatically."},
+	{Name: KeyRestartInitialMs, Type: Long, Default: "1000", Min: 10, Max: 3600000, Group: "Restarts", Doc: "First automatic restart delay; it doubles with each consecutive failure."},
+	{Name: KeyRestartMaxMs, Type: Long, Default: "60000", Min: 10, Max: 86400000, Group: "Restarts", Doc: "Largest automatic restart delay."},
+}
+
+// EnvKey returns the environment variable of a worker setting.
+func EnvKey(name string) string {
+	return "TXSINK_" + strings.NewReplacer(".", "_", "-", "_").Replace(strings.ToUpper(name))
+}
+
+// Worker is a parsed worker configuration.
+type Worker struct {
+	Listen    string
+	Bootstrap []string
+	WorkerID  string
+	DataDir   string
+	LogFormat string
+	LogLevel  string
+
+	Kafka KafkaSecurity
+	REST  REST
+
+	RestartEnabled bool
+	RestartInitial time.Duration
+	RestartMax     time.Duration
+
+	// Values are the effective settings (for diagnostics; holds secrets).
+	Values Values
+}
+
+// KafkaSecurity is how the worker's Kafka clients connect.
+type KafkaSecurity struct {
+	Protocol                  string
+	CAFile, CertFile, KeyFile string
+	Mechanism, User, Password string
+}
+
+// REST is the API's listener security and limits.
+type REST struct {
+	BasicUser, BasicPassword          string
+	BearerToken                       string
+	TLSCertFile, TLSKeyFile, ClientCA string
+	MaxBodyBytes                      int64
+}
+
+// LoadWorker merges the worker settings from, in increasing precedence:
+// the defaults, the file (JSON object or Java properties; "" for none),
+// the environment (lookup, usually os.LookupEnv) and flags (settings given
+// on the command line). It validates the result and names the offending
+// setting in each error.
+func LoadWorker(file string, lookup func(string) (string, bool), flags map[string]string) (Worker, error) {
+	raw := map[string]string{}
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return Worker{}, fmt.Errorf("worker config: %w", err)
+		}
+		fromFile, err := ParseWorkerFile(b)
+		if err != nil {
+			return Worker{}, fmt.Errorf("worker config %s: %w", file, err)
+		}
+		for k, v := range fromFile {
+			if _, ok := WorkerDefs.Lookup(k); !ok {
+				return Worker{}, fmt.Errorf("worker config %s: unknown setting %q", file, k)
+			}
+			raw[k] = v
+		}
+	}
+	if lookup != nil {
+		for _, d := range WorkerDefs {
+			if v, ok := lookup(EnvKey(d.Name)); ok && v != "" {
+				raw[d.Name] = v
+			}
+		}
+	}
+	for k, v := range flags {
+		if _, ok := WorkerDefs.Lookup(k); !ok {
+			return Worker{}, fmt.Errorf("worker config: unknown setting %q", k)
+		}
+		raw[k] = v
+	}
+	return ParseWorker(raw)
+}
+
+// ParseWorker validates raw worker settings.
+func ParseWorker(raw map[string]string) (Worker, error) {
+	v, errs := WorkerDefs.Validate(raw)
+	add := func(name, msg string) { errs = append(errs, FieldError{Name: name, Msg: msg}) }
+	if (v[KeyRESTTLSCertFile] == "") != (v[KeyRESTTLSKeyFile] == "") {
+		add(KeyRESTTLSCertFile, "rest.tls.cert.file and rest.tls.key.file must be set together")
+	}
+	if v[KeyRESTTLSClientCAFile] != "" && v[KeyRESTTLSCertFile] == "" {
+		add(KeyRESTTLSClientCAFile, "client certificates need a server certificate (rest.tls.cert.file)")
+	}
+	if (v[KeyRESTBasicUser] == "") != (v[KeyRESTBasicPassword] == "") {
+		add(KeyRESTBasicUser, "rest.auth.basic.user and rest.auth.basic.password must be set together")
+	}
+	if (v[KeyKafkaSSLCertFile] == "") != (v[KeyKafkaSSLKeyFile] == "") {
+		add(KeyKafkaSSLCertFile, "kafka.ssl.cert.file and kafka.ssl.key.file must be set together")
+	}
+	proto := v[KeyKafkaSecurityProtocol]
+	if (proto == ProtocolSASLPlaintext || proto == ProtocolSASLSSL) && (v[KeyKafkaSASLUsername] == "" || v[KeyKafkaSASLPassword] == "") {
+		add(KeyKafkaSASLUsername, proto+" needs kafka.sasl.username and kafka.sasl.password")
+	}
+	if v.Int(KeyRestartMaxMs) < v.Int(KeyRestartInitialMs) && len(errs) == 0 {
+		add(KeyRestartMaxMs, fmt.Sprintf("must be at least task.restart.backoff.initial.ms (%d), got %d", v.Int(KeyRestartInitialMs), v.Int(KeyRestartMaxMs)))
+	}
+	if len(v.List(KeyWorkerBootstrap)) == 0 {
+		add(KeyWorkerBootstrap, "at least one bootstrap server is required")
+	}
+	if len(errs) > 0 {
+		sort.SliceStable(errs, func(i, j int) bool { return errs[i].Name < errs[j].Name })
+		return Worker{}, errs
+	}
+	return Worker{
+		Listen:    v[KeyWorkerListen],
+		Bootstrap: v.List(KeyWorkerBootstrap),
+		WorkerID:  v[KeyWorkerID],
+		DataDir:   v[KeyWorkerDataDir],
+		LogFormat: v[KeyWorkerLogFormat],
+		LogLevel:  v[KeyWorkerLogLevel],
+		Kafka: KafkaSecurity{
+			Protocol: proto,
+			CAFile:   v[KeyKafkaSSLCAFile], CertFile: v[KeyKafkaSSLCertFile], KeyFile: v[KeyKafkaSSLKeyFile],
+			Mechanism: v[KeyKafkaSASLMechanism], User: v[KeyKafkaSASLUsername], Password: v[KeyKafkaSASLPassword],
+		},
+		REST: REST{
+			BasicUser: v[KeyRESTBasicUser], BasicPassword: v[KeyRESTBasicPassword], BearerToken: v[KeyRESTBearerToken],
+			TLSCertFile: v[KeyRESTTLSCertFile], TLSKeyFile: v[KeyRESTTLSKeyFile], ClientCA: v[KeyRESTTLSClientCAFile],
+			MaxBodyBytes: v.Int(KeyRESTMaxBodyBytes),
+		},
+		RestartEnabled: v.Bool(KeyRestartEnabled),
+		RestartInitial: time.Duration(v.Int(KeyRestartInitialMs)) * time.Millisecond,
+		RestartMax:     time.Duration(v.Int(KeyRestartMaxMs)) * time.Millisecond,
+		Values:         v,
+	}, nil
+}
+
+// ParseWorkerFile reads a worker file: a JSON object (string, number or
+// boolean values) when it starts with '{', Java properties otherwise.
+func ParseWorkerFile(b []byte) (map[string]string, error) {
+	t := bytes.TrimSpace(b)
+	if len(t) > 0 && t[0] == '{' {
+		var m map[string]any
+		d := json.NewDecoder(bytes.NewReader(t))
+		d.UseNumber()
+		if err := d.Decode(&m); err != nil {
+			return nil, fmt.Errorf("not a JSON object: %w", err)
+		}
+		out := make(map[string]string, len(m))
+		for k, v := range m {
+			switch x := v.(type) {
+			case string:
+				out[k] = x
+			case json.Number:
+				out[k] = x.String()
+			case bool:
+				out[k] = strconv.FormatBool(x)
+			case []any:
+				parts := make([]string, 0, len(x))
+				for _, p := range x {
+					s, ok := p.(string)
+					if !ok {
+						return nil, fmt.Errorf("%s: list items must be strings", k)
+					}
+					parts = append(parts, s)
+				}
+				out[k] = strings.Join(parts, ",")
+			default:
+				return nil, fmt.Errorf("%s: value must be a string, number, boolean or list of strings", k)
+			}
+		}
+		return out, nil
+	}
+	return ParseProperties(b)
+}
+
+// ParseProperties reads Java-style properties: "key=value" or "key: value"
+// lines, '#' and '!' comments, blank lines, and a trailing backslash to
+// continue a line. Escapes other than line continuation are not
+// interpreted.
+func ParseProperties(b []byte) (map[string]string, error) {
+	out := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+	lineNo := 0
+	pending := ""
+	for sc.Scan() {
+		lineNo++
+		line := strings.TrimLeft(sc.Text(), " \t\f")
+		if pending == "" && (line == "" || line[0] == '#' || line[0] == '!') {
+			continue
+		}
+		if strings.HasSuffix(line, `\`) && !strings.HasSuffix(line, `\\`) {
+			pending += strings.TrimSuffix(line, `\`)
+			continue
+		}
+		line, pending = pending+line, ""
+		i := strings.IndexAny(line, "=:")
+		if i <= 0 {
+			return nil, fmt.Errorf("line %d: want key=value", lineNo)
+		}
+		k := strings.TrimSpace(line[:i])
+		if k == "" {
+			return nil, fmt.Errorf("line %d: empty key", lineNo)
+		}
+		out[k] = strings.TrimSpace(line[i+1:])
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if pending != "" {
+		return nil, fmt.Errorf("line %d: continuation at end of file", lineNo)
+	}
+	return out, nil
+}
+
+// KafkaOpts returns the franz-go options for the worker's Kafka security.
+func (w Worker) KafkaOpts() ([]kgo.Opt, error) {
+	var opts []kgo.Opt
+	k := w.Kafka
+	if k.Protocol == ProtocolSSL || k.Protocol == ProtocolSASLSSL {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if k.CAFile != "" {
+			pool, err := loadPool(k.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", KeyKafkaSSLCAFile, err)
+			}
+			tc.RootCAs = pool
+		}
+		if k.CertFile != "" {
+			cert, err := tls.LoadX509KeyPair(k.CertFile, k.KeyFile)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", KeyKafkaSSLCertFile, err)
+			}
+			tc.Certificates = []tls.Certificate{cert}
+		}
+		opts = append(opts, kgo.DialTLSConfig(tc))
+	}
+	if k.Protocol == ProtocolSASLPlaintext || k.Protocol == ProtocolSASLSSL {
+		switch k.Mechanism {
+		case "PLAIN":
+			opts = append(opts, kgo.SASL(plain.Auth{User: k.User, Pass: k.Password}.AsMechanism()))
+		case "SCRAM-SHA-256":
+			opts = append(opts, kgo.SASL(scram.Auth{User: k.User, Pass: k.Password}.AsSha256Mechanism()))
+		case "SCRAM-SHA-512":
+			opts = append(opts, kgo.SASL(scram.Auth{User: k.User, Pass: k.Password}.AsSha512Mechanism()))
+		}
+	}
+	return opts, nil
+}
+
+// TLSConfig returns the API's server TLS configuration, or nil when the
+// API is served over plain HTTP.
+func (w Worker) TLSConfig() (*tls.Config, error) {
+	r := w.REST
+	if r.TLSCertFile == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(r.TLSCertFile, r.TLSKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", KeyRESTTLSCertFile, err)
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+	if r.ClientCA != "" {
+		pool, err := loadPool(r.ClientCA)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", KeyRESTTLSClientCAFile, err)
+		}
+		tc.ClientCAs = pool
+		tc.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return tc, nil
+}
+
+func loadPool(path string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("%s holds no PEM certificates", path)
+	}
+	return pool, nil
+}

@@ -1,0 +1,95 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLoadWorkerPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	props := filepath.Join(dir, "worker.properties")
+	if err := os.WriteFile(props, []byte(`# worker
+listen = 0.0.0.0:9000
+bootstrap.servers: a:9092,\
+  b:9092
+data.dir=/var/lib/txsink
+task.restart.backoff.initial.ms=500
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"TXSINK_DATA_DIR": "/env/dir", "TXSINK_WORKER_ID": "env-id"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	w, err := LoadWorker(props, lookup, map[string]string{KeyWorkerID: "flag-id"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Listen != "0.0.0.0:9000" || strings.Join(w.Bootstrap, ",") != "a:9092,b:9092" || w.DataDir != "/env/dir" || w.WorkerID != "flag-id" {
+		t.Errorf("precedence: %+v", w)
+	}
+	if w.RestartInitial != 500*time.Millisecond || w.RestartMax != time.Minute || !w.RestartEnabled {
+		t.Errorf("restart: %v %v %v", w.RestartInitial, w.RestartMax, w.RestartEnabled)
+	}
+	js := filepath.Join(dir, "worker.json")
+	_ = os.WriteFile(js, []byte(`{"bootstrap.servers":["k1:9092","k2:9092"],"task.restart.enabled":false,"rest.max.body.bytes":4096}`), 0o600)
+	w, err = LoadWorker(js, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(w.Bootstrap, ",") != "k1:9092,k2:9092" || w.RestartEnabled || w.REST.MaxBodyBytes != 4096 || w.Listen != "127.0.0.1:8083" {
+		t.Errorf("json: %+v", w)
+	}
+}
+
+func TestLoadWorkerErrorsNameTheSetting(t *testing.T) {
+	for _, c := range []struct {
+		raw  map[string]string
+		want string
+	}{
+		{map[string]string{"bogus": "1"}, `unknown setting "bogus"`},
+		{map[string]string{KeyRESTTLSCertFile: "c.pem"}, "rest.tls.cert.file and rest.tls.key.file must be set together"},
+		{map[string]string{KeyRESTBasicUser: "u"}, "rest.auth.basic.user and rest.auth.basic.password must be set together"},
+		{map[string]string{KeyKafkaSecurityProtocol: "SASL_SSL"}, "kafka.sasl.username: SASL_SSL needs kafka.sasl.username and kafka.sasl.password"},
+		{map[string]string{KeyKafkaSecurityProtocol: "TLS"}, "kafka.security.protocol: invalid value \"TLS\""},
+		{map[string]string{KeyRestartInitialMs: "5000", KeyRestartMaxMs: "100"}, "task.restart.backoff.max.ms: must be at least"},
+		{map[string]string{KeyRESTMaxBodyBytes: "1"}, "rest.max.body.bytes: must be between 1024"},
+	} {
+		_, err := LoadWorker("", nil, c.raw)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: error %v, want %q", c.raw, err, c.want)
+		}
+	}
+}
+
+func TestWorkerKafkaOpts(t *testing.T) {
+	w, err := ParseWorker(map[string]string{KeyKafkaSecurityProtocol: "SASL_PLAINTEXT", KeyKafkaSASLMechanism: "SCRAM-SHA-512", KeyKafkaSASLUsername: "u", KeyKafkaSASLPassword: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, err := w.KafkaOpts()
+	if err != nil || len(opts) != 1 {
+		t.Fatalf("SASL opts: %d %v", len(opts), err)
+	}
+	w, _ = ParseWorker(map[string]string{KeyKafkaSecurityProtocol: "SSL", KeyKafkaSSLCAFile: "/nonexistent.pem"})
+	if _, err := w.KafkaOpts(); err == nil || !strings.Contains(err.Error(), KeyKafkaSSLCAFile) {
+		t.Errorf("missing CA file: %v", err)
+	}
+	if tc, err := (Worker{}).TLSConfig(); tc != nil || err != nil {
+		t.Errorf("no TLS: %v %v", tc, err)
+	}
+}
+
+func TestParseProperties(t *testing.T) {
+	got, err := ParseProperties([]byte("a=1\n! comment\n  b : two words \nc=x\\\n  y\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["a"] != "1" || got["b"] != "two words" || got["c"] != "xy" {
+		t.Errorf("%v", got)
+	}
+	if _, err := ParseProperties([]byte("novalue\n")); err == nil {
+		t.Error("line without = accepted")
+	}
+}

@@ -1,0 +1,171 @@
+package connectors
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// workerMetrics are the worker's Prometheus metrics. Labels carry only
+// connector names, topics, partitions, phases and outcomes: never a
+// configuration value.
+type workerMetrics struct {
+	w *Worker
+
+	consumed          *prometheus.CounterVec
+	written           *prometheus.CounterVec
+	deadLettered      *prometheus.CounterVec
+	rounds            *prometheus.CounterVec
+	batches           *prometheus.CounterVec
+	fenced            *prometheus.CounterVec
+	phase             *prometheus.HistogramVec
+	taskFailures      *prometheus.CounterVec
+	taskRestarts      *prometheus.CounterVec
+	connectorFailures *prometheus.CounterVec
+
+	nextDesc, lagDesc, inDoubtDesc, inDoubtAgeDesc, stateDesc, taskStateDesc *prometheus.Desc
+}
+
+func newWorkerMetrics(w *Worker) *workerMetrics {
+	conn := []string{"connector"}
+	return &workerMetrics{
+		w:            w,
+		consumed:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "txsink_records_consumed_total", Help: "Records polled from Kafka (read_committed), including records of rounds that were aborted and redone."}, conn),
+		written:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "txsink_records_written_total", Help: "Records of committed rounds (rows written or dead-lettered)."}, conn),
+		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "txsink_records_dead_lettered_total", Help: "Records written to the dead-letter destination in committed rounds."}, conn),
+		rounds:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "txsink_rounds_total", Help: "Rounds by outcome (committed, aborted, in_doubt, partial)."}, []string{"connector", "outcome"}),
+		batches:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "txsink_batches_total", Help: "Partition batches by the outcome of their round (committed, aborted, in_doubt, partial)."}, []string{"connector", "outcome"}),
+		fenced:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "txsink_batches_fenced_total", Help: "Commits refused because another owner fenced the partition (fence conflicts)."}, conn),
+		phase: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "txsink_commit_phase_seconds", Help: "Duration of the commit protocol's phases per round: prepare, decide, commit, and total.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"connector", "phase"}),
+		taskFailures:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "txsink_task_failures_total", Help: "Tasks that stopped with an error."}, conn),
+		taskRestarts:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "txsink_task_restarts_total", Help: "Automatic restarts of failed tasks."}, conn),
+		connectorFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "txsink_connector_failures_total", Help: "Failures to open a connector's sink or pass its preflight check."}, conn),
+		nextDesc:          prometheus.NewDesc("txsink_partition_next_offset", "Stored next_offset of an owned partition (the offset of the next record to write).", []string{"connector", "topic", "partition"}, nil),
+		lagDesc:           prometheus.NewDesc("txsink_partition_lag", "Kafka end offset minus the stored next_offset of an owned partition.", []string{"connector", "topic", "partition"}, nil),
+		inDoubtDesc:       prometheus.NewDesc("txsink_in_doubt_batches", "Prepared batches awaiting a decision.", conn, nil),
+		inDoubtAgeDesc:    prometheus.NewDesc("txsink_in_doubt_oldest_age_seconds", "Age of the oldest in-doubt batch, since this worker first saw it (0 when none).", conn, nil),
+		stateDesc:         prometheus.NewDesc("txsink_connector_state", "1 for the connector's current state.", []string{"connector", "state"}, nil),
+		taskStateDesc:     prometheus.NewDesc("txsink_tasks", "Tasks per state.", []string{"connector", "state"}, nil),
+	}
+}
+
+func (m *workerMetrics) register(r prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{m.consumed, m.written, m.deadLettered, m.rounds, m.batches, m.fenced, m.phase, m.taskFailures, m.taskRestarts, m.connectorFailures, m} {
+		if err := r.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *workerMetrics) round(name string, r RoundStats) {
+	m.consumed.WithLabelValues(name).Add(float64(r.Records))
+	outcome := r.Outcome
+	if outcome == "" {
+		outcome = "unknown"
+	}
+	m.rounds.WithLabelValues(name, outcome).Inc()
+	m.batches.WithLabelValues(name, outcome).Add(float64(r.Batches))
+	if r.Outcome == "committed" {
+		m.written.WithLabelValues(name).Add(float64(r.Records))
+		m.deadLettered.WithLabelValues(name).Add(float64(r.DeadLettered))
+	}
+	for _, p := range []struct {
+		phase string
+		d     time.Duration
+	}{{"prepare", r.Prepare}, {"decide", r.Decide}, {"commit", r.Commit}, {"total", r.Total}} {
+		if p.d > 0 {
+			m.phase.WithLabelValues(name, p.phase).Observe(p.d.Seconds())
+		}
+	}
+}
+
+// forget drops a deleted connector's series.
+func (m *workerMetrics) forget(name string) {
+	l := prometheus.Labels{"connector": name}
+	for _, v := range []*prometheus.MetricVec{m.consumed.MetricVec, m.written.MetricVec, m.deadLettered.MetricVec, m.rounds.MetricVec, m.batches.MetricVec, m.fenced.MetricVec, m.phase.MetricVec, m.taskFailures.MetricVec, m.taskRestarts.MetricVec, m.connectorFailures.MetricVec} {
+		v.DeletePartialMatch(l)
+	}
+}
+
+// forgetPartition is a no-op: partition series are computed at scrape time.
+func (m *workerMetrics) forgetPartition(string, string, int32) {}
+
+// Describe implements prometheus.Collector for the scrape-time gauges.
+func (m *workerMetrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{m.nextDesc, m.lagDesc, m.inDoubtDesc, m.inDoubtAgeDesc, m.stateDesc, m.taskStateDesc} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector: partition positions and lag,
+// in-doubt batches and states, looked up at scrape time (bounded to a few
+// seconds; what does not answer in time is left out).
+func (m *workerMetrics) Collect(ch chan<- prometheus.Metric) {
+	w := m.w
+	type connSnap struct {
+		name   string
+		state  State
+		tasks  map[State]int
+		obs    *observer
+		sink   Sink
+		hasRun bool
+	}
+	w.mu.Lock()
+	var snaps []connSnap
+	for name, c := range w.conns {
+		s := connSnap{name: name, state: c.state, tasks: map[State]int{}, obs: c.obs}
+		if s.state == "" {
+			s.state = StateUnassigned
+		}
+		for _, t := range c.tasks {
+			s.tasks[t.state]++
+		}
+		if c.conn != nil {
+			s.sink, s.hasRun = c.conn.Sink, true
+		}
+		snaps = append(snaps, s)
+	}
+	w.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
+	defer cancel()
+	topics := map[string]bool{}
+	for _, s := range snaps {
+		ch <- prometheus.MustNewConstMetric(m.stateDesc, prometheus.GaugeValue, 1, s.name, string(s.state))
+		for st, n := range s.tasks {
+			ch <- prometheus.MustNewConstMetric(m.taskStateDesc, prometheus.GaugeValue, float64(n), s.name, string(st))
+		}
+		for _, p := range s.obs.positions() {
+			topics[p.Topic] = true
+		}
+	}
+	var ends map[tp]int64
+	if len(topics) > 0 {
+		ends = w.endOffsets(ctx, topics)
+	}
+	for _, s := range snaps {
+		for _, p := range s.obs.positions() {
+			part := strconv.Itoa(int(p.Partition))
+			ch <- prometheus.MustNewConstMetric(m.nextDesc, prometheus.GaugeValue, float64(p.Next), s.name, p.Topic, part)
+			if e, ok := ends[tp{p.Topic, p.Partition}]; ok {
+				ch <- prometheus.MustNewConstMetric(m.lagDesc, prometheus.GaugeValue, float64(max(e-p.Next, 0)), s.name, p.Topic, part)
+			}
+		}
+		if !s.hasRun {
+			continue
+		}
+		batches, err := s.obs.inDoubt(ctx, s.sink)
+		if err != nil {
+			continue
+		}
+		age := 0.0
+		for _, b := range batches {
+			age = max(age, time.Since(b.Since).Seconds())
+		}
+		ch <- prometheus.MustNewConstMetric(m.inDoubtDesc, prometheus.GaugeValue, float64(len(batches)), s.name)
+		ch <- prometheus.MustNewConstMetric(m.inDoubtAgeDesc, prometheus.GaugeValue, age, s.name)
+	}
+}

@@ -1,0 +1,396 @@
+package connectors
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/txsink/txsink/offsets"
+	"github.com/txsink/txsink/twophase"
+)
+
+// ConnectorStatus is Kafka Connect's ConnectorStateInfo plus txsink's
+// extensions.
+type ConnectorStatus struct {
+	Name      string
+	Type      string
+	Connector StateInfo
+	Tasks     []TaskStatus
+	// Target is the target state (txsink extension).
+	Target TargetState
+	// InDoubt lists the connector's prepared batches awaiting a decision
+	// (txsink extension; only while the connector's sink is open).
+	InDoubt []InDoubtBatch
+}
+
+// StateInfo is one state with the worker that holds it and, when FAILED,
+// the error trace (secrets removed).
+type StateInfo struct {
+	State    State
+	Trace    string
+	WorkerID string
+}
+
+// TaskStatus is Kafka Connect's TaskState plus txsink's extensions.
+type TaskStatus struct {
+	ID int
+	StateInfo
+	// Partitions are the partitions the task owns, with their stored next
+	// offsets and lag (end offset − next offset; -1 when unknown).
+	Partitions []PartitionStatus
+	// InDoubt lists the prepared batches of the task's partitions.
+	InDoubt []InDoubtBatch
+	// LastFenceConflict is the task's last fenced commit, if any.
+	LastFenceConflict *FenceConflict
+	// LastRound summarizes the task's last round, if any.
+	LastRound *RoundSummary
+	// Restarts counts consecutive automatic restarts; RestartAt is the
+	// next one when scheduled.
+	Restarts  int
+	RestartAt time.Time
+}
+
+// PartitionStatus is one partition of a task.
+type PartitionStatus struct {
+	Topic      string
+	Partition  int32
+	NextOffset int64
+	EndOffset  int64 // -1 when unknown
+	Lag        int64 // -1 when unknown
+}
+
+// InDoubtBatch is a prepared batch awaiting its decision. Since is when
+// this worker first saw it (the sink does not record when it was prepared).
+type InDoubtBatch struct {
+	Topic       string
+	Partition   int32
+	FirstOffset int64
+	LastOffset  int64
+	Since       time.Time
+}
+
+// FenceConflict is a commit that was fenced by another owner.
+type FenceConflict struct {
+	At    time.Time
+	Error string
+}
+
+// RoundSummary is the last round of a task.
+type RoundSummary struct {
+	At      time.Time
+	Outcome string
+	Records int
+	Batches int
+	Total   time.Duration
+}
+
+// statusTimeout bounds the Kafka and sink look-ups of a status request.
+const statusTimeout = 3 * time.Second
+
+// Status returns the connector's and its tasks' states. The partitions'
+// lag and the in-doubt batches are looked up within a few seconds; when
+// Kafka or the sink does not answer in time they are left unknown.
+func (w *Worker) Status(ctx context.Context, name string) (ConnectorStatus, error) {
+	m, err := w.lookup(name)
+	if err != nil {
+		return ConnectorStatus{}, err
+	}
+	st := w.statusSnapshot(m)
+	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	var ends map[tp]int64
+	topics := map[string]bool{}
+	for _, t := range st.Tasks {
+		for _, p := range t.Partitions {
+			topics[p.Topic] = true
+		}
+	}
+	if len(topics) > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ends = w.endOffsets(ctx, topics)
+		}()
+	}
+	var inDoubt []InDoubtBatch
+	if c := w.openConn(m); c != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			inDoubt, _ = m.obs.inDoubt(ctx, c.Sink)
+		}()
+	}
+	wg.Wait()
+	st.InDoubt = inDoubt
+	for i := range st.Tasks {
+		t := &st.Tasks[i]
+		owned := map[tp]bool{}
+		for j := range t.Partitions {
+			p := &t.Partitions[j]
+			owned[tp{p.Topic, p.Partition}] = true
+			if e, ok := ends[tp{p.Topic, p.Partition}]; ok {
+				p.EndOffset = e
+				p.Lag = max(e-p.NextOffset, 0)
+			}
+		}
+		for _, b := range inDoubt {
+			if owned[tp{b.Topic, b.Partition}] {
+				t.InDoubt = append(t.InDoubt, b)
+			}
+		}
+	}
+	return st, nil
+}
+
+// TaskStatus returns one task's status.
+func (w *Worker) TaskStatus(ctx context.Context, name string, id int) (TaskStatus, error) {
+	st, err := w.Status(ctx, name)
+	if err != nil {
+		return TaskStatus{}, err
+	}
+	for _, t := range st.Tasks {
+		if t.ID == id {
+			return t, nil
+		}
+	}
+	return TaskStatus{}, errorf(ErrNotFound, "No status found for task %s-%d", name, id)
+}
+
+func (w *Worker) openConn(m *managed) *Connector {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return m.conn
+}
+
+func (w *Worker) statusSnapshot(m *managed) ConnectorStatus {
+	w.mu.Lock()
+	st := ConnectorStatus{
+		Name:      m.name,
+		Type:      "sink",
+		Target:    m.target,
+		Connector: StateInfo{State: m.state, Trace: m.trace, WorkerID: w.opt.WorkerID},
+	}
+	if st.Connector.State == "" {
+		st.Connector.State = StateUnassigned
+	}
+	for i, t := range m.tasks {
+		ts := TaskStatus{ID: i, StateInfo: StateInfo{State: t.state, Trace: t.trace, WorkerID: w.opt.WorkerID}, Restarts: t.restarts, RestartAt: t.next}
+		st.Tasks = append(st.Tasks, ts)
+	}
+	w.mu.Unlock()
+	m.obs.fill(st.Tasks)
+	return st
+}
+
+// endOffsets returns the high watermarks of the topics' partitions.
+func (w *Worker) endOffsets(ctx context.Context, topics map[string]bool) map[tp]int64 {
+	adm, err := w.adminClient()
+	if err != nil {
+		return nil
+	}
+	var ts []string
+	for t := range topics {
+		ts = append(ts, t)
+	}
+	lo, err := adm.ListEndOffsets(ctx, ts...)
+	if err != nil {
+		return nil
+	}
+	out := map[tp]int64{}
+	lo.Each(func(o kadm.ListedOffset) {
+		if o.Err == nil {
+			out[tp{o.Topic, o.Partition}] = o.Offset
+		}
+	})
+	return out
+}
+
+// observer receives one connector's task events (Observer) and keeps what
+// the status and the metrics show.
+type observer struct {
+	w    *Worker
+	name string
+
+	mu    sync.Mutex
+	tasks map[int]*taskObs
+	seen  map[twophase.BatchID]time.Time // in-doubt batches, first seen
+}
+
+type taskObs struct {
+	parts map[tp]offsets.Position
+	fence *FenceConflict
+	round *RoundSummary
+}
+
+var _ Observer = (*observer)(nil)
+
+func newObserver(w *Worker, name string) *observer {
+	return &observer{w: w, name: name, tasks: map[int]*taskObs{}, seen: map[twophase.BatchID]time.Time{}}
+}
+
+func (o *observer) task(id int) *taskObs {
+	t := o.tasks[id]
+	if t == nil {
+		t = &taskObs{parts: map[tp]offsets.Position{}}
+		o.tasks[id] = t
+	}
+	return t
+}
+
+// Assigned implements Observer.
+func (o *observer) Assigned(task int, positions []offsets.Position) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	t := o.task(task)
+	for _, p := range positions {
+		t.parts[tp{p.Topic, p.Partition}] = p
+	}
+}
+
+// Revoked implements Observer.
+func (o *observer) Revoked(task int, topic string, partitions []int32) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	t := o.task(task)
+	for _, p := range partitions {
+		delete(t.parts, tp{topic, p})
+		o.w.metrics.forgetPartition(o.name, topic, p)
+	}
+}
+
+// Round implements Observer.
+func (o *observer) Round(task int, r RoundStats) {
+	o.mu.Lock()
+	t := o.task(task)
+	for _, p := range r.Positions {
+		k := tp{p.Topic, p.Partition}
+		if old, ok := t.parts[k]; ok {
+			old.Next = p.Next
+			t.parts[k] = old
+		}
+	}
+	t.round = &RoundSummary{At: time.Now().UTC(), Outcome: r.Outcome, Records: r.Records, Batches: r.Batches, Total: r.Total}
+	o.mu.Unlock()
+	o.w.metrics.round(o.name, r)
+}
+
+// FenceConflict implements Observer.
+func (o *observer) FenceConflict(task int, err error) {
+	o.mu.Lock()
+	t := o.task(task)
+	o.w.mu.Lock()
+	var secrets []string
+	if m := o.w.conns[o.name]; m != nil {
+		secrets = m.secrets
+	}
+	o.w.mu.Unlock()
+	t.fence = &FenceConflict{At: time.Now().UTC(), Error: ScrubString(fmt.Sprint(err), secrets)}
+	o.mu.Unlock()
+	o.w.metrics.fenced.WithLabelValues(o.name).Inc()
+}
+
+// clearTask forgets a task's partitions (it exited).
+func (o *observer) clearTask(id int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if t := o.tasks[id]; t != nil {
+		for k := range t.parts {
+			o.w.metrics.forgetPartition(o.name, k.topic, k.partition)
+		}
+		t.parts = map[tp]offsets.Position{}
+	}
+}
+
+// clearAll forgets every task's partitions.
+func (o *observer) clearAll() {
+	o.mu.Lock()
+	var ids []int
+	for id := range o.tasks {
+		ids = append(ids, id)
+	}
+	o.mu.Unlock()
+	for _, id := range ids {
+		o.clearTask(id)
+	}
+}
+
+// fill adds what the observer knows to task statuses.
+func (o *observer) fill(ts []TaskStatus) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for i := range ts {
+		t := o.tasks[ts[i].ID]
+		if t == nil {
+			continue
+		}
+		for _, p := range t.parts {
+			ts[i].Partitions = append(ts[i].Partitions, PartitionStatus{Topic: p.Topic, Partition: p.Partition, NextOffset: p.Next, EndOffset: -1, Lag: -1})
+		}
+		sort.Slice(ts[i].Partitions, func(a, b int) bool {
+			pa, pb := ts[i].Partitions[a], ts[i].Partitions[b]
+			if pa.Topic != pb.Topic {
+				return pa.Topic < pb.Topic
+			}
+			return pa.Partition < pb.Partition
+		})
+		if t.fence != nil {
+			f := *t.fence
+			ts[i].LastFenceConflict = &f
+		}
+		if t.round != nil {
+			r := *t.round
+			ts[i].LastRound = &r
+		}
+	}
+}
+
+// positions returns every owned partition's position.
+func (o *observer) positions() []offsets.Position {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []offsets.Position
+	for _, t := range o.tasks {
+		for _, p := range t.parts {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// inDoubt lists the connector's prepared batches and remembers when each
+// was first seen.
+func (o *observer) inDoubt(ctx context.Context, s Sink) ([]InDoubtBatch, error) {
+	ids, err := s.InDoubt(ctx, o.name)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now().UTC()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	seen := map[twophase.BatchID]time.Time{}
+	var out []InDoubtBatch
+	for _, id := range ids {
+		since, ok := o.seen[id]
+		if !ok {
+			since = now
+		}
+		seen[id] = since
+		out = append(out, InDoubtBatch{Topic: id.Topic, Partition: id.Partition, FirstOffset: id.First, LastOffset: id.Last, Since: since})
+	}
+	o.seen = seen
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Topic != out[j].Topic {
+			return out[i].Topic < out[j].Topic
+		}
+		if out[i].Partition != out[j].Partition {
+			return out[i].Partition < out[j].Partition
+		}
+		return out[i].FirstOffset < out[j].FirstOffset
+	})
+	return out, nil
+}

@@ -1,0 +1,147 @@
+package connectors
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/txsink/txsink/config"
+)
+
+func TestStateFileRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	st := &storedState{Version: 1, Connectors: map[string]*storedConnector{
+		"a": {Config: map[string]string{"name": "a", "connection.password": "pw"}, Target: TargetPaused, State: StatePaused,
+			Tasks: []storedTask{{ID: 0, State: StateFailed, Trace: "boom"}}},
+	}}
+	if err := saveState(dir, st); err != nil {
+		t.Fatal(err)
+	}
+	got, err := loadState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, st) {
+		t.Fatalf("round trip:\n got %+v\nwant %+v", got, st)
+	}
+	fi, err := os.Stat(filepath.Join(dir, storeFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("state file mode %v, want 0600 (it holds passwords)", fi.Mode().Perm())
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1 {
+		t.Errorf("temporary files left: %v", ents)
+	}
+	// A corrupt file is an error, not an empty worker.
+	if err := os.WriteFile(filepath.Join(dir, storeFile), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadState(dir); err == nil || !strings.Contains(err.Error(), "corrupt") {
+		t.Errorf("corrupt file: %v", err)
+	}
+	// A missing file is an empty state.
+	if st, err := loadState(t.TempDir()); err != nil || len(st.Connectors) != 0 {
+		t.Errorf("missing file: %v %v", st, err)
+	}
+}
+
+func TestRestartPolicyDelay(t *testing.T) {
+	p := RestartPolicy{Enabled: true, Initial: 100 * time.Millisecond, Max: time.Second}
+	want := []time.Duration{100, 200, 400, 800, 1000, 1000}
+	for i, w := range want {
+		if got := p.delay(i); got != w*time.Millisecond {
+			t.Errorf("delay(%d) = %v, want %v", i, got, w*time.Millisecond)
+		}
+	}
+}
+
+func TestRedaction(t *testing.T) {
+	raw := map[string]string{
+		"name":                "c",
+		"connector.class":     "postgres",
+		"connection.url":      "jdbc:postgresql://u:s%40cret@h:5432/db?sslmode=disable&password=qpw123",
+		"connection.password": "Pa55word",
+		"my.api.token":        "tok-123",
+		"comment":             "uses Pa55word",
+	}
+	got := RedactConfig(nil, raw)
+	want := map[string]string{
+		"name":                "c",
+		"connector.class":     "postgres",
+		"connection.url":      "jdbc:postgresql://u:[hidden]@h:5432/db?sslmode=disable&password=[hidden]",
+		"connection.password": Hidden,
+		"my.api.token":        Hidden,
+		"comment":             "uses [hidden]",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("RedactConfig:\n got %v\nwant %v", got, want)
+	}
+	secrets := Secrets(nil, raw)
+	msg := ScrubString("login as u with s@cret / s%40cret / qpw123 / Pa55word failed at postgres://x:y1z@h", secrets)
+	for _, s := range []string{"s@cret", "s%40cret", "qpw123", "Pa55word", "y1z"} {
+		if strings.Contains(msg, s) {
+			t.Errorf("ScrubString left %q: %s", s, msg)
+		}
+	}
+}
+
+// TestWorkerRejectsInvalidConfig: Create validates before it stores
+// anything; a name clash is ErrExists; unknown connectors are ErrNotFound.
+func TestWorkerRejectsInvalidConfig(t *testing.T) {
+	reg := &Registry{}
+	if err := reg.Register(Spec{Name: "nop", Class: "io.test.Nop", Defs: config.Defs{{Name: "nop.secret", Type: config.Password}}}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	w, err := NewWorker(reg, WorkerOptions{DataDir: dir, WorkerID: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := w.Create(ctx, "a", map[string]string{"connector.class": "nop"}, TargetStopped); err == nil {
+		t.Fatal("missing topics accepted")
+	} else if _, ok := err.(config.Errors); !ok {
+		t.Fatalf("error %T %v, want config.Errors", err, err)
+	}
+	cfg := map[string]string{"connector.class": "nop", "topics": "t", "nop.secret": "zzz-secret"}
+	if _, err := w.Create(ctx, "a", cfg, TargetStopped); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Create(ctx, "a", cfg, TargetStopped); err == nil || !strings.Contains(err.Error(), "Connector a already exists") {
+		t.Fatalf("duplicate: %v", err)
+	}
+	if err := w.Pause(ctx, "b"); err == nil || err.Error() != "Connector b not found" {
+		t.Fatalf("unknown: %v", err)
+	}
+	if got := w.Secrets(); len(got) == 0 || got[0] != "zzz-secret" {
+		t.Errorf("Secrets() = %v", got)
+	}
+	st, err := w.Status(ctx, "a")
+	if err != nil || st.Connector.State != StateStopped || len(st.Tasks) != 0 {
+		t.Fatalf("status %+v %v", st, err)
+	}
+	// Restored by a new worker on the same directory.
+	w.Close()
+	w2, err := NewWorker(reg, WorkerOptions{DataDir: dir, WorkerID: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Close()
+	if err := w2.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ts, _ := w2.TargetState("a"); ts != TargetStopped {
+		t.Errorf("restored target %q", ts)
+	}
+}
