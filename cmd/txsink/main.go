@@ -3,7 +3,7 @@
 //
 //	txsink version                      print version and commit
 //	txsink run -config c.json ...       run one connector in the foreground
-//	txsink serve ...                    run the worker (HTTP: /, /health) with connectors from files
+//	txsink serve ...                    run the worker with its REST API
 package main
 
 import (
@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/clickhouse"
 	"github.com/txsink/txsink/connectors/postgres"
 	"github.com/txsink/txsink/internal/buildinfo"
 )
@@ -36,8 +37,8 @@ commands:
             throwaway PostgreSQL) and print the exactly-once verdict
   version   print the version and commit
   run       run one connector in the foreground until SIGTERM or SIGINT
-  serve     run the worker: HTTP on -listen (GET /, GET /health) and the
-            connectors given with -connector (repeatable)
+  serve     run the worker: the REST API (Kafka Connect dialect) on -listen,
+            connectors created over REST or given with -connector
 
 run "txsink <command> -h" for the flags of a command.
 `
@@ -70,6 +71,7 @@ func registry() *connectors.Registry {
 	if err := reg.Register(postgres.Spec()); err != nil {
 		panic(err) // programming error: duplicate registration
 	}
+	_ = reg.Register(clickhouse.Spec()) // cannot fail: name and class differ from postgres's
 	return reg
 }
 

@@ -1,0 +1,102 @@
+package clickhouse
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// dlqColumns is the dead-letter table. Its coordinate columns make a redo's
+// presence check work; every value is a function of the record, so a redo's
+// block is byte-identical.
+const dlqColumns = "connector String, " + ColTopic + " String, " + ColPartition + " Int32, " + ColOffset + " Int64, " +
+	"key String, value String, headers String, error String, timestamp_ms Int64"
+
+// dlqTable returns the dead-letter table, creating it when missing with a
+// de-duplicating engine where exactly_once needs one.
+func (s *Sink) dlqTable(ctx context.Context) (*table, error) {
+	name := s.cfg.DLQTable
+	s.mu.Lock()
+	t := s.tables[name]
+	s.mu.Unlock()
+	if t != nil {
+		return t, nil
+	}
+	t, err := loadTable(ctx, s.conn, s.feat, s.cfg.Database, name)
+	if err != nil {
+		engine, settings := s.autoEngine(name, true)
+		ddl := "CREATE TABLE IF NOT EXISTS " + tableIdent(s.cfg.Database, name) + " (" + dlqColumns + ") ENGINE = " + engine +
+			" ORDER BY (connector, " + ColTopic + ", " + ColPartition + ", " + ColOffset + ")"
+		if settings != "" {
+			ddl += " SETTINGS " + settings
+		}
+		if err := s.conn.Exec(ctx, ddl); err != nil {
+			return nil, fmt.Errorf("clickhouse: create dead-letter table %s: %w", name, err)
+		}
+		if t, err = loadTable(ctx, s.conn, s.feat, s.cfg.Database, name); err != nil {
+			return nil, err
+		}
+	}
+	s.mu.Lock()
+	s.tables[name] = t
+	s.mu.Unlock()
+	return t, nil
+}
+
+// dlqBlock builds the dead-letter block of a batch's bad records.
+func (s *Sink) dlqBlock(ctx context.Context, recs []*kgo.Record, bad []*RecordError) (*block, error) {
+	t, err := s.dlqTable(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byOffset := make(map[int64]*kgo.Record, len(recs))
+	for _, r := range recs {
+		byOffset[r.Offset] = r
+	}
+	names := []string{"connector", ColTopic, ColPartition, ColOffset, "key", "value", "headers", "error", "timestamp_ms"}
+	b := &block{}
+	for _, n := range names {
+		c := t.column(n)
+		if c == nil {
+			return nil, fmt.Errorf("clickhouse: dead-letter table %s has no column %s", t.Ident, n)
+		}
+		b.Cols = append(b.Cols, c)
+	}
+	for _, e := range bad {
+		r := byOffset[e.Offset]
+		row := []any{s.cfg.Connector, e.Topic, e.Partition, e.Offset, string(r.Key), string(r.Value), headersJSON(r.Headers), e.Error(), r.Timestamp.UnixMilli()}
+		b.Rows = append(b.Rows, row)
+		b.Offsets = append(b.Offsets, e.Offset)
+	}
+	return b, nil
+}
+
+// headersJSON renders record headers as a JSON array of {"key", "value"}
+// ("value_base64" for bytes that are not UTF-8); "" without headers.
+func headersJSON(hs []kgo.RecordHeader) string {
+	if len(hs) == 0 {
+		return ""
+	}
+	type header struct {
+		Key         string  `json:"key"`
+		Value       *string `json:"value,omitempty"`
+		ValueBase64 *string `json:"value_base64,omitempty"`
+	}
+	out := make([]header, len(hs))
+	for i, h := range hs {
+		out[i].Key = h.Key
+		if utf8.Valid(h.Value) {
+			v := string(h.Value)
+			out[i].Value = &v
+		} else {
+			v := base64.StdEncoding.EncodeToString(h.Value)
+			out[i].ValueBase64 = &v
+		}
+	}
+	b, _ := json.Marshal(out)
+	return string(b)
+}

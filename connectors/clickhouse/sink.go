@@ -1,0 +1,962 @@
+package clickhouse
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/txsink/txsink/config"
+	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/internal/failpoint"
+	"github.com/txsink/txsink/offsets"
+	"github.com/txsink/txsink/twophase"
+)
+
+// Compile-time checks.
+var (
+	_ connectors.Sink          = (*Sink)(nil)
+	_ twophase.Participant     = (*Sink)(nil)
+	_ connectors.RecordLocator = (*RecordError)(nil)
+)
+
+// Failpoints inside Commit (internal/failpoint). W1, after the intent and
+// the decision but before any insert, is the runtime's after-decide point.
+const (
+	// PointMidInsert is hit between two blocks of a batch (W2).
+	PointMidInsert = "ch-mid-insert"
+	// PointAfterInsert is hit after every block of a batch went in and
+	// before the offset advance and the intent's done mark (W3).
+	PointAfterInsert = "ch-after-insert"
+)
+
+// Token returns a batch's de-duplication token: a hash of its identity
+// (connector, topic, partition, first, last). It does not include the
+// fence: two owners that prepared the same range insert the same rows, and
+// the second must be recognised as the first. Block i of the batch is
+// inserted with Token(id) + "-" + i, its dead letters with "-dlq".
+func Token(id twophase.BatchID) string {
+	h := sha256.New()
+	for _, s := range []string{id.Connector, id.Topic, strconv.Itoa(int(id.Partition)), strconv.FormatInt(id.First, 10), strconv.FormatInt(id.Last, 10)} {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	return "txsink1-" + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// Status is what the sink reports about itself (for the status API,
+// metrics and tests).
+type Status struct {
+	Features Features
+	// Mechanisms maps each target table to how its inserts are
+	// de-duplicated.
+	Mechanisms map[string]Mechanism
+	// Redos counts commits that rebuilt their batch from Kafka (recovery,
+	// another process); RedoBlocksSkipped counts blocks a redo found
+	// already present; DedupWindowRisk counts redos that ran after the
+	// table's de-duplication window may have turned over and could not
+	// check presence (duplicates possible); Fenced counts commits refused
+	// because the stored fence moved.
+	Redos, RedoBlocksSkipped, DedupWindowRisk, Fenced, Committed uint64
+}
+
+// Sink is the ClickHouse sink.
+type Sink struct {
+	cfg   Config
+	env   connectors.Env
+	conn  driver.Conn
+	st    *store
+	feat  Features
+	log   *slog.Logger
+	stats struct {
+		redos, skipped, risk, fenced, committed atomic.Uint64
+	}
+
+	mu     sync.Mutex
+	tables map[string]*table
+	mechs  map[string]Mechanism
+	cache  map[cacheKey]*prepared
+}
+
+type cacheKey struct {
+	id    twophase.BatchID
+	fence int64
+}
+
+// prepared is a batch's rows, kept in memory from Prepare to Commit.
+type prepared struct {
+	t      *table
+	blocks []*block
+	dlq    *block
+}
+
+// Open connects to ClickHouse, detects the server's features and creates
+// the state tables when missing.
+func Open(ctx context.Context, env connectors.Env, cfg Config) (*Sink, error) {
+	log := env.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	conn, err := clickhouse.Open(cfg.options())
+	if err != nil {
+		return nil, fmt.Errorf("connect to ClickHouse: %w", err)
+	}
+	if err := conn.Ping(ctx); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("connect to ClickHouse at %s: %w", strings.Join(cfg.Addr, ","), err)
+	}
+	feat, err := detectFeatures(ctx, conn)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	s := &Sink{
+		cfg:    cfg,
+		env:    env,
+		conn:   conn,
+		feat:   feat,
+		log:    log,
+		st:     &store{conn: conn, offsets: tableIdent(cfg.Database, cfg.OffsetsTable), intents: tableIdent(cfg.Database, cfg.IntentsTable)},
+		tables: map[string]*table{},
+		mechs:  map[string]Mechanism{},
+		cache:  map[cacheKey]*prepared{},
+	}
+	if err := s.st.ensure(ctx); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Features returns what the server offers.
+func (s *Sink) Features() Features { return s.feat }
+
+// Status returns the sink's counters and mechanisms.
+func (s *Sink) Status() Status {
+	s.mu.Lock()
+	m := make(map[string]Mechanism, len(s.mechs))
+	for k, v := range s.mechs {
+		m[k] = v
+	}
+	s.mu.Unlock()
+	return Status{Features: s.feat, Mechanisms: m, Redos: s.stats.redos.Load(), RedoBlocksSkipped: s.stats.skipped.Load(),
+		DedupWindowRisk: s.stats.risk.Load(), Fenced: s.stats.fenced.Load(), Committed: s.stats.committed.Load()}
+}
+
+// Collectors returns Prometheus collectors of the sink's counters, labelled
+// with the connector; the worker registers them.
+func (s *Sink) Collectors() []prometheus.Collector {
+	lbl := prometheus.Labels{"connector": s.cfg.Connector}
+	c := func(name, help string, v *atomic.Uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "txsink", Subsystem: "clickhouse", Name: name, Help: help, ConstLabels: lbl},
+			func() float64 { return float64(v.Load()) })
+	}
+	return []prometheus.Collector{
+		c("redos_total", "Commits that rebuilt their batch from Kafka (recovery or another process).", &s.stats.redos),
+		c("redo_blocks_skipped_total", "Blocks a redo found already present (coordinate columns) and did not insert again.", &s.stats.skipped),
+		c("dedup_window_risk_total", "Redos that ran after the table's de-duplication window may have turned over, without a presence check: duplicates possible.", &s.stats.risk),
+		c("fenced_commits_total", "Commits refused because the stored fence moved (a newer owner or an offsets reset).", &s.stats.fenced),
+		c("committed_batches_total", "Batches whose rows were inserted and whose intents were marked done.", &s.stats.committed),
+	}
+}
+
+func (s *Sink) mapping() mapping {
+	m := mapping{VersionColumn: s.cfg.VersionColumn, DeleteEnabled: s.cfg.DeleteEnabled, KeyFields: s.cfg.PKFields}
+	if s.cfg.DeleteEnabled {
+		m.DeletedColumn = s.cfg.DeletedColumn
+	}
+	return m
+}
+
+func (s *Sink) tableName(topic string) string {
+	return strings.ReplaceAll(s.cfg.TableNameFormat, "${topic}", topic)
+}
+
+// table returns the target table name, loading (or, with auto.create and a
+// first record, creating) it.
+func (s *Sink) table(ctx context.Context, name string, first *kgo.Record) (*table, error) {
+	s.mu.Lock()
+	t := s.tables[name]
+	s.mu.Unlock()
+	if t != nil {
+		return t, nil
+	}
+	t, err := loadTable(ctx, s.conn, s.feat, s.cfg.Database, name)
+	if errors.Is(err, ErrTableNotFound) && s.cfg.AutoCreate && first != nil {
+		engine, settings := s.autoEngine(name, false)
+		orderBy := s.cfg.PKFields
+		coords := s.cfg.PKMode == "kafka"
+		if coords {
+			orderBy = []string{ColTopic, ColPartition, ColOffset}
+		}
+		ddl, derr := createTableSQL(tableIdent(s.cfg.Database, name), first, s.mapping(), coords, orderBy, engine, settings)
+		if derr != nil {
+			return nil, fmt.Errorf("clickhouse: auto.create %s: %w", name, derr)
+		}
+		if derr := s.conn.Exec(ctx, ddl); derr != nil {
+			return nil, fmt.Errorf("clickhouse: auto.create %s: %w", name, derr)
+		}
+		s.log.Info("created table (auto.create)", "table", name, "ddl", ddl)
+		t, err = loadTable(ctx, s.conn, s.feat, s.cfg.Database, name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.tables[name] = t
+	s.mu.Unlock()
+	return t, nil
+}
+
+// forget drops a cached table description (the table may have changed).
+func (s *Sink) forget(name string) {
+	s.mu.Lock()
+	delete(s.tables, name)
+	s.mu.Unlock()
+}
+
+// autoEngine returns the ENGINE and SETTINGS of a table txsink creates
+// (auto.create, the dead-letter table): one that de-duplicates when
+// exactly_once needs it.
+func (s *Sink) autoEngine(name string, dlq bool) (engine, settings string) {
+	if s.cfg.AutoEngine != "" && !dlq {
+		return s.cfg.AutoEngine, ""
+	}
+	base, args := "MergeTree", ""
+	if s.cfg.VersionColumn != "" && !dlq {
+		base = "ReplacingMergeTree"
+		args = quoteIdent(s.cfg.VersionColumn)
+		if s.cfg.DeleteEnabled && s.feat.IsDeleted {
+			args += ", " + quoteIdent(s.cfg.DeletedColumn)
+		}
+	}
+	if s.cfg.Delivery != config.ExactlyOnce {
+		return base + "(" + args + ")", ""
+	}
+	if s.feat.DedupToken && s.cfg.Dedup != "blocks" {
+		return base + "(" + args + ")", "non_replicated_deduplication_window = 1000"
+	}
+	if s.canReplicate() {
+		path := "'/clickhouse/tables/{shard}/" + strings.ReplaceAll(s.cfg.Database+"/"+name, "'", "") + "', '{replica}'"
+		if args != "" {
+			path += ", " + args
+		}
+		return "Replicated" + base + "(" + path + ")", ""
+	}
+	return base + "(" + args + ")", ""
+}
+
+func (s *Sink) canReplicate() bool {
+	return s.feat.ZooKeeper && s.feat.Macros["shard"] != "" && s.feat.Macros["replica"] != ""
+}
+
+// mechanismFor chooses the de-duplication of inserts into t, honouring
+// insert.deduplication.
+func (s *Sink) mechanismFor(t *table) (Mechanism, string) {
+	m, why := s.feat.mechanism(t.Engine)
+	switch s.cfg.Dedup {
+	case "token":
+		if m != MechToken {
+			if why == "" {
+				why = "insert.deduplication=token but " + string(m) + " would be used"
+			}
+			return MechNone, why + " (insert.deduplication=token)"
+		}
+	case "blocks":
+		if t.Engine.Replicated && s.feat.InsertDeduplicate && t.Engine.Window > 0 {
+			return MechBlocks, ""
+		}
+		if why == "" {
+			why = fmt.Sprintf("insert.deduplication=blocks needs a Replicated*MergeTree table, and %s is %s", t.Ident, t.Engine.Name)
+		}
+		return MechNone, why
+	}
+	return m, why
+}
+
+// insertCtx returns ctx with the settings of an insert under mechanism m.
+func (s *Sink) insertCtx(ctx context.Context, m Mechanism, token string) context.Context {
+	set := clickhouse.Settings{}
+	if s.feat.InsertDeduplicate {
+		set["insert_deduplicate"] = 1
+		if s.cfg.UnsafeNoFencing {
+			set["insert_deduplicate"] = 0 // negative control only
+		}
+	}
+	if m == MechToken && !s.cfg.UnsafeNoFencing {
+		set["insert_deduplication_token"] = token
+	}
+	return clickhouse.Context(ctx, clickhouse.WithSettings(set))
+}
+
+// insert sends one block.
+func (s *Sink) insert(ctx context.Context, ident string, b *block) error {
+	batch, err := s.conn.PrepareBatch(ctx, insertSQL(ident, b.Cols))
+	if err != nil {
+		return fmt.Errorf("clickhouse: insert into %s: %w", ident, err)
+	}
+	for i, row := range b.Rows {
+		if err := batch.Append(row...); err != nil {
+			_ = batch.Abort()
+			return fmt.Errorf("clickhouse: insert into %s: offset %d: %w", ident, b.Offsets[i], err)
+		}
+	}
+	if err := batch.Send(); err != nil {
+		return fmt.Errorf("clickhouse: insert into %s: %w", ident, err)
+	}
+	return nil
+}
+
+// build maps a batch's records to blocks (and a dead-letter block). With
+// errors.tolerance=none a bad record is returned as a *RecordError (the
+// lowest offset).
+func (s *Sink) build(ctx context.Context, t *table, recs []*kgo.Record, blockRows int) (*prepared, error) {
+	groups, bad, err := mapRecords(t, s.mapping(), recs)
+	if err != nil {
+		return nil, err
+	}
+	if hasUnknownField(bad) {
+		// The table may have gained columns since it was cached.
+		s.forget(t.Name)
+		nt, lerr := s.table(ctx, t.Name, nil)
+		if lerr == nil {
+			t = nt
+			if groups, bad, err = mapRecords(t, s.mapping(), recs); err != nil {
+				return nil, err
+			}
+		}
+	}
+	p := &prepared{t: t, blocks: blocks(groups, blockRows)}
+	if len(bad) == 0 {
+		return p, nil
+	}
+	if s.cfg.ErrorsTolerance != "all" {
+		return nil, bad[0]
+	}
+	p.dlq, err = s.dlqBlock(ctx, recs, bad)
+	return p, err
+}
+
+func hasUnknownField(bad []*RecordError) bool {
+	for _, b := range bad {
+		if errors.Is(b.Err, ErrUnknownField) {
+			return true
+		}
+	}
+	return false
+}
+
+// Prepare implements twophase.Participant: it maps every record (a bad
+// record fails the batch here, before the decision), checks that the stored
+// fence and next_offset are still the owner's (without a compare-and-set:
+// see the package documentation), and records the intent. No target row
+// is written. Cancelling ctx before the intent insert returns leaves either
+// nothing or a pending intent that InDoubt lists.
+func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) error {
+	if len(b.Records) == 0 {
+		return fmt.Errorf("clickhouse: prepare %s: empty batch", b.ID)
+	}
+	t, err := s.table(ctx, s.tableName(b.ID.Topic), b.Records[0])
+	if err != nil {
+		return err
+	}
+	mech, why := s.mechanismFor(t)
+	if mech == MechNone && !s.cfg.UnsafeNoFencing {
+		return fmt.Errorf("clickhouse: prepare %s: table %s cannot de-duplicate a redo: %s", b.ID, t.Ident, why)
+	}
+	p, err := s.build(ctx, t, b.Records, s.cfg.BlockRows)
+	if err != nil {
+		return err
+	}
+	if !s.cfg.UnsafeNoFencing {
+		pos, ok, err := s.st.lookup(ctx, b.ID.Connector, b.ID.Topic, b.ID.Partition)
+		if err != nil {
+			return err
+		}
+		if !ok || pos.Fence != b.Fence || pos.Next != b.Prev {
+			return &offsets.FencedError{Connector: b.ID.Connector, Topic: b.ID.Topic, Partition: b.ID.Partition, WantNext: b.Prev, Fence: b.Fence, GotNext: pos.Next, GotFenc: pos.Fence}
+		}
+	}
+	in := intent{ID: b.ID, Fence: b.Fence, Prev: b.Prev, Token: Token(b.ID), Target: p.t.Name, Records: len(b.Records),
+		Blocks: p.nblocks(), BlockRows: s.cfg.BlockRows, Mechanism: mech}
+	if err := s.st.writeIntent(ctx, in, statusPending, ""); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.cache[cacheKey{b.ID, b.Fence}] = p
+	s.mechs[p.t.Name] = mech
+	s.mu.Unlock()
+	return nil
+}
+
+func (p *prepared) nblocks() int {
+	n := len(p.blocks)
+	if p.dlq != nil {
+		n++
+	}
+	return n
+}
+
+func (s *Sink) takeCache(id twophase.BatchID, fence int64) *prepared {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cache[cacheKey{id, fence}]
+}
+
+func (s *Sink) dropCache(id twophase.BatchID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.cache {
+		if k.id == id {
+			delete(s.cache, k)
+		}
+	}
+}
+
+// Commit implements twophase.Participant: once the decision committed, it
+// inserts the batch's blocks (from memory, or rebuilt from Kafka in
+// another process), advances the stored offset and marks the intent done.
+// It is idempotent: a done intent returns nil at once, and the inserts of
+// a redo are de-duplicated (token or identical block) or skipped when
+// already present. A batch whose stored fence moved (a newer owner, an
+// offsets reset) is not inserted: its intent is marked fenced and the
+// error wraps twophase.ErrFenced. Cancelling ctx in the middle leaves the
+// intent pending; the next Commit (recovery) redoes it.
+func (s *Sink) Commit(ctx context.Context, id twophase.BatchID) error {
+	ins, err := s.st.intentsOf(ctx, id)
+	if err != nil {
+		return err
+	}
+	var pend *intent
+	for i := range ins {
+		switch ins[i].Status {
+		case statusDone:
+			if !s.cfg.UnsafeNoFencing {
+				s.dropCache(id)
+				return nil
+			}
+			// Negative control: commit again as if nothing were done.
+			if pend == nil || ins[i].Fence > pend.Fence {
+				pend = &ins[i]
+			}
+		case statusPending:
+			if pend == nil || ins[i].Fence > pend.Fence {
+				pend = &ins[i]
+			}
+		}
+	}
+	if pend == nil {
+		return fmt.Errorf("clickhouse: commit %s: %w", id, twophase.ErrNotPrepared)
+	}
+	if !s.cfg.UnsafeNoFencing {
+		pos, ok, err := s.st.lookup(ctx, id.Connector, id.Topic, id.Partition)
+		if err != nil {
+			return err
+		}
+		if ok && pos.Fence == pend.Fence && pos.Next >= id.NextOffset() {
+			// Rows and offset went in before; only the done mark is missing.
+			return s.markDone(ctx, *pend, "offset already advanced")
+		}
+		if !ok || pos.Fence != pend.Fence || pos.Next != pend.Prev {
+			s.stats.fenced.Add(1)
+			fe := &offsets.FencedError{Connector: id.Connector, Topic: id.Topic, Partition: id.Partition, WantNext: pend.Prev, Fence: pend.Fence, GotNext: pos.Next, GotFenc: pos.Fence}
+			if err := s.st.writeIntent(ctx, *pend, statusFenced, fe.Error()); err != nil {
+				return err
+			}
+			s.dropCache(id)
+			s.log.Warn("commit of a decided batch refused: the partition's fence or offset moved (newer owner or offsets reset); its rows are not inserted", "batch", id.String(), "err", fe)
+			return fmt.Errorf("clickhouse: commit %s: %w", id, fe)
+		}
+	}
+	p := s.takeCache(id, pend.Fence)
+	redo := p == nil
+	if redo {
+		if p, err = s.rebuild(ctx, *pend); err != nil {
+			return err
+		}
+	}
+	mech := pend.Mechanism
+	if err := s.insertAll(ctx, *pend, p, mech, redo); err != nil {
+		return err
+	}
+	failpoint.Hit(PointAfterInsert)
+	if err := s.st.writePositions(ctx, id.Connector, []offsets.Position{{Topic: id.Topic, Partition: id.Partition, Next: id.NextOffset(), Fence: pend.Fence}}); err != nil {
+		return err
+	}
+	return s.markDone(ctx, *pend, "")
+}
+
+func (s *Sink) markDone(ctx context.Context, in intent, note string) error {
+	if err := s.st.writeIntent(ctx, in, statusDone, note); err != nil {
+		return err
+	}
+	s.stats.committed.Add(1)
+	s.dropCache(in.ID)
+	return nil
+}
+
+// insertAll inserts a batch's blocks and dead letters. On a redo it first
+// measures the de-duplication window risk and, when the table has the
+// coordinate columns, skips blocks already present.
+func (s *Sink) insertAll(ctx context.Context, in intent, p *prepared, mech Mechanism, redo bool) error {
+	check := redo && s.cfg.RedoSkipPresent && p.t.hasCoordinates() && !s.cfg.UnsafeNoFencing
+	if redo {
+		s.stats.redos.Add(1)
+		s.redoRisk(ctx, in, p.t, check)
+	}
+	all := make([]int64, 0, in.Records)
+	for _, b := range p.blocks {
+		all = append(all, b.Offsets...)
+	}
+	skipped := 0
+	if check {
+		defer func() {
+			s.log.Info("redo presence check: blocks already present were not inserted again", "batch", in.ID.String(), "present", skipped, "blocks", len(p.blocks))
+		}()
+	}
+	for i, b := range p.blocks {
+		if i > 0 {
+			failpoint.Hit(PointMidInsert)
+		}
+		if check {
+			present, err := s.present(ctx, p.t, in.ID, b, all)
+			if err != nil {
+				return err
+			}
+			if present {
+				s.stats.skipped.Add(1)
+				skipped++
+				continue
+			}
+		}
+		if err := s.insert(s.insertCtx(ctx, mech, in.Token+"-"+strconv.Itoa(i)), p.t.Ident, b); err != nil {
+			return err
+		}
+	}
+	if p.dlq != nil {
+		if len(p.blocks) > 0 {
+			failpoint.Hit(PointMidInsert)
+		}
+		dt, err := s.dlqTable(ctx)
+		if err != nil {
+			return err
+		}
+		dmech, _ := s.mechanismFor(dt)
+		if check {
+			present, err := s.present(ctx, dt, in.ID, p.dlq, p.dlq.Offsets)
+			if err != nil {
+				return err
+			}
+			if present {
+				s.stats.skipped.Add(1)
+				return nil
+			}
+		}
+		if err := s.insert(s.insertCtx(ctx, dmech, in.Token+"-dlq"), dt.Ident, p.dlq); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// present reports whether every row of b is already in t, by counting the
+// rows with b's coordinates. all lists every offset of the batch in t, so
+// that rows of other blocks inside b's offset range are expected too.
+func (s *Sink) present(ctx context.Context, t *table, id twophase.BatchID, b *block, all []int64) (bool, error) {
+	lo, hi := b.Offsets[0], b.Offsets[len(b.Offsets)-1]
+	want := 0
+	for _, o := range all {
+		if o >= lo && o <= hi {
+			want++
+		}
+	}
+	var n uint64
+	err := s.conn.QueryRow(ctx, "SELECT count() FROM "+t.Ident+" WHERE "+quoteIdent(ColTopic)+" = ? AND "+quoteIdent(ColPartition)+" = ? AND "+
+		quoteIdent(ColOffset)+" >= ? AND "+quoteIdent(ColOffset)+" <= ?", id.Topic, id.Partition, lo, hi).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("clickhouse: presence check in %s: %w", t.Ident, err)
+	}
+	return n >= uint64(want), nil
+}
+
+// redoRisk estimates whether the de-duplication window of t may have
+// turned over since the batch's intent was written: for a replicated table
+// from ZooKeeper's block ids (all writers), otherwise from the blocks this
+// connector inserted since. It logs and counts the risk.
+func (s *Sink) redoRisk(ctx context.Context, in intent, t *table, checked bool) {
+	window := t.Engine.Window
+	var since uint64
+	var how string
+	if t.Engine.Replicated && t.Engine.ZooKeeperPath != "" && s.feat.ZooKeeper {
+		var n uint64
+		var oldest time.Time
+		err := s.conn.QueryRow(ctx, "SELECT count(), min(ctime) FROM system.zookeeper WHERE path = ?", t.Engine.ZooKeeperPath+"/blocks").Scan(&n, &oldest)
+		if err == nil {
+			how = fmt.Sprintf("ZooKeeper keeps %d block ids, the oldest from %s; intent written %s", n, oldest.UTC().Format(time.RFC3339), in.PreparedAt.UTC().Format(time.RFC3339))
+			// Second resolution on both sides: equal counts as turned over
+			// (a warning too many rather than one too few).
+			if n >= uint64(window) && !oldest.Before(in.PreparedAt) {
+				since = uint64(window)
+			}
+		}
+	}
+	if how == "" {
+		n, err := s.st.blocksSince(ctx, in.ID.Connector, in.Target, in.PreparedAt)
+		if err != nil {
+			s.log.Warn("cannot estimate the de-duplication window risk of a redo", "batch", in.ID.String(), "err", err)
+			return
+		}
+		since = n
+		how = fmt.Sprintf("this connector inserted %d blocks into the table since the intent", n)
+	}
+	s.log.Info("redo of a decided batch from Kafka", "batch", in.ID.String(), "table", t.Name, "mechanism", in.Mechanism, "window", window, "presence_check", checked, "estimate", how)
+	if window > 0 && since < uint64(window) {
+		return
+	}
+	if checked {
+		s.log.Info("de-duplication window may have turned over since the batch's intent; blocks are checked for presence instead", "batch", in.ID.String(), "table", t.Name, "window", window)
+		return
+	}
+	s.stats.risk.Add(1)
+	s.log.Warn("DEDUP WINDOW RISK: the table's de-duplication window may have turned over since this batch's interrupted insert; a redo of blocks inserted before the crash can duplicate them. Add the coordinate columns __connect_topic, __connect_partition, __connect_offset (presence check) or raise the window",
+		"batch", in.ID.String(), "table", t.Name, "window", window, "estimate", how)
+}
+
+// rebuild re-reads an intent's range from Kafka and maps it again, with the
+// intent's block size, into the same blocks.
+func (s *Sink) rebuild(ctx context.Context, in intent) (*prepared, error) {
+	recs, err := readRange(ctx, s.env.Bootstrap, s.env.KafkaOpts, in.ID)
+	if err != nil {
+		return nil, err
+	}
+	if in.Records > 0 && len(recs) != in.Records {
+		return nil, fmt.Errorf("clickhouse: redo %s: re-read %d records, the intent has %d: %w", in.ID, len(recs), in.Records, ErrRangeUnreadable)
+	}
+	t, err := s.table(ctx, in.Target, nil)
+	if err != nil {
+		return nil, err
+	}
+	blockRows := in.BlockRows
+	if blockRows <= 0 {
+		blockRows = s.cfg.BlockRows
+	}
+	p, err := s.build(ctx, t, recs, blockRows)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: redo %s: %w", in.ID, err)
+	}
+	if n := p.nblocks(); in.Blocks > 0 && n != in.Blocks {
+		s.log.Warn("redo builds a different number of blocks than the original insert (the table changed?): de-duplication may miss", "batch", in.ID.String(), "blocks", n, "intent_blocks", in.Blocks)
+	}
+	return p, nil
+}
+
+// Abort implements twophase.Participant: it marks the batch's pending
+// intents aborted. Aborting a batch with no pending intent returns nil.
+func (s *Sink) Abort(ctx context.Context, id twophase.BatchID) error {
+	defer s.dropCache(id)
+	ins, err := s.st.intentsOf(ctx, id)
+	if err != nil {
+		return err
+	}
+	for _, in := range ins {
+		if in.Status == statusPending {
+			if err := s.st.writeIntent(ctx, in, statusAborted, ""); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// InDoubt implements twophase.Participant: the connector's intents that are
+// neither done nor aborted.
+func (s *Sink) InDoubt(ctx context.Context, connector string) ([]twophase.BatchID, error) {
+	ins, err := s.st.pending(ctx, connector)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]twophase.BatchID, 0, len(ins))
+	for _, in := range ins {
+		out = append(out, in.ID)
+	}
+	return out, nil
+}
+
+// Acquire implements connectors.Sink: it refuses (offsets.ErrBusy) while an
+// intent of the partitions is in doubt, then writes a new fence
+// max(old + 1, now in ms) for every partition in one insert and returns the
+// positions.
+func (s *Sink) Acquire(ctx context.Context, topic string, partitions []int32) (map[int32]offsets.Position, error) {
+	if err := s.busy(ctx, topic, partitions); err != nil {
+		return nil, err
+	}
+	cur, err := s.st.positions(ctx, s.cfg.Connector, topic)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now().UnixMilli()
+	out := make(map[int32]offsets.Position, len(partitions))
+	var rows []offsets.Position
+	for _, p := range partitions {
+		pos, ok := cur[topic][p]
+		if !ok {
+			pos = offsets.Position{Topic: topic, Partition: p, Next: offsets.Unset}
+		}
+		pos.Fence = max(pos.Fence+1, now)
+		pos.UpdatedAt = time.Now()
+		out[p] = pos
+		rows = append(rows, pos)
+	}
+	if err := s.st.writePositions(ctx, s.cfg.Connector, rows); err != nil {
+		return nil, fmt.Errorf("offsets: acquire %s/%s: %w", s.cfg.Connector, topic, err)
+	}
+	return out, nil
+}
+
+// busy returns an error wrapping offsets.ErrBusy when an intent of one of
+// the partitions is in doubt.
+func (s *Sink) busy(ctx context.Context, topic string, partitions []int32) error {
+	ins, err := s.st.pending(ctx, s.cfg.Connector)
+	if err != nil {
+		return err
+	}
+	for _, in := range ins {
+		for _, p := range partitions {
+			if in.ID.Topic == topic && in.ID.Partition == p {
+				return fmt.Errorf("offsets: %s: intent %s is in doubt: %w", s.cfg.Connector, in.ID, offsets.ErrBusy)
+			}
+		}
+	}
+	return nil
+}
+
+// Initialize implements connectors.Sink: it stores the first position of a
+// partition while the fence is still fence (checked, not compare-and-set).
+func (s *Sink) Initialize(ctx context.Context, topic string, partition int32, fence, next int64) error {
+	pos, ok, err := s.st.lookup(ctx, s.cfg.Connector, topic, partition)
+	if err != nil {
+		return err
+	}
+	if !ok || pos.Fence != fence || (pos.Next != offsets.Unset && pos.Next != next) {
+		return &offsets.FencedError{Connector: s.cfg.Connector, Topic: topic, Partition: partition, WantNext: next, Fence: fence, GotNext: pos.Next, GotFenc: pos.Fence}
+	}
+	return s.st.writePositions(ctx, s.cfg.Connector, []offsets.Position{{Topic: topic, Partition: partition, Next: next, Fence: fence}})
+}
+
+// Positions implements connectors.Sink.
+func (s *Sink) Positions(ctx context.Context) ([]offsets.Position, error) {
+	all, err := s.st.positions(ctx, s.cfg.Connector, "")
+	if err != nil {
+		return nil, err
+	}
+	var out []offsets.Position
+	for _, ps := range all {
+		for _, p := range ps {
+			out = append(out, p)
+		}
+	}
+	sortPositions(out)
+	return out, nil
+}
+
+func sortPositions(ps []offsets.Position) {
+	for i := 1; i < len(ps); i++ {
+		for j := i; j > 0 && (ps[j].Topic < ps[j-1].Topic || ps[j].Topic == ps[j-1].Topic && ps[j].Partition < ps[j-1].Partition); j-- {
+			ps[j], ps[j-1] = ps[j-1], ps[j]
+		}
+	}
+}
+
+// ResetOffsets implements connectors.Sink: every listed partition gets the
+// given next_offset (Unset: offsets.initial applies again) and a new fence,
+// so a live owner's next Prepare or Commit is refused. With all=true every
+// stored partition is reset to Unset first. It refuses (offsets.ErrBusy)
+// while an intent of the connector is in doubt.
+func (s *Sink) ResetOffsets(ctx context.Context, all bool, positions []offsets.Position) error {
+	if ins, err := s.st.pending(ctx, s.cfg.Connector); err != nil {
+		return err
+	} else if len(ins) > 0 {
+		return fmt.Errorf("offsets: reset %s: %d intents in doubt (%s…): %w", s.cfg.Connector, len(ins), ins[0].ID, offsets.ErrBusy)
+	}
+	cur, err := s.st.positions(ctx, s.cfg.Connector, "")
+	if err != nil {
+		return err
+	}
+	now := time.Now().UnixMilli()
+	next := map[string]map[int32]offsets.Position{}
+	set := func(p offsets.Position) {
+		old := cur[p.Topic][p.Partition]
+		p.Fence = max(old.Fence+1, now)
+		if next[p.Topic] == nil {
+			next[p.Topic] = map[int32]offsets.Position{}
+		}
+		next[p.Topic][p.Partition] = p
+	}
+	if all {
+		for t, ps := range cur {
+			for p := range ps {
+				set(offsets.Position{Topic: t, Partition: p, Next: offsets.Unset})
+			}
+		}
+	}
+	for _, p := range positions {
+		set(offsets.Position{Topic: p.Topic, Partition: p.Partition, Next: p.Next})
+	}
+	var rows []offsets.Position
+	for _, ps := range next {
+		for _, p := range ps {
+			rows = append(rows, p)
+		}
+	}
+	sortPositions(rows)
+	return s.st.writePositions(ctx, s.cfg.Connector, rows)
+}
+
+// ErrNoLocalTransactions is returned by WriteLocal for exactly_once_sink:
+// ClickHouse cannot commit rows and an offset atomically.
+var ErrNoLocalTransactions = errors.New("clickhouse: delivery.guarantee=exactly_once_sink needs transactions, which ClickHouse does not offer: use exactly_once (intents + de-duplicated inserts) or at_least_once")
+
+// WriteLocal implements connectors.Sink for at_least_once (RowsFirst: rows,
+// then the offset) and at_most_once (OffsetFirst). exactly_once_sink
+// (Atomic) is refused with ErrNoLocalTransactions.
+func (s *Sink) WriteLocal(ctx context.Context, b *twophase.Batch, guard offsets.Guard, order connectors.Order) error {
+	if order == connectors.Atomic {
+		return ErrNoLocalTransactions
+	}
+	if len(b.Records) == 0 {
+		return nil
+	}
+	t, err := s.table(ctx, s.tableName(b.ID.Topic), b.Records[0])
+	if err != nil {
+		return err
+	}
+	p, err := s.build(ctx, t, b.Records, s.cfg.BlockRows)
+	if err != nil {
+		return err
+	}
+	rows := func() error {
+		for _, blk := range p.blocks {
+			if err := s.insert(ctx, t.Ident, blk); err != nil {
+				return err
+			}
+		}
+		if p.dlq != nil {
+			dt, err := s.dlqTable(ctx)
+			if err != nil {
+				return err
+			}
+			return s.insert(ctx, dt.Ident, p.dlq)
+		}
+		return nil
+	}
+	advance := func() error {
+		return s.st.writePositions(ctx, s.cfg.Connector, []offsets.Position{{Topic: b.ID.Topic, Partition: b.ID.Partition, Next: b.ID.NextOffset(), Fence: b.Fence}})
+	}
+	first, second := rows, advance
+	if order == connectors.OffsetFirst {
+		first, second = advance, rows
+	}
+	if err := first(); err != nil {
+		return err
+	}
+	failpoint.Hit(failpoint.AfterWrite)
+	return second()
+}
+
+// Preflight implements connectors.Sink. It refuses exactly_once_sink
+// (no transactions), and exactly_once on a table the server cannot
+// de-duplicate, saying what to change; it reports the mechanism per table
+// and whether the server has experimental transactions.
+func (s *Sink) Preflight(ctx context.Context, delivery string) error {
+	f := s.feat
+	s.log.Info("ClickHouse server", "version", f.Version.String(), "dedup_token", f.DedupToken, "insert_deduplicate", f.InsertDeduplicate,
+		"replicated_window", f.ReplicatedWindow, "non_replicated_window", f.NonReplicatedWindow, "zookeeper", f.ZooKeeper, "experimental_transactions", f.Transactions)
+	if f.Transactions {
+		s.log.Info("the server has experimental transactions enabled; txsink does not use them (intents + de-duplicated inserts work on every version; see docs/clickhouse.md)")
+	}
+	if delivery == config.ExactlyOnceSink {
+		return fmt.Errorf("preflight: %w", ErrNoLocalTransactions)
+	}
+	var errs []error
+	for _, topic := range s.cfg.Topics {
+		name := s.tableName(topic)
+		t, err := loadTable(ctx, s.conn, s.feat, s.cfg.Database, name)
+		if errors.Is(err, ErrTableNotFound) {
+			if !s.cfg.AutoCreate {
+				errs = append(errs, fmt.Errorf("preflight: table %s does not exist: create it or set auto.create=true", tableIdent(s.cfg.Database, name)))
+				continue
+			}
+			if delivery == config.ExactlyOnce && s.cfg.AutoEngine == "" && !(f.DedupToken && s.cfg.Dedup != "blocks") && !s.canReplicate() {
+				errs = append(errs, fmt.Errorf("preflight: delivery.guarantee=exactly_once with auto.create on ClickHouse %s: the server has no insert_deduplication_token and no ZooKeeper with {shard}/{replica} macros for a Replicated table: configure ZooKeeper (or ClickHouse Keeper) and macros, set auto.create.engine to a Replicated*MergeTree, or upgrade ClickHouse to 22.2+", f.Version))
+			}
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("preflight: %w", err))
+			continue
+		}
+		if s.cfg.DeleteEnabled {
+			if err := s.checkDeletes(t); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if delivery != config.ExactlyOnce {
+			continue
+		}
+		mech, why := s.mechanismFor(t)
+		if mech == MechNone {
+			errs = append(errs, fmt.Errorf("preflight: delivery.guarantee=exactly_once cannot be honoured on table %s: %s; or use delivery.guarantee=at_least_once", t.Ident, why))
+			continue
+		}
+		s.mu.Lock()
+		s.mechs[name] = mech
+		s.mu.Unlock()
+		s.log.Info("exactly_once de-duplication", "table", name, "engine", t.Engine.Name, "mechanism", mech, "window_blocks", t.Engine.Window, "coordinate_columns", t.hasCoordinates())
+		if !t.hasCoordinates() {
+			s.log.Warn("table has no coordinate columns (__connect_topic, __connect_partition, __connect_offset): a redo after more than the de-duplication window of other inserts cannot be checked and may duplicate", "table", name, "window_blocks", t.Engine.Window)
+			if mech == MechBlocks {
+				s.log.Warn("identical-block de-duplication without coordinate columns also drops a later batch whose block is byte-identical to an earlier one: add the coordinate columns", "table", name)
+			}
+		}
+	}
+	if delivery == config.ExactlyOnce && s.cfg.ErrorsTolerance == "all" {
+		if t, err := loadTable(ctx, s.conn, s.feat, s.cfg.Database, s.cfg.DLQTable); err == nil {
+			if mech, why := s.mechanismFor(t); mech == MechNone {
+				errs = append(errs, fmt.Errorf("preflight: dead-letter table %s cannot de-duplicate a redo: %s", t.Ident, why))
+			}
+		} else if errors.Is(err, ErrTableNotFound) && !(f.DedupToken && s.cfg.Dedup != "blocks") && !s.canReplicate() {
+			errs = append(errs, fmt.Errorf("preflight: the dead-letter table %s would be created without de-duplication on ClickHouse %s: create it as a Replicated*MergeTree table or configure ZooKeeper and macros", s.cfg.DLQTable, f.Version))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkDeletes refuses delete.enabled on a table that cannot apply
+// deletion rows.
+func (s *Sink) checkDeletes(t *table) error {
+	if !t.Engine.Replacing {
+		return fmt.Errorf("preflight: delete.enabled needs a ReplacingMergeTree(%s, %s) table; %s is %s", s.cfg.VersionColumn, s.cfg.DeletedColumn, t.Ident, t.Engine.Name)
+	}
+	if !s.feat.IsDeleted {
+		return fmt.Errorf("preflight: delete.enabled needs ReplacingMergeTree's is_deleted column (ClickHouse 23.2+); ClickHouse %s has none: leave delete.enabled=false (tombstones are then bad records) or upgrade", s.feat.Version)
+	}
+	if c := t.column(s.cfg.DeletedColumn); c == nil || !strings.Contains(t.Engine.Full, s.cfg.DeletedColumn) {
+		return fmt.Errorf("preflight: delete.enabled: table %s must have the UInt8 column %s as ReplacingMergeTree's is_deleted argument", t.Ident, s.cfg.DeletedColumn)
+	}
+	return nil
+}
+
+// Close implements connectors.Sink.
+func (s *Sink) Close() { _ = s.conn.Close() }

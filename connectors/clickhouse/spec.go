@@ -1,0 +1,267 @@
+package clickhouse
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+
+	"github.com/txsink/txsink/config"
+	"github.com/txsink/txsink/connectors"
+)
+
+// Setting names of the ClickHouse sink.
+const (
+	KeyURL             = "connection.url"
+	KeyUser            = "connection.user"
+	KeyPassword        = "connection.password"
+	KeyDatabase        = "connection.database"
+	KeyTableFormat     = "table.name.format"
+	KeyPKMode          = "pk.mode"
+	KeyPKFields        = "pk.fields"
+	KeyDeleteEnabled   = "delete.enabled"
+	KeyVersionColumn   = "version.column"
+	KeyDeletedColumn   = "deleted.column"
+	KeyAutoCreate      = "auto.create"
+	KeyAutoEngine      = "auto.create.engine"
+	KeyDLQTable        = "errors.deadletterqueue.table.name"
+	KeyOffsetsTable    = "offsets.table"
+	KeyIntentsTable    = "intents.table"
+	KeyBlockRows       = "insert.block.rows"
+	KeyDedup           = "insert.deduplication"
+	KeyRedoSkipPresent = "redo.skip.present"
+)
+
+// Class is the connector.class alias of the ClickHouse sink.
+const Class = "io.txsink.clickhouse.ClickHouseSinkConnector"
+
+// Defs are the ClickHouse sink's settings.
+var Defs = config.Defs{
+	{Name: KeyURL, Type: config.String, Required: true, Group: "Connection", Doc: "Native-protocol address: clickhouse://host:9000/database (or tcp://…, or host:port). Query parameters: dial_timeout (Go duration), secure (true/false).",
+		Check: func(v string) error { _, err := ParseURL(v); return err }},
+	{Name: KeyUser, Type: config.String, Group: "Connection", Doc: "User name; overrides the URL's (default: default)."},
+	{Name: KeyPassword, Type: config.Password, Group: "Connection", Doc: "Password; overrides the URL's. Never shown by the API or logs."},
+	{Name: KeyDatabase, Type: config.String, Group: "Connection", Doc: "Database of the target, state and dead-letter tables; overrides the URL's path (default: default)."},
+	{Name: KeyTableFormat, Type: config.String, Default: "${topic}", Group: "Mapping", Doc: "Target table; ${topic} is replaced by the record's topic. Always quoted."},
+	{Name: KeyPKMode, Type: config.String, Default: "none", Enum: []string{"none", "kafka", "record_key", "record_value"}, Group: "Mapping", Doc: "kafka: auto.create adds the coordinate columns __connect_topic, __connect_partition, __connect_offset and orders by them. Coordinate columns present in a table are always filled."},
+	{Name: KeyPKFields, Type: config.List, Group: "Mapping", Doc: "Key columns: auto.create's ORDER BY, and the fields a tombstone's key fills (delete.enabled)."},
+	{Name: KeyDeleteEnabled, Type: config.Boolean, Default: "false", Group: "Mapping", Doc: "Tombstones become deletion rows (deleted.column = 1, version.column = offset) of a ReplacingMergeTree(version, is_deleted) table (ClickHouse 23.2+). Off: a tombstone is a bad record."},
+	{Name: KeyVersionColumn, Type: config.String, Group: "Mapping", Doc: "Column filled with the record's Kafka offset: the version of a ReplacingMergeTree(version) table, so the latest record of a key wins (upsert)."},
+	{Name: KeyDeletedColumn, Type: config.String, Default: "is_deleted", Group: "Mapping", Doc: "UInt8 column set to 1 by tombstones when delete.enabled."},
+	{Name: KeyAutoCreate, Type: config.Boolean, Default: "false", Group: "Mapping", Doc: "Create a missing target table from the first record's fields (String, Int64, Float64, UInt8; objects and arrays as JSON text in String)."},
+	{Name: KeyAutoEngine, Type: config.String, Group: "Mapping", Doc: "ENGINE of auto-created tables, e.g. ReplacingMergeTree(version). Default: MergeTree (ReplacingMergeTree with version.column), made Replicated* with a ZooKeeper path when the server has no de-duplication tokens and exactly_once needs it."},
+	{Name: KeyDLQTable, Type: config.String, Group: "Errors", Doc: "Dead-letter table (errors.tolerance=all); created if missing, with a de-duplicating engine; written with the batch's de-dup token."},
+	{Name: KeyOffsetsTable, Type: config.String, Default: "txsink_offsets", Group: "Offsets", Doc: "Table holding next_offset and fence per partition (ReplacingMergeTree); created if missing."},
+	{Name: KeyIntentsTable, Type: config.String, Default: "txsink_intents", Group: "Offsets", Doc: "Intent log of exactly_once batches (ReplacingMergeTree); created if missing."},
+	{Name: KeyBlockRows, Type: config.Int, Default: "100000", Min: 1, Max: 10000000, Group: "Batching", Doc: "Maximum rows per INSERT block. A partition batch is inserted in blocks of this size (recorded in its intent, so a redo cuts the same blocks). Rows per insert are bounded by batch.max.records: keep that at 10000 or more."},
+	{Name: KeyDedup, Type: config.String, Default: "auto", Enum: []string{"auto", "token", "blocks"}, Group: "Delivery", Doc: "auto: insert_deduplication_token where the server has it, else identical blocks into a Replicated*MergeTree table; token or blocks force one (preflight refuses what the server and table cannot do)."},
+	{Name: KeyRedoSkipPresent, Type: config.Boolean, Default: "true", Group: "Delivery", Doc: "On a redo into a table with the coordinate columns, skip blocks whose rows are already present instead of relying on the de-duplication window."},
+}
+
+// Config is the ClickHouse sink's configuration.
+type Config struct {
+	Connector       string
+	Topics          []string
+	Delivery        string
+	Addr            []string
+	Database        string
+	User, Password  string
+	DialTimeout     time.Duration
+	Secure          bool
+	TableNameFormat string
+	PKMode          string
+	PKFields        []string
+	DeleteEnabled   bool
+	VersionColumn   string
+	DeletedColumn   string
+	AutoCreate      bool
+	AutoEngine      string
+	ErrorsTolerance string
+	DLQTable        string
+	OffsetsTable    string
+	IntentsTable    string
+	BlockRows       int
+	Dedup           string
+	RedoSkipPresent bool
+	// UnsafeNoFencing (test only) switches off the fence checks, the
+	// intent-state checks and insert de-duplication: the negative control
+	// of the zombie tests.
+	UnsafeNoFencing bool
+}
+
+// Validate checks cross-field rules; every message starts with the
+// offending setting.
+func (c Config) Validate() error {
+	if c.ErrorsTolerance == "all" && c.DLQTable == "" {
+		return errors.New(KeyDLQTable + ": required when errors.tolerance=all")
+	}
+	if c.DeleteEnabled && c.VersionColumn == "" {
+		return errors.New(KeyDeleteEnabled + ": needs version.column (the ReplacingMergeTree version that orders a deletion after the row it deletes)")
+	}
+	if c.DeleteEnabled && c.DeletedColumn == "" {
+		return errors.New(KeyDeletedColumn + ": required when delete.enabled")
+	}
+	if c.PKMode == "kafka" && len(c.PKFields) != 0 {
+		return errors.New(KeyPKFields + ": must be empty with pk.mode=kafka (the coordinate columns are the key)")
+	}
+	for _, name := range []string{c.Database, c.OffsetsTable, c.IntentsTable, c.DLQTable} {
+		if strings.ContainsAny(name, "\x00`") {
+			return fmt.Errorf("%s: %q must not contain NUL or backquotes", KeyDatabase, name)
+		}
+	}
+	return nil
+}
+
+// ParseURL validates connection.url and returns the addresses, database,
+// user and password it names.
+func ParseURL(raw string) (*url.URL, error) {
+	s := strings.TrimSpace(raw)
+	if !strings.Contains(s, "://") {
+		s = "clickhouse://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		if ue, ok := err.(*url.Error); ok {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("not a URL: %w", err)
+	}
+	if u.Scheme != "clickhouse" && u.Scheme != "tcp" {
+		return nil, fmt.Errorf("must look like clickhouse://host:9000/database (native protocol; HTTP is not supported)")
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("no host in %q", u.Redacted())
+	}
+	for _, h := range strings.Split(u.Host, ",") {
+		host, port, err := net.SplitHostPort(h)
+		if err != nil || host == "" || port == "" {
+			return nil, fmt.Errorf("address %q: want host:port", h)
+		}
+	}
+	for k, vs := range u.Query() {
+		switch k {
+		case "dial_timeout":
+			if _, err := time.ParseDuration(vs[0]); err != nil {
+				return nil, fmt.Errorf("dial_timeout: %v", err)
+			}
+		case "secure":
+		default:
+			return nil, fmt.Errorf("connection parameter %q is not allowed (allowed: dial_timeout, secure)", k)
+		}
+	}
+	return u, nil
+}
+
+// ParseConfig builds the sink's Config from validated settings.
+func ParseConfig(c config.Connector, v config.Values) (Config, error) {
+	u, err := ParseURL(v[KeyURL])
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %w", KeyURL, err)
+	}
+	cfg := Config{
+		Connector:       c.Name,
+		Topics:          c.Topics,
+		Delivery:        c.Delivery,
+		Addr:            strings.Split(u.Host, ","),
+		Database:        strings.Trim(u.Path, "/"),
+		DialTimeout:     10 * time.Second,
+		TableNameFormat: v[KeyTableFormat],
+		PKMode:          v[KeyPKMode],
+		PKFields:        v.List(KeyPKFields),
+		DeleteEnabled:   v.Bool(KeyDeleteEnabled),
+		VersionColumn:   v[KeyVersionColumn],
+		DeletedColumn:   v[KeyDeletedColumn],
+		AutoCreate:      v.Bool(KeyAutoCreate),
+		AutoEngine:      v[KeyAutoEngine],
+		ErrorsTolerance: c.ErrorsTolerance,
+		DLQTable:        v[KeyDLQTable],
+		OffsetsTable:    v[KeyOffsetsTable],
+		IntentsTable:    v[KeyIntentsTable],
+		BlockRows:       int(v.Int(KeyBlockRows)),
+		Dedup:           v[KeyDedup],
+		RedoSkipPresent: v.Bool(KeyRedoSkipPresent),
+		UnsafeNoFencing: c.UnsafeNoFencing,
+	}
+	if u.User != nil {
+		cfg.User = u.User.Username()
+		cfg.Password, _ = u.User.Password()
+	}
+	if d := u.Query().Get("dial_timeout"); d != "" {
+		cfg.DialTimeout, _ = time.ParseDuration(d)
+	}
+	cfg.Secure = u.Query().Get("secure") == "true"
+	if s := v[KeyUser]; s != "" {
+		cfg.User = s
+	}
+	if s := v[KeyPassword]; s != "" {
+		cfg.Password = s
+	}
+	if s := v[KeyDatabase]; s != "" {
+		cfg.Database = s
+	}
+	if cfg.Database == "" {
+		cfg.Database = "default"
+	}
+	if cfg.User == "" {
+		cfg.User = "default"
+	}
+	if cfg.TableNameFormat == "" {
+		cfg.TableNameFormat = "${topic}"
+	}
+	if cfg.BlockRows <= 0 {
+		cfg.BlockRows = 100000
+	}
+	return cfg, cfg.Validate()
+}
+
+// Spec returns the registry entry of the ClickHouse sink.
+func Spec() connectors.Spec {
+	return connectors.Spec{
+		Name:     "clickhouse",
+		Class:    Class,
+		Version:  "1.0",
+		Defs:     Defs,
+		Validate: validate,
+		New:      open,
+	}
+}
+
+func validate(v config.Values) config.Errors {
+	c := config.ParseConnector(v)
+	if _, err := ParseConfig(c, v); err != nil {
+		name := KeyURL
+		if i := strings.Index(err.Error(), ":"); i > 0 && !strings.Contains(err.Error()[:i], " ") {
+			name = err.Error()[:i]
+		}
+		return config.Errors{{Name: name, Msg: err.Error()}}
+	}
+	return nil
+}
+
+func (c Config) options() *clickhouse.Options {
+	o := &clickhouse.Options{
+		Addr:        c.Addr,
+		Protocol:    clickhouse.Native,
+		Auth:        clickhouse.Auth{Database: c.Database, Username: c.User, Password: c.Password},
+		DialTimeout: c.DialTimeout,
+		ReadTimeout: 5 * time.Minute,
+		ClientInfo:  clickhouse.ClientInfo{Products: []struct{ Name, Version string }{{Name: "txsink", Version: "1"}}},
+	}
+	if c.Secure {
+		o.TLS = tlsConfig()
+	}
+	return o
+}
+
+func open(ctx context.Context, env connectors.Env, c config.Connector, v config.Values) (connectors.Sink, error) {
+	cfg, err := ParseConfig(c, v)
+	if err != nil {
+		return nil, err
+	}
+	return Open(ctx, env, cfg)
+}

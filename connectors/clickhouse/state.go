@@ -1,0 +1,251 @@
+package clickhouse
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/txsink/txsink/offsets"
+	"github.com/txsink/txsink/twophase"
+)
+
+var errNoRows = sql.ErrNoRows
+
+// Intent states, in increasing precedence: the intents table is a
+// ReplacingMergeTree versioned by status, so merges keep the final state
+// of each (batch, fence), and readers take max(status).
+const (
+	statusPending uint8 = 1
+	statusAborted uint8 = 2
+	statusFenced  uint8 = 3 // a newer owner or an offsets reset took the partition before the commit
+	statusDone    uint8 = 4
+)
+
+// offsetsDDL: one row per change; the current position of a partition is
+// the row with the greatest (fence, next_offset). The engine's version is
+// the fence, so merges keep the same row readers choose: within one fence
+// next_offset only grows, and a stale owner's rows (lower fence) never win.
+const offsetsDDL = `CREATE TABLE IF NOT EXISTS %s (
+	connector String,
+	topic String,
+	` + "`partition`" + ` Int32,
+	next_offset Int64,
+	fence UInt64,
+	updated_at DateTime
+) ENGINE = ReplacingMergeTree(fence) ORDER BY (connector, topic, ` + "`partition`" + `)`
+
+// intentsDDL: the durable intent log. A row per state change of a batch
+// intent, keyed by batch identity and fence (two owners may prepare the
+// same range: the de-dup token is the same for both).
+const intentsDDL = `CREATE TABLE IF NOT EXISTS %s (
+	connector String,
+	topic String,
+	` + "`partition`" + ` Int32,
+	first Int64,
+	last Int64,
+	fence UInt64,
+	prev Int64,
+	token String,
+	target String,
+	records UInt32,
+	blocks UInt32,
+	block_rows UInt32,
+	mechanism String,
+	status UInt8,
+	prepared_at DateTime,
+	updated_at DateTime,
+	note String
+) ENGINE = ReplacingMergeTree(status) ORDER BY (connector, topic, ` + "`partition`" + `, first, last, fence)`
+
+// intent is one batch intent.
+type intent struct {
+	ID         twophase.BatchID
+	Fence      int64
+	Prev       int64
+	Token      string
+	Target     string
+	Records    int
+	Blocks     int
+	BlockRows  int
+	Mechanism  Mechanism
+	Status     uint8
+	PreparedAt time.Time
+}
+
+// store holds the offsets and intents tables.
+type store struct {
+	conn    driver.Conn
+	offsets string // quoted, qualified
+	intents string
+}
+
+func (s *store) ensure(ctx context.Context) error {
+	for _, ddl := range []string{fmt.Sprintf(offsetsDDL, s.offsets), fmt.Sprintf(intentsDDL, s.intents)} {
+		if err := s.conn.Exec(ctx, ddl); err != nil {
+			return fmt.Errorf("clickhouse: create state table: %w", err)
+		}
+	}
+	return nil
+}
+
+// positions reads the current positions of connector (topic "" = all).
+func (s *store) positions(ctx context.Context, connector, topic string) (map[string]map[int32]offsets.Position, error) {
+	q := "SELECT topic, `partition`, argMax(next_offset, (fence, next_offset)), max(fence), argMax(updated_at, (fence, next_offset)) FROM " + s.offsets + " WHERE connector = ?"
+	args := []any{connector}
+	if topic != "" {
+		q += " AND topic = ?"
+		args = append(args, topic)
+	}
+	q += " GROUP BY topic, `partition` ORDER BY topic, `partition`"
+	rows, err := s.conn.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: read offsets: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]map[int32]offsets.Position{}
+	for rows.Next() {
+		var p offsets.Position
+		var fence uint64
+		if err := rows.Scan(&p.Topic, &p.Partition, &p.Next, &fence, &p.UpdatedAt); err != nil {
+			return nil, fmt.Errorf("clickhouse: read offsets: %w", err)
+		}
+		p.Fence = int64(fence)
+		if out[p.Topic] == nil {
+			out[p.Topic] = map[int32]offsets.Position{}
+		}
+		out[p.Topic][p.Partition] = p
+	}
+	return out, rows.Err()
+}
+
+// lookup reads one partition's position; ok is false when it has none.
+func (s *store) lookup(ctx context.Context, connector, topic string, partition int32) (offsets.Position, bool, error) {
+	all, err := s.positions(ctx, connector, topic)
+	if err != nil {
+		return offsets.Position{}, false, err
+	}
+	p, ok := all[topic][partition]
+	if !ok {
+		p = offsets.Position{Topic: topic, Partition: partition, Next: offsets.Unset}
+	}
+	return p, ok, nil
+}
+
+// writePositions inserts position rows in one block.
+func (s *store) writePositions(ctx context.Context, connector string, ps []offsets.Position) error {
+	if len(ps) == 0 {
+		return nil
+	}
+	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO "+s.offsets+" (connector, topic, `partition`, next_offset, fence, updated_at)")
+	if err != nil {
+		return fmt.Errorf("clickhouse: write offsets: %w", err)
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	for _, p := range ps {
+		if err := b.Append(connector, p.Topic, p.Partition, p.Next, uint64(p.Fence), now); err != nil {
+			_ = b.Abort()
+			return fmt.Errorf("clickhouse: write offsets: %w", err)
+		}
+	}
+	if err := b.Send(); err != nil {
+		return fmt.Errorf("clickhouse: write offsets: %w", err)
+	}
+	return nil
+}
+
+// writeIntent inserts an intent row with the given status.
+func (s *store) writeIntent(ctx context.Context, in intent, status uint8, note string) error {
+	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO "+s.intents+" (connector, topic, `partition`, first, last, fence, prev, token, target, records, blocks, block_rows, mechanism, status, prepared_at, updated_at, note)")
+	if err != nil {
+		return fmt.Errorf("clickhouse: write intent %s: %w", in.ID, err)
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	prepared := in.PreparedAt
+	if prepared.IsZero() {
+		prepared = now
+	}
+	if err := b.Append(in.ID.Connector, in.ID.Topic, in.ID.Partition, in.ID.First, in.ID.Last, uint64(in.Fence), in.Prev, in.Token, in.Target,
+		uint32(in.Records), uint32(in.Blocks), uint32(in.BlockRows), string(in.Mechanism), status, prepared, now, note); err != nil {
+		_ = b.Abort()
+		return fmt.Errorf("clickhouse: write intent %s: %w", in.ID, err)
+	}
+	if err := b.Send(); err != nil {
+		return fmt.Errorf("clickhouse: write intent %s: %w", in.ID, err)
+	}
+	return nil
+}
+
+const intentCols = "topic, `partition`, first, last, fence, max(status), any(prev), any(token), any(target), any(records), any(blocks), any(block_rows), any(mechanism), min(prepared_at)"
+
+func scanIntents(rows driver.Rows, connector string) ([]intent, error) {
+	defer rows.Close()
+	var out []intent
+	for rows.Next() {
+		var in intent
+		var fence uint64
+		var records, blocks, blockRows uint32
+		var mech string
+		in.ID.Connector = connector
+		if err := rows.Scan(&in.ID.Topic, &in.ID.Partition, &in.ID.First, &in.ID.Last, &fence, &in.Status, &in.Prev, &in.Token, &in.Target, &records, &blocks, &blockRows, &mech, &in.PreparedAt); err != nil {
+			return nil, fmt.Errorf("clickhouse: read intents: %w", err)
+		}
+		in.Fence, in.Records, in.Blocks, in.BlockRows, in.Mechanism = int64(fence), int(records), int(blocks), int(blockRows), Mechanism(mech)
+		out = append(out, in)
+	}
+	return out, rows.Err()
+}
+
+// intentsOf reads every (fence) intent of one batch identity.
+func (s *store) intentsOf(ctx context.Context, id twophase.BatchID) ([]intent, error) {
+	rows, err := s.conn.Query(ctx, "SELECT "+intentCols+" FROM "+s.intents+
+		" WHERE connector = ? AND topic = ? AND `partition` = ? AND first = ? AND last = ? GROUP BY topic, `partition`, first, last, fence",
+		id.Connector, id.Topic, id.Partition, id.First, id.Last)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: read intents of %s: %w", id, err)
+	}
+	return scanIntents(rows, id.Connector)
+}
+
+// pending lists the connector's intents whose batch is neither done nor
+// resolved: for each batch identity with no done intent, its pending
+// intents.
+func (s *store) pending(ctx context.Context, connector string) ([]intent, error) {
+	rows, err := s.conn.Query(ctx, "SELECT "+intentCols+" FROM "+s.intents+
+		" WHERE connector = ? GROUP BY topic, `partition`, first, last, fence HAVING max(status) = ?", connector, statusPending)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: list pending intents: %w", err)
+	}
+	cands, err := scanIntents(rows, connector)
+	if err != nil || len(cands) == 0 {
+		return nil, err
+	}
+	var out []intent
+	for _, c := range cands {
+		all, err := s.intentsOf(ctx, c.ID)
+		if err != nil {
+			return nil, err
+		}
+		done := false
+		for _, a := range all {
+			done = done || a.Status == statusDone
+		}
+		if !done {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// blocksSince sums the blocks this connector inserted into target from
+// batches prepared at or after t (an estimate of how far a table's
+// de-duplication window moved; other writers are not counted).
+func (s *store) blocksSince(ctx context.Context, connector, target string, t time.Time) (uint64, error) {
+	var n uint64
+	err := s.conn.QueryRow(ctx, "SELECT toUInt64(sum(blocks)) FROM (SELECT any(blocks) AS blocks FROM "+s.intents+
+		" WHERE connector = ? AND target = ? AND status = ? AND prepared_at >= ? GROUP BY topic, `partition`, first, last)",
+		connector, target, statusDone, t).Scan(&n)
+	return n, err
+}
