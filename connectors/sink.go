@@ -49,6 +49,14 @@ type Sink interface {
 	Close()
 }
 
+// DeadLetterCounter is implemented by sinks that count the records they
+// dead-lettered per batch, so the runtime can report them for committed
+// rounds. TakeDeadLettered returns the count for the batches and forgets
+// them.
+type DeadLetterCounter interface {
+	TakeDeadLettered(ids []twophase.BatchID) int
+}
+
 // Terminal marks errors that retrying cannot fix: a missing target table,
 // a column type the sink cannot write. The task fails with the error (and
 // the worker's restart policy decides what happens next) instead of

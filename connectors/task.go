@@ -235,6 +235,7 @@ func (t *Task) runTransactional(ctx context.Context) error {
 		case twophase.OutcomeCommitted:
 			stats.Outcome = "committed"
 			stats.Positions = t.advance(batches)
+			stats.DeadLettered = t.deadLettered(batches)
 			t.observeRound(stats)
 			if err := t.stoppedError(); err != nil {
 				return err
@@ -365,6 +366,7 @@ func (t *Task) localRound(ctx context.Context, cl *kgo.Client, recs []*kgo.Recor
 	}
 	stats := RoundStats{Records: len(recs), Batches: len(batches), Commit: time.Since(start), Total: time.Since(start), Outcome: "committed"}
 	stats.Positions = t.advance(done)
+	stats.DeadLettered = t.deadLettered(batches)
 	if firstErr != nil {
 		stats.Outcome = "partial"
 	}
@@ -694,6 +696,20 @@ func (t *Task) stoppedError() error {
 		}
 	}
 	return nil
+}
+
+// deadLettered asks the sink how many records of the batches it
+// dead-lettered (0 when the sink does not count).
+func (t *Task) deadLettered(batches []*twophase.Batch) int {
+	dc, ok := t.sink.(DeadLetterCounter)
+	if !ok {
+		return 0
+	}
+	ids := make([]twophase.BatchID, len(batches))
+	for i, b := range batches {
+		ids[i] = b.ID
+	}
+	return dc.TakeDeadLettered(ids)
 }
 
 func (t *Task) observeRound(s RoundStats) {

@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/txsink/txsink/connectors"
 	"github.com/txsink/txsink/connectors/postgres"
 	"github.com/txsink/txsink/internal/pgtest"
+	"github.com/txsink/txsink/offsets"
 )
 
 type coord struct {
@@ -184,5 +186,100 @@ func TestTaskFailsOnMissingTable(t *testing.T) {
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatal("task still running 60s after hitting a missing table")
+	}
+}
+
+// roundObserver records rounds for tests.
+type roundObserver struct {
+	mu     sync.Mutex
+	rounds []connectors.RoundStats
+}
+
+func (o *roundObserver) Assigned(int, []offsets.Position) {}
+func (o *roundObserver) Revoked(int, string, []int32)     {}
+func (o *roundObserver) FenceConflict(int, error)         {}
+func (o *roundObserver) Round(_ int, r connectors.RoundStats) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.rounds = append(o.rounds, r)
+}
+
+func (o *roundObserver) deadLettered() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for _, r := range o.rounds {
+		if r.Outcome == "committed" {
+			n += r.DeadLettered
+		}
+	}
+	return n
+}
+
+// TestTaskReportsDeadLetters: the rounds a task reports count the records
+// the sink dead-lettered (errors.tolerance=all), for the status API and
+// the metrics.
+func TestTaskReportsDeadLetters(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "dl"), kfake.GroupMinSessionTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	db := pgtest.Start(t).NewDatabase(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `CREATE TABLE dl (id text, seq bigint)`); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("dl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var recs []*kgo.Record
+	for i := 0; i < 20; i++ {
+		v := fmt.Sprintf(`{"id":"%d","seq":%d}`, i, i)
+		if i%7 == 3 {
+			v = `{"id":"bad","seq":"not a number"}`
+		}
+		recs = append(recs, &kgo.Record{Value: []byte(v)})
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	reg := &connectors.Registry{}
+	if err := reg.Register(postgres.Spec()); err != nil {
+		t.Fatal(err)
+	}
+	obs := &roundObserver{}
+	conn, err := connectors.Open(ctx, reg, map[string]string{
+		"name": "dl", "connector.class": "postgres", "topics": "dl", "connection.url": db,
+		"errors.tolerance": "all", "errors.deadletterqueue.table.name": "dl_dlq", "session.timeout.ms": "3000",
+	}, connectors.TaskOptions{Bootstrap: c.ListenAddrs(), InstanceID: "t", Observer: obs,
+		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Start(nil)
+	defer conn.Stop()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var rows, dlq int
+		_ = pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM dl), (SELECT count(*) FROM dl_dlq)`).Scan(&rows, &dlq)
+		if rows == 17 && dlq == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 60s: %d rows, %d dead letters; want 17 and 3", rows, dlq)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := obs.deadLettered(); n != 3 {
+		t.Fatalf("committed rounds reported %d dead-lettered records, want 3", n)
 	}
 }

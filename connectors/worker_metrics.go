@@ -52,8 +52,41 @@ func newWorkerMetrics(w *Worker) *workerMetrics {
 	}
 }
 
+// SinkCollectors is implemented by sinks with metrics of their own (the
+// ClickHouse sink's redo and de-duplication window counters); the worker
+// exposes them with its own at /metrics.
+type SinkCollectors interface {
+	Collectors() []prometheus.Collector
+}
+
+// sinkMetrics collects the metrics of every open sink at scrape time. It
+// describes nothing, so the registry accepts whatever the sinks report
+// (an unchecked collector).
+type sinkMetrics struct{ w *Worker }
+
+func (sinkMetrics) Describe(chan<- *prometheus.Desc) {}
+
+func (sm sinkMetrics) Collect(ch chan<- prometheus.Metric) {
+	sm.w.mu.Lock()
+	var sinks []SinkCollectors
+	for _, c := range sm.w.conns {
+		if c.conn == nil {
+			continue
+		}
+		if sc, ok := c.conn.Sink.(SinkCollectors); ok {
+			sinks = append(sinks, sc)
+		}
+	}
+	sm.w.mu.Unlock()
+	for _, sc := range sinks {
+		for _, c := range sc.Collectors() {
+			c.Collect(ch)
+		}
+	}
+}
+
 func (m *workerMetrics) register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.consumed, m.written, m.deadLettered, m.rounds, m.batches, m.fenced, m.phase, m.taskFailures, m.taskRestarts, m.connectorFailures, m} {
+	for _, c := range []prometheus.Collector{m.consumed, m.written, m.deadLettered, m.rounds, m.batches, m.fenced, m.phase, m.taskFailures, m.taskRestarts, m.connectorFailures, m, sinkMetrics{m.w}} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -23,9 +24,10 @@ import (
 
 // Compile-time checks.
 var (
-	_ connectors.Sink          = (*Sink)(nil)
-	_ twophase.Participant     = (*Sink)(nil)
-	_ connectors.RecordLocator = (*RecordError)(nil)
+	_ connectors.Sink              = (*Sink)(nil)
+	_ twophase.Participant         = (*Sink)(nil)
+	_ connectors.RecordLocator     = (*RecordError)(nil)
+	_ connectors.DeadLetterCounter = (*Sink)(nil)
 )
 
 // RecordCoordinates locates the bad record for the runtime.
@@ -48,6 +50,9 @@ type Sink struct {
 	connector string
 	connHash  string
 	log       *slog.Logger
+
+	dlMu sync.Mutex
+	dl   map[twophase.BatchID]int // dead letters per prepared or written batch
 }
 
 // NewSink opens a sink on pool for the named connector. It creates the
@@ -118,15 +123,42 @@ func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) error {
 		if err := s.store.Advance(ctx, tx, offsets.GuardCAS, b.ID.Connector, b.ID.Topic, b.ID.Partition, b.Fence, b.Prev, b.ID.NextOffset()); err != nil {
 			return err
 		}
-		if _, err := s.w.Write(ctx, tx, b.Records); err != nil {
+		st, err := s.w.Write(ctx, tx, b.Records)
+		if err != nil {
 			return err
 		}
 		failpoint.Hit(failpoint.AfterWrite)
 		if _, err := tx.Exec(ctx, "PREPARE TRANSACTION '"+GID(b.ID)+"'"); err != nil {
 			return fmt.Errorf("prepare %s: %w", b.ID, err)
 		}
+		s.noteDeadLetters(b.ID, st.DeadLettered)
 		return nil
 	}))
+}
+
+func (s *Sink) noteDeadLetters(id twophase.BatchID, n int) {
+	if n == 0 {
+		return
+	}
+	s.dlMu.Lock()
+	defer s.dlMu.Unlock()
+	if s.dl == nil {
+		s.dl = map[twophase.BatchID]int{}
+	}
+	s.dl[id] = n
+}
+
+// TakeDeadLettered implements connectors.DeadLetterCounter: the dead
+// letters of batches this process prepared or wrote, forgotten once taken.
+func (s *Sink) TakeDeadLettered(ids []twophase.BatchID) int {
+	s.dlMu.Lock()
+	defer s.dlMu.Unlock()
+	n := 0
+	for _, id := range ids {
+		n += s.dl[id]
+		delete(s.dl, id)
+	}
+	return n
 }
 
 // classify marks the errors no retry can fix as connectors.Terminal.
@@ -195,6 +227,7 @@ func (s *Sink) Commit(ctx context.Context, id twophase.BatchID) error {
 // Abort implements twophase.Participant with ROLLBACK PREPARED; a batch
 // that is not prepared is already aborted.
 func (s *Sink) Abort(ctx context.Context, id twophase.BatchID) error {
+	s.TakeDeadLettered([]twophase.BatchID{id})
 	_, err := s.pool.Exec(ctx, "ROLLBACK PREPARED '"+GID(id)+"'")
 	if err == nil || isUndefinedObject(err) {
 		return nil
@@ -274,7 +307,10 @@ func (s *Sink) writeLocal(ctx context.Context, b *twophase.Batch, guard offsets.
 		return s.store.Advance(ctx, tx, guard, b.ID.Connector, b.ID.Topic, b.ID.Partition, b.Fence, b.Prev, b.ID.NextOffset())
 	}
 	write := func(tx pgx.Tx) error {
-		_, err := s.w.Write(ctx, tx, b.Records)
+		st, err := s.w.Write(ctx, tx, b.Records)
+		if err == nil {
+			s.noteDeadLetters(b.ID, st.DeadLettered)
+		}
 		return err
 	}
 	switch order {
