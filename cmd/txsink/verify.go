@@ -1,0 +1,247 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/txsink/txsink/internal/verify"
+)
+
+// Exit codes of "txsink verify".
+const (
+	exitVerifyOK     = 0 // no sink fault (upstream anomalies may be reported)
+	exitVerifyFault  = 1 // at least one sink fault
+	exitVerifyUsage  = 2
+	exitVerifyFailed = 3 // the audit could not be done (connection, missing table, …)
+)
+
+const verifyUsage = `usage: txsink verify [flags]
+
+Audits a connector's PostgreSQL sink against Kafka: reads the sink's rows,
+stored offsets and prepared transactions in one snapshot, then scans the
+input topics with read_committed isolation, and reports per partition: loss,
+duplicates (by coordinates and by payload id), aborted reads, value
+mismatches, rows beyond the stored offset, offsets past the stable end or
+gone backwards, leftover prepared transactions, and lag.
+
+Exit status: 0 no sink fault, 1 sink fault found, 2 usage, 3 could not check.
+
+Typical use, with the connector's own config file:
+
+  txsink verify -bootstrap kafka:9092 -config connector.json -id-column id -id-field id
+
+flags:
+`
+
+func cmdVerify(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, verifyUsage)
+		fs.PrintDefaults()
+	}
+	var (
+		bootstrap    = fs.String("bootstrap", envOr("TXSINK_BOOTSTRAP_SERVERS", "127.0.0.1:9092"), "Kafka bootstrap servers, comma-separated (env TXSINK_BOOTSTRAP_SERVERS)")
+		cfgPath      = fs.String("config", "", "connector config file (as for txsink run): fills -connector, -topics, -sink-url, -table, -schema, -offsets-table and -dlq-table; explicit flags win")
+		topics       = fs.String("topics", "", "input topics, comma-separated")
+		sinkURL      = fs.String("sink-url", envOr("TXSINK_VERIFY_SINK_URL", ""), "PostgreSQL URL of the sink database, postgres://… or jdbc:postgresql://… (env TXSINK_VERIFY_SINK_URL)")
+		connector    = fs.String("connector", "", "connector name (key of its rows in the offsets table)")
+		table        = fs.String("table", "", "target table, ${topic} replaced by each topic: the connector's table.name.format (default ${topic})")
+		schema       = fs.String("schema", "", "schema of the target, offsets and dead-letter tables (default public)")
+		offsetsTable = fs.String("offsets-table", "", "offsets table (default txsink_offsets)")
+		dlqTable     = fs.String("dlq-table", "", "dead-letter table, if the connector has one: records there count as delivered")
+		topicCol     = fs.String("topic-column", "__connect_topic", `column holding the record's topic ("-": none, one topic per table)`)
+		partCol      = fs.String("partition-column", "__connect_partition", "column holding the record's partition")
+		offsetCol    = fs.String("offset-column", "__connect_offset", "column holding the record's offset")
+		idColumn     = fs.String("id-column", "", `column holding a payload id ("col" or "jsoncol->field"); enables duplicate-by-id and id mismatch checks`)
+		idField      = fs.String("id-field", "", `where the payload id is in each record: a dotted path into the JSON value ("id", "meta.id") or "key"; default: the id column's name`)
+		compare      = fs.String("compare", "", "columns compared with record fields, comma-separated: col or col=field.path")
+		producerLog  = fs.String("producer-log", "", "upstream producer log (JSON lines: txn, outcome acknowledged|failed|unknown, records with topic/partition/offset/id) to tell broker anomalies from sink faults")
+		history      = fs.String("offset-history", "", "stored offsets sampled over time (JSON lines: at, topic, partition, next_offset, fence) to detect offsets going backwards")
+		grace        = fs.Duration("prepared-grace", time.Minute, "prepared transactions of the connector younger than this are in flight, not leftovers")
+		maxLag       = fs.Int64("max-lag", -1, "fail when a partition has more undelivered committed records than this (-1: report lag only)")
+		fromFirstRow = fs.Bool("from-first-row", false, "check loss only from each partition's first row (connectors started with offsets.initial=latest)")
+		scanIdle     = fs.Duration("scan-idle", 5*time.Second, "end a partition's scan after this long without progress")
+		timeout      = fs.Duration("timeout", 10*time.Minute, "bound on the whole audit")
+		output       = fs.String("output", "text", "text or json")
+		examples     = fs.Int("max-examples", 100, "anomalies listed per kind (counts are always exact)")
+	)
+	if err := fs.Parse(args); err != nil {
+		return exitVerifyUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "txsink verify: unexpected arguments %q\n", fs.Args())
+		return exitVerifyUsage
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+
+	c := verify.Config{
+		Bootstrap: splitList(*bootstrap),
+		Sink: verify.SinkOptions{
+			TopicColumn: *topicCol, PartitionColumn: *partCol, OffsetColumn: *offsetCol,
+			IDColumn: *idColumn,
+		},
+		PreparedGrace: *grace,
+		CheckLag:      *maxLag >= 0,
+		MaxLag:        *maxLag,
+		FromFirstRow:  *fromFirstRow,
+		ScanIdle:      *scanIdle,
+		MaxExamples:   *examples,
+	}
+	if *grace == 0 {
+		c.PreparedGrace = -1 // 0 means "none": every prepared transaction is a leftover
+	}
+	if *cfgPath != "" {
+		raw, err := readConnectorFile(*cfgPath)
+		if err != nil {
+			fmt.Fprintln(stderr, "txsink verify:", err)
+			return exitVerifyUsage
+		}
+		c.Sink.Connector = raw["name"]
+		c.Topics = splitList(raw["topics"])
+		c.Sink.Table = raw["table.name.format"]
+		c.Sink.Schema = raw["table.schema"]
+		c.Sink.OffsetsTable = raw["offsets.table"]
+		c.Sink.DeadLetterTable = raw["errors.deadletterqueue.table.name"]
+		if u := raw["connection.url"]; u != "" {
+			su, err := sinkURLFrom(u, raw["connection.user"], raw["connection.password"])
+			if err != nil {
+				fmt.Fprintln(stderr, "txsink verify: connection.url:", err)
+				return exitVerifyUsage
+			}
+			c.Sink.URL = su
+		}
+	}
+	// Explicit flags win over the connector file.
+	override := func(name string, dst *string, v string) {
+		if set[name] {
+			*dst = v
+		}
+	}
+	override("connector", &c.Sink.Connector, *connector)
+	override("table", &c.Sink.Table, *table)
+	override("schema", &c.Sink.Schema, *schema)
+	override("offsets-table", &c.Sink.OffsetsTable, *offsetsTable)
+	override("dlq-table", &c.Sink.DeadLetterTable, *dlqTable)
+	if set["topics"] || len(c.Topics) == 0 {
+		c.Topics = splitList(*topics)
+	}
+	if set["sink-url"] || c.Sink.URL == "" {
+		if *sinkURL != "" {
+			su, err := sinkURLFrom(*sinkURL, "", "")
+			if err != nil {
+				fmt.Fprintln(stderr, "txsink verify: -sink-url:", err)
+				return exitVerifyUsage
+			}
+			c.Sink.URL = su
+		}
+	}
+	c.IDField = *idField
+	if c.IDField == "" && *idColumn != "" {
+		c.IDField = *idColumn
+		if _, f, ok := strings.Cut(*idColumn, "->"); ok {
+			c.IDField = strings.TrimSpace(f)
+		}
+	}
+	for _, item := range splitList(*compare) {
+		col, field, ok := strings.Cut(item, "=")
+		c.Sink.CompareColumns = append(c.Sink.CompareColumns, col)
+		if !ok {
+			field = col
+			if _, f, ok := strings.Cut(col, "->"); ok {
+				field = strings.TrimSpace(f)
+			}
+		}
+		c.CompareFields = append(c.CompareFields, field)
+	}
+	if *output != "text" && *output != "json" {
+		fmt.Fprintf(stderr, "txsink verify: -output: must be text or json, got %q\n", *output)
+		return exitVerifyUsage
+	}
+	if err := c.Validate(); err != nil {
+		fmt.Fprintln(stderr, "txsink verify:", err)
+		return exitVerifyUsage
+	}
+	if *producerLog != "" {
+		txns, err := verify.ReadProducerLogFile(*producerLog)
+		if err != nil {
+			fmt.Fprintln(stderr, "txsink verify:", err)
+			return exitVerifyUsage
+		}
+		c.ProducerLog = txns
+	}
+	if *history != "" {
+		f, err := os.Open(*history)
+		if err != nil {
+			fmt.Fprintln(stderr, "txsink verify:", err)
+			return exitVerifyUsage
+		}
+		h, err := verify.ReadHistory(f)
+		f.Close()
+		if err != nil {
+			fmt.Fprintln(stderr, "txsink verify:", err)
+			return exitVerifyUsage
+		}
+		c.History = h
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	r, err := verify.Check(ctx, c)
+	if err != nil {
+		fmt.Fprintln(stderr, "txsink verify:", err)
+		return exitVerifyFailed
+	}
+	if *output == "json" {
+		err = r.WriteJSON(stdout)
+	} else {
+		err = r.WriteText(stdout)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "txsink verify:", err)
+		return exitVerifyFailed
+	}
+	if !r.OK() {
+		return exitVerifyFault
+	}
+	return exitVerifyOK
+}
+
+// sinkURLFrom accepts postgres:// and jdbc:postgresql:// URLs and applies
+// separate credentials.
+func sinkURLFrom(raw, user, password string) (string, error) {
+	raw = strings.TrimPrefix(raw, "jdbc:")
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", err
+	}
+	if u.Scheme == "postgresql" {
+		u.Scheme = "postgres"
+	}
+	if u.Scheme != "postgres" {
+		return "", fmt.Errorf("want postgres://… or jdbc:postgresql://…, got scheme %q", u.Scheme)
+	}
+	if user != "" || password != "" {
+		name := u.User.Username()
+		if user != "" {
+			name = user
+		}
+		pw, _ := u.User.Password()
+		if password != "" {
+			pw = password
+		}
+		u.User = url.UserPassword(name, pw)
+	}
+	return u.String(), nil
+}

@@ -1,0 +1,764 @@
+// Package chaos runs txsink under a seeded, bounded schedule of faults and
+// judges the result with the exactly-once checker (internal/verify).
+//
+// A run has one or more lanes. Each lane is one connector with its own topic,
+// database, upstream transactional producer and 1–3 "txsink run" worker
+// processes sharing the connector's consumer group. All lanes live through
+// the same schedule at the same time: a worker fault hits the same worker
+// index in every lane, a service fault (PostgreSQL crash, Kafka restart) hits
+// everyone. That is how the negative controls run "the same schedule": one
+// lane in exactly_once, one in at_least_once (must show duplicates), one in
+// exactly_once_sink with fencing switched off (must fail the check).
+//
+// After the schedule the runner heals (continues stopped workers, restarts
+// dead ones), stops the producers, waits until every committed record is in
+// the sink, stops the workers and runs "txsink verify" on each lane with
+// the producer's log and the sampled offset history. Run returns a Summary:
+// faults by kind, records in and out, anomalies by kind, max lag and time to
+// recover per fault kind.
+//
+// The same seed gives the same schedule (Plan); the timing of the real
+// processes around it differs from run to run.
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/txsink/txsink/internal/verify"
+)
+
+// Broker is the Kafka broker the run may kill and restart
+// (harness.KafkaService satisfies it).
+type Broker interface {
+	// Stop kills the broker, keeping its data.
+	Stop(ctx context.Context) error
+	// Start brings it back with the same address and returns once it serves.
+	Start(ctx context.Context) error
+}
+
+// Database is the PostgreSQL server the run may crash
+// (harness.PostgresService satisfies it).
+type Database interface {
+	// Restart restarts the server; immediate kills it (crash recovery).
+	Restart(ctx context.Context, immediate bool) error
+}
+
+// RESTDriver injects the REST faults (pause/resume, stop/start, restart,
+// config update) through the worker's REST API.
+//
+// HOOK: the Kafka Connect REST API is being built in parallel; until a
+// driver is given (Env.REST), REST fault kinds are not planned. A driver
+// gets the lane's connector and worker endpoints and must leave the
+// connector running when Inject returns.
+type RESTDriver interface {
+	Inject(ctx context.Context, lane LaneInfo, f Fault) error
+}
+
+// LaneInfo describes a lane to a RESTDriver.
+type LaneInfo struct {
+	Name, Connector, Topic, DatabaseURL string
+	ConfigPath                          string
+	WorkerIDs                           []string
+}
+
+// Lane is one connector living through the schedule.
+type Lane struct {
+	// Name is short ([a-z0-9]), unique in the run.
+	Name string
+	// Delivery is the connector's delivery.guarantee.
+	Delivery string
+	// UnsafeNoFencing sets txsink.test.unsafe.disable.fencing (negative
+	// control only).
+	UnsafeNoFencing bool
+}
+
+// Env is where a run happens.
+type Env struct {
+	// Bootstrap is the Kafka broker's address.
+	Bootstrap string
+	// Broker and Postgres inject the service faults; nil disables
+	// KafkaRestart or PostgresCrash.
+	Broker   Broker
+	Postgres Database
+	// NewDatabase returns the URL of a fresh, empty database for a lane.
+	NewDatabase func(lane string) (string, error)
+	// Binary is the txsink executable.
+	Binary string
+	// Dir receives worker logs, connector files, producer logs, offset
+	// histories and verify reports.
+	Dir string
+	// Logf prints progress (nil: discard).
+	Logf func(format string, args ...any)
+	// REST injects REST faults; nil: none planned (see RESTDriver).
+	REST RESTDriver
+}
+
+// Profile is one run.
+type Profile struct {
+	Name string
+	Seed uint64
+	// Faults bounds the number of faults, Duration the planned start of
+	// the last one; set one or both.
+	Faults   int
+	Duration time.Duration
+	// Workers per lane (1–3); Partitions per topic.
+	Workers    int
+	Partitions int32
+	Lanes      []Lane
+	// Rate is each lane's upstream records per second; MaxTxn the largest
+	// transaction; AbortRatio the share of transactions aborted.
+	Rate       int
+	MaxTxn     int
+	AbortRatio float64
+	// SessionTimeout is the connectors' session.timeout.ms.
+	SessionTimeout time.Duration
+	// GapMin and GapMax bound the planned pause between faults.
+	GapMin, GapMax time.Duration
+	// Warmup is traffic without faults before the schedule.
+	Warmup time.Duration
+	// DrainTimeout bounds the wait for the sinks to catch up at the end.
+	DrainTimeout time.Duration
+	// Weights is the fault mix (nil: DefaultWeights, plus RESTWeights
+	// when Env.REST is set).
+	Weights map[Kind]int
+	Env     Env
+}
+
+func (p *Profile) defaults() error {
+	if p.Name == "" {
+		p.Name = "chaos"
+	}
+	if p.Workers == 0 {
+		p.Workers = 2
+	}
+	if p.Workers < 1 || p.Workers > 3 {
+		return fmt.Errorf("workers: must be between 1 and 3, got %d", p.Workers)
+	}
+	if p.Partitions == 0 {
+		p.Partitions = 6
+	}
+	if len(p.Lanes) == 0 {
+		p.Lanes = []Lane{{Name: "eo", Delivery: "exactly_once"}}
+	}
+	if p.Rate == 0 {
+		p.Rate = 150
+	}
+	if p.MaxTxn == 0 {
+		p.MaxTxn = 30
+	}
+	if p.AbortRatio == 0 {
+		p.AbortRatio = 0.15
+	}
+	if p.SessionTimeout == 0 {
+		p.SessionTimeout = 6 * time.Second
+	}
+	if p.GapMax == 0 {
+		p.GapMin, p.GapMax = time.Second, 3*time.Second
+	}
+	if p.DrainTimeout == 0 {
+		p.DrainTimeout = 3 * time.Minute
+	}
+	if p.Faults <= 0 && p.Duration <= 0 {
+		return errors.New("faults or duration: one must be set")
+	}
+	if p.Env.Bootstrap == "" || p.Env.Binary == "" || p.Env.NewDatabase == nil || p.Env.Dir == "" {
+		return errors.New("env: Bootstrap, Binary, NewDatabase and Dir are required")
+	}
+	if p.Env.Logf == nil {
+		p.Env.Logf = func(string, ...any) {}
+	}
+	seen := map[string]bool{}
+	for _, l := range p.Lanes {
+		if l.Name == "" || seen[l.Name] {
+			return fmt.Errorf("lanes: empty or repeated name %q", l.Name)
+		}
+		seen[l.Name] = true
+	}
+	return nil
+}
+
+// Weights returns the fault mix the profile plans with.
+func (p *Profile) weights() map[Kind]int {
+	w := map[Kind]int{}
+	src := p.Weights
+	if src == nil {
+		src = DefaultWeights
+	}
+	for k, n := range src {
+		w[k] = n
+	}
+	if p.Env.Broker == nil {
+		delete(w, KafkaRestart)
+	}
+	if p.Env.Postgres == nil {
+		delete(w, PostgresCrash)
+	}
+	if p.Env.REST != nil && p.Weights == nil {
+		for k, n := range RESTWeights {
+			w[k] = n
+		}
+	}
+	if p.Env.REST == nil {
+		for k := range RESTWeights {
+			delete(w, k)
+		}
+	}
+	return w
+}
+
+// PlanOf returns the schedule Run will apply.
+func PlanOf(p Profile) ([]Fault, error) {
+	if err := p.defaults(); err != nil {
+		return nil, err
+	}
+	return Plan(PlanOptions{Seed: p.Seed, Faults: p.Faults, Duration: p.Duration, Workers: p.Workers,
+		GapMin: p.GapMin, GapMax: p.GapMax, SessionTimeout: p.SessionTimeout, Weights: p.weights()}), nil
+}
+
+// lane is a Lane at run time.
+type lane struct {
+	Lane
+	connector, topic, db, cfgPath string
+	prod                          *producer
+	prodLog                       *os.File
+	workers                       []*worker
+	pool                          *pgxpool.Pool
+
+	mu      sync.Mutex
+	samples []verify.OffsetSample
+	maxLag  int64
+	heals   []heal
+	drained bool
+}
+
+// heal is the moment a fault ended, with what upstream had acknowledged;
+// next is when the following fault started (zero for the last).
+type heal struct {
+	kind     Kind
+	at, next time.Time
+	frontier map[int32]int64
+}
+
+// Run applies the profile's schedule and returns the summary. An error
+// means the run itself failed (services, processes); what the checker found
+// is in the Summary, lane by lane.
+func Run(ctx context.Context, p Profile) (Summary, error) {
+	if err := p.defaults(); err != nil {
+		return Summary{}, err
+	}
+	plan, _ := PlanOf(p)
+	env := p.Env
+	logf := env.Logf
+	start := time.Now()
+	sum := Summary{Profile: p.Name, Seed: p.Seed, Workers: p.Workers, Partitions: p.Partitions, Plan: plan, Faults: map[Kind]int{}}
+	logf("chaos: profile %s, seed %d (replay with TXSINK_CHAOS_SEED=%d), %d faults planned, %d workers, %d lanes, work dir %s",
+		p.Name, p.Seed, p.Seed, len(plan), p.Workers, len(p.Lanes), env.Dir)
+	logf("chaos: schedule:\n%s", FormatPlan(plan))
+	if err := os.MkdirAll(env.Dir, 0o755); err != nil {
+		return sum, err
+	}
+
+	adm, err := kgo.NewClient(kgo.SeedBrokers(env.Bootstrap))
+	if err != nil {
+		return sum, err
+	}
+	defer adm.Close()
+	nonce := rand.Uint32()
+	var lanes []*lane
+	defer func() {
+		for _, l := range lanes {
+			for _, w := range l.workers {
+				kill(w.hold())
+			}
+			if l.pool != nil {
+				l.pool.Close()
+			}
+			if l.prodLog != nil {
+				l.prodLog.Close()
+			}
+		}
+	}()
+	for i, lc := range p.Lanes {
+		l, err := setupLane(ctx, p, lc, i, nonce, adm)
+		if err != nil {
+			return sum, fmt.Errorf("lane %s: %w", lc.Name, err)
+		}
+		lanes = append(lanes, l)
+	}
+
+	// Traffic.
+	prodCtx, stopProducers := context.WithCancel(ctx)
+	defer stopProducers()
+	var prodWG sync.WaitGroup
+	for _, l := range lanes {
+		prodWG.Add(1)
+		go func() { defer prodWG.Done(); l.prod.run(prodCtx) }()
+		for _, w := range l.workers {
+			if _, err := w.start(""); err != nil {
+				return sum, fmt.Errorf("lane %s: start %s: %w", l.Name, w.id, err)
+			}
+		}
+	}
+
+	// Sampler and supervisor.
+	bgCtx, stopBG := context.WithCancel(ctx)
+	var bgWG sync.WaitGroup
+	bgWG.Add(1)
+	go func() {
+		defer bgWG.Done()
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-bgCtx.Done():
+				return
+			case <-t.C:
+			}
+			for _, l := range lanes {
+				l.sample(bgCtx)
+				for _, w := range l.workers {
+					w.supervise()
+				}
+			}
+		}
+	}()
+	stopBackground := func() { stopBG(); bgWG.Wait() }
+	defer stopBackground()
+
+	// Warm up: every lane has written something.
+	logf("chaos: warming up")
+	deadline := time.Now().Add(2 * time.Minute)
+	for _, l := range lanes {
+		for !l.hasProgress() {
+			if time.Now().After(deadline) {
+				return sum, fmt.Errorf("lane %s: no progress within 2 minutes of start (see %s)", l.Name, env.Dir)
+			}
+			sleep(ctx, 500*time.Millisecond)
+		}
+	}
+	sleep(ctx, p.Warmup)
+
+	// The schedule.
+	schedStart := time.Now()
+	for _, f := range plan {
+		if ctx.Err() != nil {
+			return sum, ctx.Err()
+		}
+		if p.Duration > 0 && time.Since(schedStart) > p.Duration {
+			// Faults run one after another and take time: a duration-bound
+			// run ends on time with a prefix of its schedule.
+			sum.Skipped = len(plan) - sum.Injected
+			logf("chaos: duration %v reached: %d planned faults not applied", p.Duration, sum.Skipped)
+			break
+		}
+		if d := time.Until(schedStart.Add(f.At)); d > 0 {
+			sleep(ctx, d)
+		}
+		t0 := time.Now()
+		for _, l := range lanes {
+			l.mu.Lock()
+			if n := len(l.heals); n > 0 {
+				l.heals[n-1].next = t0
+			}
+			l.mu.Unlock()
+		}
+		err := apply(ctx, p, lanes, f)
+		now := time.Now()
+		for _, l := range lanes {
+			fr, _ := l.prod.snapshot()
+			l.mu.Lock()
+			l.heals = append(l.heals, heal{kind: f.Kind, at: now, frontier: fr})
+			l.mu.Unlock()
+		}
+		sum.Faults[f.Kind]++
+		sum.Injected++
+		status := "ok"
+		if err != nil {
+			status = "error: " + err.Error()
+			sum.FaultErrors = append(sum.FaultErrors, fmt.Sprintf("%s: %v", f, err))
+		}
+		logf("chaos: %s (%v) %s", f, now.Sub(t0).Round(time.Millisecond), status)
+	}
+	sum.ScheduleTime = time.Since(schedStart)
+
+	// Heal: every worker running, none stopped.
+	for _, l := range lanes {
+		for _, w := range l.workers {
+			w.signal(syscall.SIGCONT)
+			w.release()
+		}
+	}
+	logf("chaos: schedule done in %v; stopping producers and draining", sum.ScheduleTime.Round(time.Second))
+	stopProducers()
+	prodWG.Wait()
+
+	// Drain each lane.
+	var drainWG sync.WaitGroup
+	for _, l := range lanes {
+		drainWG.Add(1)
+		go func() {
+			defer drainWG.Done()
+			l.drain(ctx, p, adm)
+		}()
+	}
+	drainWG.Wait()
+	stopBackground()
+	for _, l := range lanes {
+		l.sample(ctx) // the drained state closes the last recoveries
+	}
+	for _, l := range lanes {
+		for _, w := range l.workers {
+			p := w.hold()
+			stopGracefully(p, 30*time.Second)
+		}
+	}
+
+	// Check.
+	for _, l := range lanes {
+		ls, err := l.check(ctx, p)
+		if err != nil {
+			return sum, fmt.Errorf("lane %s: %w", l.Name, err)
+		}
+		sum.Lanes = append(sum.Lanes, ls)
+	}
+	sum.Wall = time.Since(start)
+	return sum, nil
+}
+
+func setupLane(ctx context.Context, p Profile, lc Lane, i int, nonce uint32, adm *kgo.Client) (*lane, error) {
+	env := p.Env
+	l := &lane{Lane: lc}
+	l.connector = fmt.Sprintf("chaos-%s-%d-%08x", lc.Name, p.Seed, nonce)
+	l.topic = l.connector
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	resp, err := kadm.NewClient(adm).CreateTopic(cctx, p.Partitions, 1, nil, l.topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create topic: %w", err)
+	}
+	if l.db, err = env.NewDatabase(lc.Name); err != nil {
+		return nil, fmt.Errorf("database: %w", err)
+	}
+	cfg, err := pgxpool.ParseConfig(l.db)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = 2
+	if l.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+		return nil, err
+	}
+	// No primary key: duplicates stay visible.
+	if _, err := l.pool.Exec(cctx, `CREATE TABLE events (id text NOT NULL, seq bigint, body text,
+		__connect_topic text, __connect_partition int, __connect_offset bigint)`); err != nil {
+		return nil, fmt.Errorf("create table: %w", err)
+	}
+	conf := map[string]string{
+		"name":                   l.connector,
+		"connector.class":        "postgres",
+		"topics":                 l.topic,
+		"connection.url":         l.db,
+		"delivery.guarantee":     lc.Delivery,
+		"pk.mode":                "kafka",
+		"table.name.format":      "events",
+		"batch.max.records":      "500",
+		"batch.linger.ms":        "50",
+		"session.timeout.ms":     fmt.Sprint(p.SessionTimeout.Milliseconds()),
+		"transaction.timeout.ms": "10000",
+	}
+	if lc.UnsafeNoFencing {
+		conf["txsink.test.unsafe.disable.fencing"] = "true"
+	}
+	b, _ := json.MarshalIndent(map[string]any{"name": l.connector, "config": conf}, "", "  ")
+	l.cfgPath = filepath.Join(env.Dir, lc.Name+"-connector.json")
+	if err := os.WriteFile(l.cfgPath, b, 0o600); err != nil {
+		return nil, err
+	}
+	if l.prodLog, err = os.Create(filepath.Join(env.Dir, lc.Name+"-producer.jsonl")); err != nil {
+		return nil, err
+	}
+	l.prod = &producer{
+		lane: lc.Name, bootstrap: env.Bootstrap, topic: l.topic, partitions: p.Partitions,
+		rate: p.Rate, maxTxn: p.MaxTxn, abortRatio: p.AbortRatio,
+		rng: rand.New(rand.NewPCG(p.Seed, uint64(i)+1)),
+		log: verify.NewLogWriter(l.prodLog), logf: env.Logf,
+		frontier: map[int32]int64{},
+	}
+	for w := range p.Workers {
+		id := fmt.Sprintf("w%d", w+1)
+		l.workers = append(l.workers, &worker{
+			lane: l, idx: w, id: id, binary: env.Binary, logDir: env.Dir, exits: map[string]int{},
+			args: []string{"run", "-bootstrap", env.Bootstrap, "-config", l.cfgPath, "-worker-id", id, "-log-level", "info"},
+		})
+	}
+	return l, nil
+}
+
+// sample records the lane's stored offsets and its lag.
+func (l *lane) sample(ctx context.Context) {
+	qctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	rows, err := l.pool.Query(qctx, `SELECT partition, coalesce(next_offset, -1), fence FROM txsink_offsets WHERE connector = $1 AND topic = $2`, l.connector, l.topic)
+	if err != nil {
+		return
+	}
+	now := time.Now()
+	var got []verify.OffsetSample
+	for rows.Next() {
+		s := verify.OffsetSample{At: now, Topic: l.topic}
+		if err := rows.Scan(&s.Partition, &s.Next, &s.Fence); err != nil {
+			rows.Close()
+			return
+		}
+		got = append(got, s)
+	}
+	if rows.Err() != nil {
+		return
+	}
+	fr, _ := l.prod.snapshot()
+	var lag int64
+	next := map[int32]int64{}
+	for _, s := range got {
+		next[s.Partition] = s.Next
+	}
+	for p, f := range fr {
+		if n := next[p]; f > n {
+			lag += f - max(n, 0)
+		}
+	}
+	l.mu.Lock()
+	l.samples = append(l.samples, got...)
+	l.maxLag = max(l.maxLag, lag)
+	l.mu.Unlock()
+}
+
+func (l *lane) hasProgress() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, s := range l.samples {
+		if s.Next > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// drain waits until no upstream transaction is open and the sink holds
+// every committed record (by its stored offsets).
+func (l *lane) drain(ctx context.Context, p Profile, admCl *kgo.Client) {
+	logf := p.Env.Logf
+	start := time.Now()
+	deadline := start.Add(p.DrainTimeout)
+	adm := kadm.NewClient(admCl)
+	for time.Now().Before(deadline) {
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		lso, err1 := adm.ListCommittedOffsets(lctx, l.topic)
+		hwm, err2 := adm.ListEndOffsets(lctx, l.topic)
+		cancel()
+		if err1 == nil && err2 == nil && lso.Error() == nil && hwm.Error() == nil {
+			stable := true
+			lso.Each(func(o kadm.ListedOffset) {
+				if h, ok := hwm.Lookup(o.Topic, o.Partition); !ok || h.Offset != o.Offset {
+					stable = false
+				}
+			})
+			if stable {
+				break
+			}
+		}
+		sleep(ctx, 500*time.Millisecond)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	truth, err := verify.Scan(sctx, verify.ScanOptions{Bootstrap: []string{p.Env.Bootstrap}, Topics: []string{l.topic}})
+	cancel()
+	if err != nil {
+		logf("chaos: lane %s: scan for the drain target: %v", l.Name, err)
+		return
+	}
+	target := map[int32]int64{}
+	for _, t := range truth {
+		if n := len(t.Records); n > 0 {
+			target[t.Partition] = t.Records[n-1].Offset + 1
+		}
+	}
+	for {
+		if l.reached(ctx, target) {
+			logf("chaos: lane %s drained in %v", l.Name, time.Since(start).Round(time.Millisecond))
+			l.mu.Lock()
+			l.drained = true
+			l.mu.Unlock()
+			return
+		}
+		if time.Now().After(deadline) {
+			logf("chaos: lane %s NOT drained within %v (target %v)", l.Name, p.DrainTimeout, target)
+			return
+		}
+		sleep(ctx, 500*time.Millisecond)
+	}
+}
+
+func (l *lane) reached(ctx context.Context, target map[int32]int64) bool {
+	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	rows, err := l.pool.Query(qctx, `SELECT partition, coalesce(next_offset, -1) FROM txsink_offsets WHERE connector = $1 AND topic = $2`, l.connector, l.topic)
+	if err != nil {
+		return false
+	}
+	got := map[int32]int64{}
+	for rows.Next() {
+		var p int32
+		var n int64
+		if rows.Scan(&p, &n) != nil {
+			rows.Close()
+			return false
+		}
+		got[p] = n
+	}
+	if rows.Err() != nil {
+		return false
+	}
+	for p, t := range target {
+		if got[p] < t {
+			return false
+		}
+	}
+	return true
+}
+
+// check runs "txsink verify" on the lane and builds its summary.
+func (l *lane) check(ctx context.Context, p Profile) (LaneSummary, error) {
+	env := p.Env
+	ls := LaneSummary{Name: l.Name, Delivery: l.Delivery, Unsafe: l.UnsafeNoFencing, Exits: map[string]int{}}
+	l.mu.Lock()
+	ls.Drained, ls.MaxLag = l.drained, l.maxLag
+	samples := append([]verify.OffsetSample(nil), l.samples...)
+	heals := append([]heal(nil), l.heals...)
+	l.mu.Unlock()
+	_, st := l.prod.snapshot()
+	ls.Producer = st
+	for _, w := range l.workers {
+		w.mu.Lock()
+		for c, n := range w.exits {
+			ls.Exits[c] += n
+		}
+		ls.FailpointsNotFired += w.notFired
+		w.mu.Unlock()
+	}
+	ls.Recovery = recoveries(samples, heals)
+
+	histPath := filepath.Join(env.Dir, l.Name+"-offsets.jsonl")
+	hf, err := os.Create(histPath)
+	if err != nil {
+		return ls, err
+	}
+	enc := json.NewEncoder(hf)
+	for _, s := range samples {
+		_ = enc.Encode(s)
+	}
+	if err := hf.Close(); err != nil {
+		return ls, err
+	}
+	if err := l.prodLog.Sync(); err != nil {
+		return ls, err
+	}
+	args := []string{"verify", "-bootstrap", env.Bootstrap, "-config", l.cfgPath,
+		"-id-column", "id", "-id-field", "id", "-compare", "seq",
+		"-producer-log", l.prodLog.Name(), "-offset-history", histPath,
+		"-prepared-grace", "0", "-max-lag", "0", "-output", "json", "-timeout", "5m"}
+	vctx, cancel := context.WithTimeout(ctx, 6*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(vctx, env.Binary, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	ls.VerifyExit = 0
+	if err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			return ls, fmt.Errorf("txsink verify: %w", err)
+		}
+		ls.VerifyExit = ee.ExitCode()
+	}
+	_ = os.WriteFile(filepath.Join(env.Dir, l.Name+"-verify.json"), stdout.Bytes(), 0o644)
+	if ls.VerifyExit != 0 && ls.VerifyExit != 1 {
+		return ls, fmt.Errorf("txsink verify exited %d: %s", ls.VerifyExit, stderr.String())
+	}
+	var r verify.Report
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		return ls, fmt.Errorf("txsink verify output: %w\n%s", err, stdout.String())
+	}
+	ls.Report = &r
+	var text bytes.Buffer
+	_ = r.WriteText(&text)
+	_ = os.WriteFile(filepath.Join(env.Dir, l.Name+"-verify.txt"), text.Bytes(), 0o644)
+	env.Logf("chaos: lane %s (%s%s): txsink verify exit %d\n%s", l.Name, l.Delivery, map[bool]string{true: ", fencing disabled", false: ""}[l.UnsafeNoFencing], ls.VerifyExit, text.String())
+	return ls, nil
+}
+
+// recoveries measures, per fault kind, the time from a fault's end until
+// the sink's stored offsets covered everything upstream had acknowledged at
+// that moment. A recovery still running when the next fault started is
+// counted as overlapped: its time includes that fault's.
+func recoveries(samples []verify.OffsetSample, heals []heal) map[Kind]*Recovery {
+	// Group samples by time (one query returns all partitions).
+	type snap struct {
+		at   time.Time
+		next map[int32]int64
+	}
+	var snaps []snap
+	for _, s := range samples {
+		if len(snaps) == 0 || !snaps[len(snaps)-1].at.Equal(s.At) {
+			snaps = append(snaps, snap{at: s.At, next: map[int32]int64{}})
+		}
+		snaps[len(snaps)-1].next[s.Partition] = s.Next
+	}
+	out := map[Kind]*Recovery{}
+	for _, h := range heals {
+		r := out[h.kind]
+		if r == nil {
+			r = &Recovery{}
+			out[h.kind] = r
+		}
+		i := sort.Search(len(snaps), func(i int) bool { return !snaps[i].at.Before(h.at) })
+		found := false
+		for ; i < len(snaps); i++ {
+			ok := true
+			for p, f := range h.frontier {
+				if snaps[i].next[p] < f {
+					ok = false
+					break
+				}
+			}
+			if ok {
+				r.add(snaps[i].at.Sub(h.at))
+				if !h.next.IsZero() && snaps[i].at.After(h.next) {
+					r.Overlapped++
+				}
+				found = true
+				break
+			}
+		}
+		if !found {
+			r.NotRecovered++
+		}
+	}
+	return out
+}

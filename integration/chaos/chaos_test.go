@@ -1,0 +1,253 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/txsink/txsink/integration/harness"
+	"github.com/txsink/txsink/internal/verify"
+)
+
+// Environment variables of the chaos tests.
+const (
+	// EnvSeed replays a schedule (default: a random seed, printed).
+	EnvSeed = "TXSINK_CHAOS_SEED"
+	// EnvDuration runs the long soak (TestChaosSoak) for this long, e.g.
+	// 30m; unset, the soak is skipped.
+	EnvDuration = "TXSINK_CHAOS_DURATION"
+	// EnvDir keeps the run's files (worker logs, producer logs, offset
+	// histories, verify reports) in this directory; by default they go to a
+	// temporary directory that is removed when the test passes.
+	EnvDir = "TXSINK_CHAOS_DIR"
+)
+
+// TestMain shares one Kafka and one PostgreSQL among the tests of this
+// package (a separate test binary, so its faults hit no other test).
+func TestMain(m *testing.M) {
+	code := harness.Main(m)
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// txsinkBinary builds cmd/txsink once per test binary.
+func txsinkBinary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "txsink-chaos-bin-")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "txsink")
+		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/txsink")
+		cmd.Dir = filepath.Join("..", "..")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+func seed(t *testing.T) uint64 {
+	t.Helper()
+	if s := os.Getenv(EnvSeed); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("%s: %v", EnvSeed, err)
+		}
+		return v
+	}
+	return rand.Uint64() % 1_000_000
+}
+
+// env starts (or reuses) the services and returns the run's environment.
+func env(t *testing.T) Env {
+	t.Helper()
+	k := harness.Kafka(t)
+	pg := harness.Postgres(t)
+	if k.External() || pg.External() {
+		t.Skip("chaos needs a Kafka broker and a PostgreSQL server started by the harness (it kills and restarts them)")
+	}
+	dir := os.Getenv(EnvDir)
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "txsink-chaos-"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("run files kept in %s", dir)
+				return
+			}
+			os.RemoveAll(dir)
+		})
+	} else {
+		dir = filepath.Join(dir, fmt.Sprintf("%s-%d", t.Name(), time.Now().Unix()))
+	}
+	return Env{
+		Bootstrap:   k.Bootstrap,
+		Broker:      k,
+		Postgres:    pg,
+		NewDatabase: func(string) (string, error) { return pg.NewDatabase(t), nil },
+		Binary:      txsinkBinary(t),
+		Dir:         dir,
+		Logf:        func(f string, a ...any) { t.Logf(f, a...) },
+		// REST: nil until the REST API exists (see RESTDriver).
+	}
+}
+
+// CIProfile is the short profile CI runs: 32 faults of 9 kinds, 2 workers,
+// three lanes under the same schedule — exactly_once (must pass),
+// at_least_once and exactly_once_sink without fencing (negative controls:
+// must fail).
+func CIProfile(seed uint64, e Env) Profile {
+	return Profile{
+		Name:       "ci",
+		Seed:       seed,
+		Faults:     32,
+		Workers:    2,
+		Partitions: 6,
+		Lanes: []Lane{
+			{Name: "eo", Delivery: "exactly_once"},
+			{Name: "alo", Delivery: "at_least_once"},
+			{Name: "unfenced", Delivery: "exactly_once_sink", UnsafeNoFencing: true},
+		},
+		Rate:           100,
+		MaxTxn:         30,
+		AbortRatio:     0.15,
+		SessionTimeout: 6 * time.Second,
+		GapMin:         time.Second,
+		GapMax:         2500 * time.Millisecond,
+		Warmup:         3 * time.Second,
+		DrainTimeout:   3 * time.Minute,
+		Env:            e,
+	}
+}
+
+// TestChaos runs the CI profile on real Kafka and PostgreSQL: the
+// exactly_once lane must pass the checker with no anomaly of any kind, and
+// both negative controls, living through the same faults, must fail it.
+func TestChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos: not in -short")
+	}
+	e := env(t)
+	s := seed(t)
+	t.Logf("chaos seed %d (replay: %s=%d)", s, EnvSeed, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	start := time.Now()
+	sum, err := Run(ctx, CIProfile(s, e))
+	var buf bytes.Buffer
+	sum.WriteText(&buf)
+	t.Logf("seed %d\n%s", s, buf.String())
+	if err != nil {
+		t.Fatalf("seed %d: run failed: %v", s, err)
+	}
+	t.Logf("wall time %v", time.Since(start).Round(time.Second))
+
+	if sum.Injected < 30 || sum.Kinds() < 5 {
+		t.Errorf("seed %d: %d faults of %d kinds injected, want >= 30 of >= 5", s, sum.Injected, sum.Kinds())
+	}
+	checkExact(t, s, sum.Lane("eo"))
+
+	// Negative control 1: at_least_once duplicates under the same faults.
+	alo := sum.Lane("alo")
+	if alo == nil || alo.Report == nil {
+		t.Fatalf("seed %d: no report for lane alo", s)
+	}
+	if alo.VerifyExit != 1 || alo.Report.Counts[verify.Duplicate] == 0 {
+		t.Errorf("seed %d: negative control at_least_once: verify exit %d, %d duplicates; it must report duplicates and fail, or the check proves nothing",
+			s, alo.VerifyExit, alo.Report.Counts[verify.Duplicate])
+	} else {
+		t.Logf("negative control at_least_once failed as it must: %d duplicates", alo.Report.Counts[verify.Duplicate])
+	}
+
+	// Negative control 2: exactly_once_sink with fencing disabled.
+	unf := sum.Lane("unfenced")
+	if unf == nil || unf.Report == nil {
+		t.Fatalf("seed %d: no report for lane unfenced", s)
+	}
+	if unf.VerifyExit != 1 || unf.Report.SinkFaults == 0 {
+		t.Errorf("seed %d: negative control exactly_once_sink without fencing: verify exit %d, %d sink faults; zombies must break it",
+			s, unf.VerifyExit, unf.Report.SinkFaults)
+	} else {
+		t.Logf("negative control without fencing failed as it must: %s", countList(unf.Report.Counts))
+	}
+}
+
+// checkExact asserts a lane that must be exact is.
+func checkExact(t *testing.T, s uint64, l *LaneSummary) {
+	t.Helper()
+	if l == nil || l.Report == nil {
+		t.Fatalf("seed %d: no report for the lane", s)
+	}
+	if !l.Drained {
+		t.Errorf("seed %d: lane %s did not drain", s, l.Name)
+	}
+	if l.VerifyExit != 0 || l.Report.SinkFaults != 0 || l.Report.UpstreamAnomalies != 0 {
+		t.Errorf("seed %d: lane %s (%s): verify exit %d, anomalies: %s", s, l.Name, l.Delivery, l.VerifyExit, countList(l.Report.Counts))
+	}
+	if l.Report.Committed == 0 || l.Report.Rows != l.Report.Committed {
+		t.Errorf("seed %d: lane %s: %d committed records, %d rows", s, l.Name, l.Report.Committed, l.Report.Rows)
+	}
+	if p := l.Producer; p.Failed*10 < p.Acknowledged+p.Failed {
+		t.Errorf("seed %d: lane %s: upstream aborted %d of %d transactions, want >= 10 %%", s, l.Name, p.Failed, p.Acknowledged+p.Failed)
+	}
+}
+
+// TestChaosSoak is the long run behind "make chaos": set
+// TXSINK_CHAOS_DURATION (for example 30m) and optionally TXSINK_CHAOS_SEED.
+// Two lanes, exactly_once and exactly_once_sink, must both stay exact.
+func TestChaosSoak(t *testing.T) {
+	ds := os.Getenv(EnvDuration)
+	if ds == "" {
+		t.Skipf("long soak: set %s (e.g. 30m) to run it", EnvDuration)
+	}
+	d, err := time.ParseDuration(ds)
+	if err != nil {
+		t.Fatalf("%s: %v", EnvDuration, err)
+	}
+	e := env(t)
+	s := seed(t)
+	t.Logf("chaos soak seed %d (replay: %s=%d), duration %v", s, EnvSeed, s, d)
+	p := CIProfile(s, e)
+	p.Name = "soak"
+	p.Faults, p.Duration = 0, d
+	p.GapMin, p.GapMax = 2*time.Second, 8*time.Second
+	p.Lanes = []Lane{{Name: "eo", Delivery: "exactly_once"}, {Name: "eos", Delivery: "exactly_once_sink"}}
+	p.Rate = 200
+	ctx, cancel := context.WithTimeout(context.Background(), 2*d+30*time.Minute)
+	defer cancel()
+	sum, err := Run(ctx, p)
+	var buf bytes.Buffer
+	sum.WriteText(&buf)
+	fmt.Fprintf(os.Stdout, "\nseed %d\n%s\n", s, buf.String())
+	if err != nil {
+		t.Fatalf("seed %d: run failed: %v", s, err)
+	}
+	for i := range sum.Lanes {
+		checkExact(t, s, &sum.Lanes[i])
+	}
+}

@@ -1,0 +1,243 @@
+package chaos
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/txsink/txsink/internal/failpoint"
+)
+
+// Kind names a fault.
+type Kind string
+
+// Fault kinds. Worker faults hit the same worker index in every lane; the
+// others hit the shared services once.
+const (
+	// KillWorker: SIGKILL a worker at a random moment, restart it after a
+	// short pause.
+	KillWorker Kind = "kill"
+	// FailpointKill: restart a worker with TXSINK_FAILPOINT=<point>:N so it
+	// SIGKILLs itself at that point of the commit protocol, then restart it
+	// clean.
+	FailpointKill Kind = "failpoint"
+	// TermWorker: SIGTERM (the graceful path), restart.
+	TermWorker Kind = "term"
+	// Zombie: SIGSTOP a worker at a random moment for longer than the
+	// group session timeout, then SIGCONT.
+	Zombie Kind = "zombie"
+	// ZombieFailpoint: restart a worker with <point>:N:stop so it freezes
+	// inside a round (records polled, or batches prepared), hold it past the
+	// session timeout while the other worker takes over, then SIGCONT.
+	ZombieFailpoint Kind = "zombie-failpoint"
+	// PostgresCrash: restart PostgreSQL in immediate mode (SIGKILL, crash
+	// recovery; prepared transactions survive).
+	PostgresCrash Kind = "pg-crash"
+	// PostgresTerminate: pg_terminate_backend of the connectors' sessions
+	// (application_name LIKE 'txsink/%') in each lane's database.
+	PostgresTerminate Kind = "pg-terminate"
+	// KafkaRestart: SIGKILL the broker, start it again after a pause.
+	KafkaRestart Kind = "kafka-restart"
+	// ProducerKill: the upstream producer's client is closed in the middle
+	// of a transaction (never ended: the broker aborts it).
+	ProducerKill Kind = "producer-kill"
+
+	// REST faults: planned only when Env.REST is set (the REST API is being
+	// built; see Env.REST).
+	RESTPause   Kind = "rest-pause"
+	RESTStop    Kind = "rest-stop"
+	RESTRestart Kind = "rest-restart"
+	RESTConfig  Kind = "rest-config"
+)
+
+// DefaultWeights is the mix of fault kinds per deck of 32 faults (see
+// Plan).
+var DefaultWeights = map[Kind]int{
+	KillWorker:        6,
+	FailpointKill:     7,
+	TermWorker:        3,
+	Zombie:            2,
+	ZombieFailpoint:   3,
+	PostgresCrash:     3,
+	PostgresTerminate: 4,
+	KafkaRestart:      2,
+	ProducerKill:      2,
+}
+
+// RESTWeights is added to the mix when Env.REST is set.
+var RESTWeights = map[Kind]int{RESTPause: 2, RESTStop: 1, RESTRestart: 1, RESTConfig: 1}
+
+// Protocol points a FailpointKill or ZombieFailpoint cycles through.
+var killPoints = []string{failpoint.AfterPoll, failpoint.AfterWrite, failpoint.AfterPrepare, failpoint.AfterDecide, failpoint.AfterCommit}
+var stopPoints = []string{failpoint.AfterPoll, failpoint.AfterPrepare}
+
+// Fault is one planned fault.
+type Fault struct {
+	// Seq numbers the faults from 1.
+	Seq int
+	// At is the planned start, relative to the start of the schedule; a
+	// fault starts at At or when the previous one ended, whichever is later.
+	At   time.Duration
+	Kind Kind
+	// Worker is the worker index for worker faults.
+	Worker int
+	// Point and Hit arm a failpoint (FailpointKill, ZombieFailpoint): the
+	// worker is hit at the Hit-th pass through Point.
+	Point string
+	Hit   int
+	// Hold is how long a zombie stays stopped, or a broker stays down;
+	// Pause is the delay before a killed worker is restarted.
+	Hold, Pause time.Duration
+}
+
+func (f Fault) String() string {
+	s := fmt.Sprintf("#%d +%v %s", f.Seq, f.At.Round(time.Millisecond), f.Kind)
+	switch f.Kind {
+	case KillWorker, TermWorker:
+		s += fmt.Sprintf(" w%d pause=%v", f.Worker+1, f.Pause)
+	case FailpointKill:
+		s += fmt.Sprintf(" w%d %s:%d", f.Worker+1, f.Point, f.Hit)
+	case Zombie:
+		s += fmt.Sprintf(" w%d hold=%v", f.Worker+1, f.Hold)
+	case ZombieFailpoint:
+		s += fmt.Sprintf(" w%d %s:%d:stop hold=%v", f.Worker+1, f.Point, f.Hit, f.Hold)
+	case KafkaRestart:
+		s += fmt.Sprintf(" down=%v", f.Hold)
+	case RESTPause, RESTStop, RESTRestart, RESTConfig:
+		s += fmt.Sprintf(" hold=%v", f.Hold)
+	}
+	return s
+}
+
+// PlanOptions shape a schedule.
+type PlanOptions struct {
+	Seed uint64
+	// Faults is the number of faults (0: unbounded, use Duration).
+	Faults int
+	// Duration bounds the planned start of the last fault (0: unbounded,
+	// use Faults). At least one of the two must be set.
+	Duration time.Duration
+	Workers  int
+	// Gap is the range of planned pauses between two faults.
+	GapMin, GapMax time.Duration
+	// SessionTimeout is the connectors' group session timeout: zombies
+	// are held past it.
+	SessionTimeout time.Duration
+	// Weights is the mix per deck; nil means DefaultWeights.
+	Weights map[Kind]int
+}
+
+// Plan returns the seeded fault schedule: the same options give the same
+// schedule. Faults are dealt from shuffled decks built from the weights, so
+// every kind with a weight appears in every full deck; failpoints cycle
+// through the protocol points in a shuffled order.
+func Plan(o PlanOptions) []Fault {
+	if o.Faults <= 0 && o.Duration <= 0 {
+		return nil
+	}
+	if o.Workers <= 0 {
+		o.Workers = 1
+	}
+	if o.GapMax < o.GapMin {
+		o.GapMax = o.GapMin
+	}
+	w := o.Weights
+	if w == nil {
+		w = DefaultWeights
+	}
+	var kinds []Kind
+	for k := range w {
+		kinds = append(kinds, k)
+	}
+	sort.Slice(kinds, func(i, j int) bool { return kinds[i] < kinds[j] })
+	var deckTemplate []Kind
+	for _, k := range kinds {
+		for range w[k] {
+			deckTemplate = append(deckTemplate, k)
+		}
+	}
+	if len(deckTemplate) == 0 {
+		return nil
+	}
+	rng := rand.New(rand.NewPCG(o.Seed, 0x74787369))
+	between := func(a, b time.Duration) time.Duration {
+		if b <= a {
+			return a
+		}
+		return a + time.Duration(rng.Int64N(int64(b-a)))
+	}
+	var deck []Kind
+	kp := append([]string(nil), killPoints...)
+	sp := append([]string(nil), stopPoints...)
+	ki, si := len(kp), len(sp)
+	var out []Fault
+	at := time.Duration(0)
+	for seq := 1; ; seq++ {
+		if o.Faults > 0 && seq > o.Faults {
+			break
+		}
+		at += between(o.GapMin, o.GapMax)
+		if o.Duration > 0 && at > o.Duration {
+			break
+		}
+		if len(deck) == 0 {
+			deck = append(deck, deckTemplate...)
+			rng.Shuffle(len(deck), func(i, j int) { deck[i], deck[j] = deck[j], deck[i] })
+		}
+		f := Fault{Seq: seq, At: at, Kind: deck[0], Worker: rng.IntN(o.Workers)}
+		deck = deck[1:]
+		switch f.Kind {
+		case KillWorker, TermWorker:
+			f.Pause = between(0, 2*time.Second).Round(100 * time.Millisecond)
+		case FailpointKill:
+			if ki == len(kp) {
+				rng.Shuffle(len(kp), func(i, j int) { kp[i], kp[j] = kp[j], kp[i] })
+				ki = 0
+			}
+			f.Point, f.Hit = kp[ki], 1+rng.IntN(3)
+			ki++
+		case Zombie:
+			f.Hold = (o.SessionTimeout + between(3*time.Second, 6*time.Second)).Round(100 * time.Millisecond)
+		case ZombieFailpoint:
+			if si == len(sp) {
+				rng.Shuffle(len(sp), func(i, j int) { sp[i], sp[j] = sp[j], sp[i] })
+				si = 0
+			}
+			f.Point, f.Hit = sp[si], 1+rng.IntN(3)
+			si++
+			f.Hold = (o.SessionTimeout + between(3*time.Second, 6*time.Second)).Round(100 * time.Millisecond)
+		case KafkaRestart:
+			f.Hold = between(time.Second, 4*time.Second).Round(100 * time.Millisecond)
+		case RESTPause, RESTStop, RESTRestart, RESTConfig:
+			f.Hold = between(time.Second, 5*time.Second).Round(100 * time.Millisecond)
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// FormatPlan prints a schedule, one fault a line.
+func FormatPlan(fs []Fault) string {
+	var b strings.Builder
+	for _, f := range fs {
+		b.WriteString(f.String())
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// pointFor maps a planned failpoint to one the lane's delivery mode passes
+// through: the local modes (no PREPARE, no Kafka decision) have only
+// after-poll and after-write, their commit window.
+func pointFor(delivery, point string) string {
+	if delivery == "exactly_once" {
+		return point
+	}
+	switch point {
+	case failpoint.AfterPoll, failpoint.AfterWrite:
+		return point
+	}
+	return failpoint.AfterWrite
+}

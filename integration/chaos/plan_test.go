@@ -1,0 +1,114 @@
+package chaos
+
+import (
+	"testing"
+	"time"
+
+	"github.com/txsink/txsink/internal/failpoint"
+	"github.com/txsink/txsink/internal/verify"
+)
+
+func ciPlanOptions(seed uint64) PlanOptions {
+	return PlanOptions{Seed: seed, Faults: 32, Workers: 2, GapMin: time.Second, GapMax: 3 * time.Second, SessionTimeout: 6 * time.Second}
+}
+
+// TestPlanDeterministic: the same seed gives the same schedule, another
+// seed another one.
+func TestPlanDeterministic(t *testing.T) {
+	a, b := Plan(ciPlanOptions(42)), Plan(ciPlanOptions(42))
+	if FormatPlan(a) != FormatPlan(b) {
+		t.Fatalf("same seed, different schedules:\n%s\n%s", FormatPlan(a), FormatPlan(b))
+	}
+	if FormatPlan(a) == FormatPlan(Plan(ciPlanOptions(43))) {
+		t.Fatal("seeds 42 and 43 give the same schedule")
+	}
+	t.Logf("seed 42:\n%s", FormatPlan(a))
+}
+
+// TestPlanCoverage: a deck of 32 faults holds every weighted kind, every
+// kill failpoint and both stop failpoints; zombies outlast the session.
+func TestPlanCoverage(t *testing.T) {
+	for seed := uint64(1); seed <= 50; seed++ {
+		plan := Plan(ciPlanOptions(seed))
+		if len(plan) != 32 {
+			t.Fatalf("seed %d: %d faults, want 32", seed, len(plan))
+		}
+		kinds := map[Kind]int{}
+		points := map[string]bool{}
+		for i, f := range plan {
+			kinds[f.Kind]++
+			if f.Seq != i+1 || (i > 0 && f.At <= plan[i-1].At) {
+				t.Fatalf("seed %d: fault %v out of order", seed, f)
+			}
+			if f.Worker < 0 || f.Worker > 1 {
+				t.Fatalf("seed %d: worker %d", seed, f.Worker)
+			}
+			if f.Kind == FailpointKill {
+				points[f.Point] = true
+			}
+			if (f.Kind == Zombie || f.Kind == ZombieFailpoint) && f.Hold <= 6*time.Second {
+				t.Fatalf("seed %d: zombie hold %v not past the session timeout", seed, f.Hold)
+			}
+		}
+		for k, w := range DefaultWeights {
+			if kinds[k] != w {
+				t.Fatalf("seed %d: %d faults of kind %s, want %d", seed, kinds[k], k, w)
+			}
+		}
+		if len(points) != len(killPoints) {
+			t.Fatalf("seed %d: failpoints %v, want all of %v", seed, points, killPoints)
+		}
+	}
+}
+
+func TestPlanDuration(t *testing.T) {
+	o := ciPlanOptions(7)
+	o.Faults, o.Duration = 0, 10*time.Minute
+	plan := Plan(o)
+	if len(plan) < 200 || plan[len(plan)-1].At > o.Duration {
+		t.Fatalf("%d faults, last at %v", len(plan), plan[len(plan)-1].At)
+	}
+}
+
+func TestPointFor(t *testing.T) {
+	for _, c := range []struct{ mode, in, want string }{
+		{"exactly_once", failpoint.AfterDecide, failpoint.AfterDecide},
+		{"at_least_once", failpoint.AfterDecide, failpoint.AfterWrite},
+		{"exactly_once_sink", failpoint.AfterPoll, failpoint.AfterPoll},
+		{"exactly_once_sink", failpoint.AfterPrepare, failpoint.AfterWrite},
+	} {
+		if got := pointFor(c.mode, c.in); got != c.want {
+			t.Errorf("pointFor(%s, %s) = %s, want %s", c.mode, c.in, got, c.want)
+		}
+	}
+}
+
+// TestRecoveries: a recovery ends at the first sample covering the
+// frontier acknowledged when the fault healed; one that runs past the next
+// fault's start is counted as overlapped; one never reached as never.
+func TestRecoveries(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	var samples []verify.OffsetSample
+	for i, next := range []int64{5, 8, 12, 20, 20} {
+		for p := int32(0); p < 2; p++ {
+			samples = append(samples, verify.OffsetSample{At: at(float64(i)), Partition: p, Next: next})
+		}
+	}
+	heals := []heal{
+		{kind: KillWorker, at: at(0.5), next: at(3.5), frontier: map[int32]int64{0: 10, 1: 12}}, // covered at 2s
+		{kind: KillWorker, at: at(1), next: at(1.5), frontier: map[int32]int64{0: 20}},          // at 3s, after the next fault
+		{kind: Zombie, at: at(3.5), frontier: map[int32]int64{0: 21}},                           // never
+	}
+	r := recoveries(samples, heals)
+	k := r[KillWorker]
+	if len(k.Times) != 2 || k.Times[0] != 1500*time.Millisecond || k.Times[1] != 2*time.Second || k.Overlapped != 1 {
+		t.Fatalf("kill: %+v", k)
+	}
+	if z := r[Zombie]; z.NotRecovered != 1 || len(z.Times) != 0 {
+		t.Fatalf("zombie: %+v", z)
+	}
+	if k.Median() != 2*time.Second || k.Max() != 2*time.Second {
+		t.Fatalf("median %v max %v", k.Median(), k.Max())
+	}
+}

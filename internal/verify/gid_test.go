@@ -1,0 +1,26 @@
+package verify
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/txsink/txsink/connectors/postgres"
+	"github.com/txsink/txsink/twophase"
+)
+
+// TestGIDPrefix: the prefix the checker looks for is the one the sink
+// writes.
+func TestGIDPrefix(t *testing.T) {
+	if TxsinkGIDPrefix != postgres.GIDPrefix {
+		t.Fatalf("TxsinkGIDPrefix %q, sink uses %q", TxsinkGIDPrefix, postgres.GIDPrefix)
+	}
+	for _, c := range []string{"orders-sink", "c", "chaos-eo-1-fb071e8e"} {
+		gid := postgres.GID(twophase.BatchID{Connector: c, Topic: "t", Partition: 3, First: 10, Last: 20})
+		if !strings.HasPrefix(gid, GIDPrefix(c)) {
+			t.Errorf("gid %s does not start with GIDPrefix(%q) = %s", gid, c, GIDPrefix(c))
+		}
+		if strings.HasPrefix(gid, GIDPrefix(c+"x")) {
+			t.Errorf("gid %s matches another connector's prefix", gid)
+		}
+	}
+}
