@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -37,6 +38,8 @@ commands:
             throwaway PostgreSQL) and print the exactly-once verdict
   version   print the version and commit
   run       run one connector in the foreground until SIGTERM or SIGINT
+  verify    audit a sink against Kafka: loss, duplicates, aborted reads
+            (see docs/verify.md)
   serve     run the worker: the REST API (Kafka Connect dialect) on -listen,
             connectors created over REST or given with -connector
 
@@ -195,9 +198,7 @@ func cmdRun(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	c, err := connectors.Open(octx, registry(), raw, cf.taskOptions(log))
-	cancel()
+	c, err := openWithRetry(ctx, registry(), raw, cf.taskOptions(log), log)
 	if err != nil {
 		fmt.Fprintln(stderr, "txsink run:", err)
 		return exitStartFail
@@ -227,4 +228,38 @@ func cmdRun(args []string, stderr io.Writer) int {
 		return exitTaskFailed
 	}
 	return exitOK
+}
+
+// startupRetry bounds how long "txsink run" keeps trying to reach a sink
+// that is not accepting connections yet (a database in crash recovery, a
+// server still starting) before it gives up with exit code 3.
+const startupRetry = 60 * time.Second
+
+// openWithRetry opens the connector, retrying for up to startupRetry while
+// the failure is a connection the sink may accept soon; configuration and
+// preflight errors fail at once.
+func openWithRetry(ctx context.Context, reg *connectors.Registry, raw map[string]string, opt connectors.TaskOptions, log *slog.Logger) (*connectors.Connector, error) {
+	deadline := time.Now().Add(startupRetry)
+	wait := 250 * time.Millisecond
+	for {
+		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		c, err := connectors.Open(octx, reg, raw, opt)
+		cancel()
+		if err == nil || !transientOpenError(err) || time.Now().After(deadline) || ctx.Err() != nil {
+			return c, err
+		}
+		log.Warn("sink not reachable yet; retrying", "err", err, "in", wait)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// transientOpenError reports connection failures worth retrying at start.
+func transientOpenError(err error) bool {
+	var ne net.Error
+	return postgres.IsRetryable(err) || errors.As(err, &ne)
 }
