@@ -14,7 +14,7 @@ LDFLAGS := -s -w \
 export TESTCONTAINERS_RYUK_DISABLED ?= true
 export TESTCONTAINERS_HOST_OVERRIDE ?= 127.0.0.1
 
-.PHONY: all build lint test test-unit test-integration images
+.PHONY: all build lint test test-unit test-integration images chaos
 
 all: lint build test
 
@@ -38,3 +38,10 @@ test-integration:
 #   eval "$$(make -s images)"
 images:
 	@deploy/testimages/build.sh
+
+# A long chaos soak on real services (see docs/chaos.md):
+#   make chaos DURATION=30m SEED=42
+DURATION ?= 30m
+SEED ?=
+chaos:
+	TXSINK_CHAOS_DURATION=$(DURATION) TXSINK_CHAOS_SEED=$(SEED) $(GO) test -count=1 -timeout 24h -run 'TestChaosSoak$$' -v ./integration/chaos/
