@@ -14,7 +14,7 @@ LDFLAGS := -s -w \
 export TESTCONTAINERS_RYUK_DISABLED ?= true
 export TESTCONTAINERS_HOST_OVERRIDE ?= 127.0.0.1
 
-.PHONY: all build lint test test-unit test-integration images chaos
+.PHONY: all build lint test test-unit test-integration test-bench-smoke images chaos bench bench-smoke
 
 all: lint build test
 
@@ -26,7 +26,7 @@ lint:
 	if [[ -n $$out ]]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-test: test-unit test-integration
+test: test-unit test-integration test-bench-smoke
 
 test-unit:
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v '/integration')
@@ -45,3 +45,16 @@ DURATION ?= 30m
 SEED ?=
 chaos:
 	TXSINK_CHAOS_DURATION=$(DURATION) TXSINK_CHAOS_SEED=$(SEED) $(GO) test -count=1 -timeout 24h -run 'TestChaosSoak$$' -v ./integration/chaos/
+
+# Benchmarks (bench/README.md, docs/benchmarks.md). Without an image
+# registry run `eval "$$(make -s images)"` first.
+bench:
+	$(GO) run ./bench/cmd/txsink-bench -profile full
+
+bench-smoke:
+	$(GO) run ./bench/cmd/txsink-bench -profile smoke
+
+# The smoke profile as a test, so CI keeps the benchmark from rotting; it
+# asserts that every step ran and wrote its report, never timings.
+test-bench-smoke:
+	$(GO) test -tags bench -count=1 -timeout 10m ./bench/...

@@ -32,6 +32,7 @@ const (
 	KeyUnsafeNoFencing   = "txsink.test.unsafe.disable.fencing"
 	KeyPrepareParallel   = "commit.parallelism"
 	KeyRecoveryTimeoutMs = "recovery.timeout.ms"
+	KeyShutdownGraceMs   = "shutdown.grace.ms"
 )
 
 // ConnectorDefs are the settings every sink connector has.
@@ -64,6 +65,7 @@ var ConnectorDefs = Defs{
 	{Name: KeySessionTimeoutMs, Type: Int, Default: "10000", Min: 1000, Max: 300000, Group: "Delivery", Doc: "Consumer group session timeout: after it a silent owner loses its partitions."},
 	{Name: KeyPrepareParallel, Type: Int, Default: "4", Min: 1, Max: 64, Group: "Delivery", Doc: "Partition batches prepared and committed in parallel per round."},
 	{Name: KeyRecoveryTimeoutMs, Type: Int, Default: "120000", Min: 1000, Max: 3600000, Group: "Delivery", Doc: "How long recovery of in-doubt batches may take on assignment before the task fails."},
+	{Name: KeyShutdownGraceMs, Type: Int, Default: "10000", Min: 0, Max: 600000, Group: "Delivery", Doc: "On stop, pause or SIGTERM a task finishes the round in flight (commits or aborts it) and starts no new one; a round still running after this long is abandoned and left to recovery."},
 	{Name: KeyUnsafeNoFencing, Type: Boolean, Default: "false", Hidden: true, Group: "Testing", Doc: "TEST ONLY: disables the sink's fence and compare-and-set (blind offset writes). Used by negative controls to prove the tests can fail. Never set it in production."},
 }
 
@@ -84,6 +86,7 @@ type Connector struct {
 	SessionTimeout  time.Duration
 	Parallelism     int
 	RecoveryTimeout time.Duration
+	ShutdownGrace   time.Duration
 	UnsafeNoFencing bool
 }
 
@@ -105,6 +108,7 @@ func ParseConnector(v Values) Connector {
 		SessionTimeout:  time.Duration(v.Int(KeySessionTimeoutMs)) * time.Millisecond,
 		Parallelism:     int(v.Int(KeyPrepareParallel)),
 		RecoveryTimeout: time.Duration(v.Int(KeyRecoveryTimeoutMs)) * time.Millisecond,
+		ShutdownGrace:   time.Duration(v.Int(KeyShutdownGraceMs)) * time.Millisecond,
 		UnsafeNoFencing: v.Bool(KeyUnsafeNoFencing),
 	}
 	if c.GroupID == "" {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/txsink/txsink/config"
 )
@@ -33,7 +34,8 @@ type Connector struct {
 
 // taskRun is one run of one task.
 type taskRun struct {
-	cancel context.CancelFunc
+	soft   context.CancelFunc // ends the task between rounds
+	cancel context.CancelFunc // abandons the round in flight
 	done   chan struct{}
 }
 
@@ -121,7 +123,8 @@ func (c *Connector) StartTask(id int, onExit func(task int, err error)) error {
 		onExit = c.onEnd
 	}
 	ctx, cancel := context.WithCancel(base)
-	r := &taskRun{cancel: cancel, done: make(chan struct{})}
+	soft, softCancel := context.WithCancel(ctx)
+	r := &taskRun{soft: softCancel, cancel: cancel, done: make(chan struct{})}
 	c.runs[id] = r
 	delete(c.errs, id)
 	t := NewTask(c.Config, id, c.Sink, c.opt)
@@ -129,7 +132,7 @@ func (c *Connector) StartTask(id int, onExit func(task int, err error)) error {
 	go func() {
 		defer c.wg.Done()
 		defer cancel()
-		err := t.Run(ctx)
+		err := t.RunGraceful(soft, ctx)
 		if err != nil {
 			c.log.Error("task failed", "connector", c.Config.Name, "task", id, "err", err)
 		}
@@ -144,8 +147,9 @@ func (c *Connector) StartTask(id int, onExit func(task int, err error)) error {
 	return nil
 }
 
-// StopTask cancels task id and waits until it exited. It does nothing when
-// the task is not running. The connector's sink stays open.
+// StopTask stops task id gracefully (see Stop) and waits until it exited.
+// It does nothing when the task is not running. The connector's sink stays
+// open.
 func (c *Connector) StopTask(id int) {
 	c.mu.Lock()
 	r := c.runs[id]
@@ -153,16 +157,45 @@ func (c *Connector) StopTask(id int) {
 	if r == nil {
 		return
 	}
-	r.cancel()
-	<-r.done
+	c.stopRuns([]*taskRun{r})
 }
 
-// Stop cancels the tasks, waits for them and closes the sink. A round in
-// flight is abandoned at its next step; what it left prepared is resolved
-// by the next owner's recovery.
+// stopRuns ends runs between rounds, and abandons the rounds still in
+// flight after shutdown.grace.ms.
+func (c *Connector) stopRuns(runs []*taskRun) {
+	for _, r := range runs {
+		r.soft()
+	}
+	grace := time.NewTimer(c.Config.ShutdownGrace)
+	defer grace.Stop()
+	for _, r := range runs {
+		select {
+		case <-r.done:
+		case <-grace.C:
+			c.log.Warn("a round outlived shutdown.grace.ms; abandoning it (the next owner's recovery resolves what it left prepared)", "connector", c.Config.Name)
+			for _, r := range runs {
+				r.cancel()
+			}
+			<-r.done
+		}
+	}
+}
+
+// Stop ends the tasks gracefully and closes the sink: each task finishes
+// the round in flight (commits or aborts it, resolving its prepared
+// batches) and starts no new one. A round still running after
+// shutdown.grace.ms is abandoned; what it left prepared is resolved by the
+// next owner's recovery.
 func (c *Connector) Stop() {
 	c.mu.Lock()
 	c.baseContext()
+	runs := make([]*taskRun, 0, len(c.runs))
+	for _, r := range c.runs {
+		runs = append(runs, r)
+	}
+	c.mu.Unlock()
+	c.stopRuns(runs)
+	c.mu.Lock()
 	c.cancel()
 	c.mu.Unlock()
 	c.wg.Wait()

@@ -101,6 +101,9 @@ type Task struct {
 	parts map[tp]*partState
 
 	roundMu sync.Mutex // held while a round runs (non-2PC modes wait on revoke)
+
+	// hard is the context rounds run with (see RunGraceful).
+	hard context.Context
 }
 
 // NewTask returns a task; Run starts it.
@@ -133,6 +136,17 @@ func (e errRestart) Unwrap() error { return e.err }
 // restart the session internally. Cancelling ctx in the middle of a round
 // leaves at most prepared batches, which the next owner's recovery resolves.
 func (t *Task) Run(ctx context.Context) error {
+	return t.RunGraceful(ctx, ctx)
+}
+
+// RunGraceful is Run with two stops. Cancelling soft ends the task between
+// rounds: the round in flight runs to its end (committed or aborted, its
+// prepared batches resolved) and no new round starts. Cancelling hard
+// abandons the round in flight, as cancelling Run's ctx does. hard must be
+// a parent of soft (or soft itself).
+func (t *Task) RunGraceful(soft, hard context.Context) error {
+	t.hard = hard
+	ctx := soft
 	backoff := 200 * time.Millisecond
 	for {
 		// A new session owns nothing until its first assignment.
@@ -229,7 +243,7 @@ func (t *Task) runTransactional(ctx context.Context) error {
 			continue
 		}
 		start := time.Now()
-		res, err := coord.Round(ctx, batches)
+		res, err := coord.Round(t.hard, batches)
 		stats := RoundStats{Records: len(recs), Batches: len(batches), Prepare: res.Phases.Prepare, Decide: res.Phases.Decide, Commit: res.Phases.Commit, Total: time.Since(start)}
 		switch res.Outcome {
 		case twophase.OutcomeCommitted:
@@ -331,7 +345,7 @@ func (t *Task) runLocal(ctx context.Context) error {
 			return err
 		}
 		failpoint.Hit(failpoint.AfterPoll)
-		if err := t.localRound(ctx, cl, recs, guard, order); err != nil {
+		if err := t.localRound(t.hard, cl, recs, guard, order); err != nil {
 			return err
 		}
 	}

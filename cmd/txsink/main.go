@@ -61,6 +61,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdDemo(args[1:], stdout, stderr)
 	case "serve":
 		return cmdServe(args[1:], stderr)
+	case "healthcheck":
+		return cmdHealthcheck(args[1:], stdout, stderr)
+	case "connectors":
+		return cmdConnectors(args[1:], stdout, stderr)
+	case "config-docs":
+		return cmdConfigDocs(args[1:], stdout, stderr)
 	case "verify":
 		return cmdVerify(args[1:], stdout, stderr)
 	case "help", "-h", "--help":

@@ -67,6 +67,7 @@ print_env() {
 	printf 'export TXSINK_TEST_POSTGRES_IMAGE=%s\n' "$postgres_image"
 	printf 'export TXSINK_TEST_CLICKHOUSE_IMAGE=%s\n' "$clickhouse_image"
 	printf 'export TXSINK_TEST_ZOOKEEPER_IMAGE=%s\n' "$zookeeper_image"
+	printf 'export TXSINK_TEST_BASE_IMAGE=%s\n' "$base_image"
 }
 
 if [[ ${1-} == --print-env ]]; then

@@ -1,0 +1,291 @@
+// Command txsink-bench measures txsink side by side with the raw ceilings
+// and the Kafka Connect + Debezium JDBC sink peer, in one run, on the same
+// data and the same servers. See bench/README.md.
+//
+//	go run ./bench/cmd/txsink-bench -profile smoke   # ≤ 3 minutes, CI
+//	go run ./bench/cmd/txsink-bench -profile full    # ≤ 30 minutes
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// options select what one run measures. A profile sets the defaults;
+// flags override them.
+type options struct {
+	Profile     string
+	Records     int   // records of the main workload (100-byte values)
+	Partitions  []int // partition counts of the 100-byte workloads
+	SweepFactor float64
+	BigRecords  int // records of the 1 KB workload (0: none)
+	Runs        int
+	Modes       []string
+	Peer        bool
+	PeerRecords int // 0: as the main workload
+	LatencySecs int
+	LatModes    []string
+	Growth      []int
+	ClickHouse  bool
+	Out         string
+	Repo        string
+	Timeout     time.Duration
+	Charts      bool
+	Pprof       bool
+	Command     string
+}
+
+func profileOptions(name string) (options, error) {
+	o := options{
+		Profile:  name,
+		Modes:    []string{"exactly_once", "exactly_once_sink", "at_least_once"},
+		LatModes: []string{"exactly_once", "exactly_once_sink"},
+		Charts:   true,
+	}
+	switch name {
+	case "smoke":
+		o.Records = 20_000
+		o.Partitions = []int{6}
+		o.Runs = 1
+		o.Peer = false
+		o.LatencySecs = 5
+		o.LatModes = []string{"exactly_once"}
+		o.Growth = []int{10_000, 40_000}
+		o.ClickHouse = false
+		o.Timeout = 3 * time.Minute
+	case "full":
+		o.Records = 2_000_000
+		o.Partitions = []int{1, 6, 24}
+		o.SweepFactor = 0.25
+		o.BigRecords = 250_000
+		o.Runs = 3
+		o.Peer = true
+		o.PeerRecords = 250_000
+		o.LatencySecs = 30
+		o.Growth = []int{100_000, 1_000_000, 10_000_000}
+		o.ClickHouse = true
+		o.Pprof = true
+		o.Timeout = 30 * time.Minute
+	default:
+		return o, fmt.Errorf("-profile: must be smoke or full, got %q", name)
+	}
+	return o, nil
+}
+
+func cli(args []string, stdout, stderr io.Writer) int {
+	profile := "smoke"
+	for i, a := range args { // the profile sets the defaults of the other flags
+		if v, ok := strings.CutPrefix(a, "-profile="); ok {
+			profile = v
+		} else if (a == "-profile" || a == "--profile") && i+1 < len(args) {
+			profile = args[i+1]
+		}
+	}
+	o, err := profileOptions(profile)
+	if err != nil {
+		fmt.Fprintln(stderr, "txsink-bench:", err)
+		return 2
+	}
+	fs := flag.NewFlagSet("txsink-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.Profile, "profile", o.Profile, "smoke (≤ 3 min, CI) or full (≤ 30 min); sets the defaults below")
+	fs.IntVar(&o.Records, "records", o.Records, "records of the main workload (100-byte JSON values, 6 partitions)")
+	parts := fs.String("partitions", joinInts(o.Partitions), "partition counts of the 100-byte workloads (the main one is 6 when listed, else the first)")
+	fs.Float64Var(&o.SweepFactor, "sweep-factor", o.SweepFactor, "records of the other partition counts as a fraction of -records (0: same)")
+	fs.IntVar(&o.BigRecords, "big-records", o.BigRecords, "records of the 1 KB workload (6 partitions); 0 skips it")
+	fs.IntVar(&o.Runs, "runs", o.Runs, "runs per row (the median is reported)")
+	modes := fs.String("modes", strings.Join(o.Modes, ","), "txsink delivery guarantees to measure")
+	fs.BoolVar(&o.Peer, "peer", o.Peer, "measure Kafka Connect + Debezium JDBC sink (needs java and mvn)")
+	fs.IntVar(&o.PeerRecords, "peer-records", o.PeerRecords, "records for the peer (0: as -records)")
+	fs.IntVar(&o.LatencySecs, "latency-seconds", o.LatencySecs, "length of each steady-rate latency run; 0 skips latency")
+	latModes := fs.String("latency-modes", strings.Join(o.LatModes, ","), "modes measured at a steady rate")
+	growth := fs.String("growth", joinInts(o.Growth), "record counts of the growth curve (empty: none)")
+	fs.BoolVar(&o.ClickHouse, "clickhouse", o.ClickHouse, "measure ClickHouse (raw insert, and txsink's sink if registered)")
+	fs.StringVar(&o.Out, "out", "", "output directory (default bench/results/<profile>)")
+	fs.StringVar(&o.Repo, "repo", "", "repository root (default: found from the working directory)")
+	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "overall budget; remaining steps are skipped with the reason once it is spent")
+	fs.BoolVar(&o.Charts, "charts", o.Charts, "write PNG charts")
+	fs.BoolVar(&o.Pprof, "pprof", o.Pprof, "profile one in-process exactly_once drain of the main workload (cpu_exactly_once.pprof)")
+	render := fs.String("render", "", "only re-render results.md and the charts from DIR/results.json, measuring nothing")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *render != "" {
+		if err := rerender(*render); err != nil {
+			fmt.Fprintln(stderr, "txsink-bench:", err)
+			return 1
+		}
+		return 0
+	}
+	for _, p := range []struct {
+		s   string
+		dst *[]int
+	}{{*parts, &o.Partitions}, {*growth, &o.Growth}} {
+		v, err := parseInts(p.s)
+		if err != nil {
+			fmt.Fprintln(stderr, "txsink-bench:", err)
+			return 2
+		}
+		*p.dst = v
+	}
+	o.Modes = splitList(*modes)
+	o.LatModes = splitList(*latModes)
+	o.Command = "go run ./bench/cmd/txsink-bench " + strings.Join(args, " ")
+	if err := o.validate(); err != nil {
+		fmt.Fprintln(stderr, "txsink-bench:", err)
+		return 2
+	}
+	if o.Repo == "" {
+		r, err := findRepo()
+		if err != nil {
+			fmt.Fprintln(stderr, "txsink-bench:", err)
+			return 2
+		}
+		o.Repo = r
+	}
+	if o.Out == "" {
+		o.Out = filepath.Join(o.Repo, "bench", "results", o.Profile)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	rep, err := runBench(ctx, o, stderr)
+	if rep != nil {
+		if werr := rep.write(o.Out); werr != nil && err == nil {
+			err = werr
+		}
+		if o.Charts {
+			if cerr := writeCharts(rep, o.Out); cerr != nil {
+				fmt.Fprintln(stderr, "txsink-bench: charts:", cerr)
+			}
+		}
+		fmt.Fprint(stdout, rep.markdown())
+		fmt.Fprintf(stdout, "\nwritten to %s\n", o.Out)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "txsink-bench:", err)
+		return 1
+	}
+	return 0
+}
+
+// rerender rewrites results.md and the charts of an earlier run.
+func rerender(dir string) error {
+	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		return err
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return fmt.Errorf("%s/results.json: %w", dir, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(rep.markdown()), 0o644); err != nil {
+		return err
+	}
+	return writeCharts(&rep, dir)
+}
+
+func (o options) validate() error {
+	switch {
+	case o.Records < 1:
+		return fmt.Errorf("-records: must be at least 1, got %d", o.Records)
+	case o.Runs < 1:
+		return fmt.Errorf("-runs: must be at least 1, got %d", o.Runs)
+	case len(o.Partitions) == 0:
+		return errors.New("-partitions: at least one partition count is needed")
+	case o.SweepFactor < 0 || o.SweepFactor > 1:
+		return fmt.Errorf("-sweep-factor: must be between 0 and 1, got %g", o.SweepFactor)
+	}
+	for _, m := range append(append([]string{}, o.Modes...), o.LatModes...) {
+		switch m {
+		case "exactly_once", "exactly_once_sink", "at_least_once", "at_most_once":
+		default:
+			return fmt.Errorf("-modes/-latency-modes: unknown delivery guarantee %q", m)
+		}
+	}
+	for _, p := range o.Partitions {
+		if p < 1 || p > 1000 {
+			return fmt.Errorf("-partitions: must be between 1 and 1000, got %d", p)
+		}
+	}
+	return nil
+}
+
+func findRepo() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.Contains(string(b), "module github.com/txsink/txsink\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("not inside the txsink repository (use -repo)")
+		}
+		dir = parent
+	}
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range splitList(s) {
+		n, err := strconv.ParseFloat(f, 64) // accepts 1e6
+		if err != nil || n < 1 || n != float64(int(n)) {
+			return nil, fmt.Errorf("not a positive integer: %q", f)
+		}
+		out = append(out, int(n))
+	}
+	return out, nil
+}
+
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func loadAvg() [3]float64 {
+	var out [3]float64
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return out
+	}
+	f := strings.Fields(string(b))
+	for i := 0; i < 3 && i < len(f); i++ {
+		out[i], _ = strconv.ParseFloat(f[i], 64)
+	}
+	return out
+}
+
+func hostInfo() HostInfo {
+	return HostInfo{CPUs: runtime.NumCPU(), LoadAvgBefore: loadAvg(), GoVersion: runtime.Version()}
+}

@@ -1,0 +1,84 @@
+//go:build bench
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestSmoke runs the smoke profile against real services (the same
+// stand-in images as the integration tests) so the benchmark cannot rot:
+//
+//	go test -tags bench -count=1 -timeout 10m ./bench/...
+//
+// It checks that every step ran and produced a complete report, never how
+// fast anything was: absolute timings depend on the machine and its load.
+// Without a Docker engine it skips, unless TXSINK_TEST_REQUIRE_SERVICES is
+// true.
+func TestSmoke(t *testing.T) {
+	o, err := profileOptions("smoke")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Out = t.TempDir()
+	o.Repo, err = findRepo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Command = "go test -tags bench ./bench/..."
+	o.Timeout = 5 * time.Minute // the profile's own budget is 3 min; leave slack on a loaded machine
+	var log bytes.Buffer
+	rep, err := runBench(context.Background(), o, &log)
+	t.Logf("bench log:\n%s", log.String())
+	if err != nil {
+		var st *stopError
+		if errors.As(err, &st) && st.skip {
+			t.Skip(st.msg)
+		}
+		t.Fatal(err)
+	}
+	if err := rep.write(o.Out); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeCharts(rep, o.Out); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("report:\n%s", rep.markdown())
+
+	measured := map[string]bool{}
+	for _, r := range rep.Rows {
+		if r.Skipped != "" {
+			continue
+		}
+		if len(r.Runs) != o.Runs || r.MedianRPS <= 0 {
+			t.Errorf("row %s on %s: %d runs, median %v records/s", r.label(), r.Workload, len(r.Runs), r.MedianRPS)
+		}
+		measured[r.System+" "+r.Mode] = true
+	}
+	for _, want := range []string{"raw-copy ×1", "raw-copy ×4", "raw-consume ", "txsink exactly_once", "txsink exactly_once_sink", "txsink at_least_once"} {
+		if !measured[want] {
+			t.Errorf("no measurement for %q", want)
+		}
+	}
+	for _, l := range rep.Latency {
+		if l.Skipped != "" || l.Records == 0 || l.Quantiles.P99 <= 0 {
+			t.Errorf("latency %s: %+v", l.Mode, l)
+		}
+	}
+	for _, g := range rep.Growth {
+		if g.Skipped != "" || g.Seconds <= 0 {
+			t.Errorf("growth %d: %+v", g.Records, g)
+		}
+	}
+	for _, f := range []string{"results.json", "results.md", "throughput.png", "latency_cdf.png", "growth.png"} {
+		if st, err := os.Stat(filepath.Join(o.Out, f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s not written: %v", f, err)
+		}
+	}
+}

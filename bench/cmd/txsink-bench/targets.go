@@ -1,0 +1,70 @@
+package main
+
+import "fmt"
+
+// targets evaluates the targets on the main workload. A target
+// whose inputs were not measured is reported as not measured.
+func (b *bench) targets() {
+	w := b.mainWorkload
+	find := func(system, mode string) *Row {
+		for _, r := range b.rep.Rows {
+			if w != nil && r.Workload == w.Name && r.System == system && r.Mode == mode && r.Skipped == "" && r.MedianRPS > 0 {
+				return r
+			}
+		}
+		return nil
+	}
+	met := func(ok bool) *bool { return &ok }
+	eo := find("txsink", "exactly_once")
+	eos := find("txsink", "exactly_once_sink")
+	peer := find("peer", "")
+
+	t := Target{Name: "exactly_once vs raw COPY ceiling", Want: "≥ 60 %"}
+	if eo != nil && eo.RatioCeiling > 0 {
+		t.Value = eo.RatioCeiling
+		t.Got = fmt.Sprintf("%.0f %% (%s of %s rec/s)", eo.RatioCeiling*100, fmtNum(eo.MedianRPS), fmtNum(eo.MedianRPS/eo.RatioCeiling))
+		t.Met = met(eo.RatioCeiling >= 0.60)
+	}
+	b.rep.Targets = append(b.rep.Targets, t)
+
+	t = Target{Name: "exactly_once vs Kafka Connect + Debezium JDBC", Want: "≥ 3×"}
+	if eo != nil && peer != nil {
+		t.Value = eo.MedianRPS / peer.MedianRPS
+		t.Got = fmt.Sprintf("%.2f× (%s vs %s rec/s)", t.Value, fmtNum(eo.MedianRPS), fmtNum(peer.MedianRPS))
+		t.Met = met(t.Value >= 3)
+	}
+	b.rep.Targets = append(b.rep.Targets, t)
+
+	t = Target{Name: "2PC cost: exactly_once vs exactly_once_sink (default batch)", Want: "≤ 10 % slower"}
+	if eo != nil && eos != nil {
+		t.Value = 1 - eo.MedianRPS/eos.MedianRPS
+		t.Got = fmt.Sprintf("%.1f %% (%s vs %s rec/s)", t.Value*100, fmtNum(eo.MedianRPS), fmtNum(eos.MedianRPS))
+		t.Met = met(t.Value <= 0.10)
+	}
+	b.rep.Targets = append(b.rep.Targets, t)
+
+	t = Target{Name: "p99 end-to-end latency at half max throughput (exactly_once)", Want: "≤ 500 ms"}
+	for _, l := range b.rep.Latency {
+		if l.Mode == "exactly_once" && l.Skipped == "" && l.Records > 0 {
+			t.Value = l.Quantiles.P99
+			t.Got = fmt.Sprintf("%.0f ms at %s rec/s", l.Quantiles.P99, fmtNum(l.OfferedRate))
+			t.Met = met(l.Quantiles.P99 <= 500)
+		}
+	}
+	b.rep.Targets = append(b.rep.Targets, t)
+
+	t = Target{Name: "ClickHouse exactly-once vs raw batch insert", Want: "≥ 50 %"}
+	for _, r := range b.rep.Rows {
+		if r.System == "txsink-clickhouse" && r.Skipped == "" && r.RatioCeiling > 0 {
+			t.Value = r.RatioCeiling
+			t.Got = fmt.Sprintf("%.0f %%", r.RatioCeiling*100)
+			t.Met = met(r.RatioCeiling >= 0.5)
+		}
+	}
+	b.rep.Targets = append(b.rep.Targets, t)
+	for i := range b.rep.Targets {
+		if b.rep.Targets[i].Got == "" {
+			b.rep.Targets[i].Got = "not measured in this run"
+		}
+	}
+}

@@ -1,0 +1,646 @@
+package deploy
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	kjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+
+	"github.com/txsink/txsink/config"
+	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/postgres"
+	"github.com/txsink/txsink/integration/harness"
+)
+
+// decodeStrict decodes YAML into v as the Kubernetes API server's strict
+// field validation does: YAML is converted to JSON (duplicate keys are an
+// error), then decoded with unknown fields rejected and field names matched
+// case-sensitively.
+func decodeStrict(doc []byte, v any) error {
+	j, err := yaml.YAMLToJSONStrict(doc)
+	if err != nil {
+		return err
+	}
+	strict, err := kjson.UnmarshalStrict(j, v, kjson.DisallowUnknownFields)
+	if err != nil {
+		return err
+	}
+	return errors.Join(strict...)
+}
+
+// splitDocs splits a multi-document YAML file.
+func splitDocs(b []byte) [][]byte {
+	var out [][]byte
+	for _, d := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(b), -1) {
+		if strings.TrimSpace(stripComments(d)) != "" {
+			out = append(out, []byte(d))
+		}
+	}
+	return out
+}
+
+func stripComments(s string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(s, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(l), "#") {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
+}
+
+// k8sKinds are the kinds the manifests may hold, by apiVersion and kind.
+var k8sKinds = map[string]func() any{
+	"apps/v1 Deployment":            func() any { return &appsv1.Deployment{} },
+	"v1 Service":                    func() any { return &corev1.Service{} },
+	"v1 ConfigMap":                  func() any { return &corev1.ConfigMap{} },
+	"v1 Secret":                     func() any { return &corev1.Secret{} },
+	"policy/v1 PodDisruptionBudget": func() any { return &policyv1.PodDisruptionBudget{} },
+	"kustomize.config.k8s.io/v1beta1 Kustomization": func() any { return &kustomization{} },
+}
+
+// kustomization is the part of kustomize's Kustomization the directory uses
+// (kustomize's types are not in k8s.io/api).
+type kustomization struct {
+	APIVersion string   `json:"apiVersion"`
+	Kind       string   `json:"kind"`
+	Resources  []string `json:"resources"`
+}
+
+type manifest struct {
+	file string
+	obj  any
+}
+
+// decodeManifest decodes one document into the k8s.io/api type its
+// apiVersion and kind name.
+func decodeManifest(doc []byte) (any, error) {
+	var tm struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+	}
+	if err := yaml.Unmarshal(doc, &tm); err != nil {
+		return nil, err
+	}
+	mk, ok := k8sKinds[tm.APIVersion+" "+tm.Kind]
+	if !ok {
+		return nil, fmt.Errorf("unexpected apiVersion/kind %q %q", tm.APIVersion, tm.Kind)
+	}
+	obj := mk()
+	if err := decodeStrict(doc, obj); err != nil {
+		return nil, err
+	}
+	return obj, nil
+}
+
+func loadManifests(t *testing.T) []manifest {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("kubernetes", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests under deploy/kubernetes (%v)", err)
+	}
+	var out []manifest
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, doc := range splitDocs(b) {
+			obj, err := decodeManifest(doc)
+			if err != nil {
+				t.Errorf("%s (document %d): %v", f, i+1, err)
+				continue
+			}
+			out = append(out, manifest{file: f, obj: obj})
+		}
+	}
+	return out
+}
+
+func only[T any](t *testing.T, ms []manifest) T {
+	t.Helper()
+	var found []T
+	for _, m := range ms {
+		if v, ok := m.obj.(T); ok {
+			found = append(found, v)
+		}
+	}
+	if len(found) != 1 {
+		var zero T
+		t.Fatalf("want exactly one %T, found %d", zero, len(found))
+	}
+	return found[0]
+}
+
+// TestKubernetesStrictDecodingRejectsUnknownFields shows that the decoding
+// the manifests pass would catch a misspelt field.
+func TestKubernetesStrictDecodingRejectsUnknownFields(t *testing.T) {
+	for _, doc := range []string{
+		"apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec:\n  replica: 2\n",
+		"apiVersion: v1\nkind: Service\nmetadata: {name: x}\nspec:\n  ports: [{port: 1, targetport: http}]\n",
+		"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x, name: y}\n",
+		"apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n",
+		"apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: x}\nspec:\n  maxUnavailable: 1\n  maxUnavailable: 2\n",
+	} {
+		if _, err := decodeManifest([]byte(doc)); err == nil {
+			t.Errorf("decoded without error:\n%s", doc)
+		}
+	}
+}
+
+func TestKubernetesManifests(t *testing.T) {
+	ms := loadManifests(t)
+	if t.Failed() {
+		t.FailNow()
+	}
+	dep := only[*appsv1.Deployment](t, ms)
+	svc := only[*corev1.Service](t, ms)
+	cm := only[*corev1.ConfigMap](t, ms)
+	sec := only[*corev1.Secret](t, ms)
+	pdb := only[*policyv1.PodDisruptionBudget](t, ms)
+	kus := only[*kustomization](t, ms)
+
+	t.Run("kustomization lists every manifest", func(t *testing.T) {
+		var want []string
+		for _, m := range ms {
+			if _, ok := m.obj.(*kustomization); !ok {
+				want = append(want, filepath.Base(m.file))
+			}
+		}
+		got := slices.Clone(kus.Resources)
+		sort.Strings(got)
+		sort.Strings(want)
+		if !slices.Equal(got, slices.Compact(want)) {
+			t.Errorf("kustomization resources %v, manifests %v", got, want)
+		}
+	})
+
+	pod := dep.Spec.Template
+	t.Run("selectors", func(t *testing.T) {
+		podLabels := labels.Set(pod.Labels)
+		sel := labels.SelectorFromSet(dep.Spec.Selector.MatchLabels)
+		if !sel.Matches(podLabels) {
+			t.Errorf("deployment selector %v does not match its pod labels %v", sel, podLabels)
+		}
+		if !labels.SelectorFromSet(svc.Spec.Selector).Matches(podLabels) {
+			t.Errorf("service selector %v does not match the pods", svc.Spec.Selector)
+		}
+		if pdb.Spec.Selector == nil || !labels.SelectorFromSet(pdb.Spec.Selector.MatchLabels).Matches(podLabels) {
+			t.Errorf("PodDisruptionBudget selector does not match the pods")
+		}
+		if pdb.Spec.MinAvailable == nil && pdb.Spec.MaxUnavailable == nil {
+			t.Error("PodDisruptionBudget sets neither minAvailable nor maxUnavailable")
+		}
+	})
+
+	if len(pod.Spec.Containers) != 1 {
+		t.Fatalf("want one container, got %d", len(pod.Spec.Containers))
+	}
+	c := pod.Spec.Containers[0]
+
+	t.Run("probes on /health", func(t *testing.T) {
+		ports := map[string]int32{}
+		for _, p := range c.Ports {
+			ports[p.Name] = p.ContainerPort
+		}
+		for name, p := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe, "startup": c.StartupProbe} {
+			if p == nil || p.HTTPGet == nil {
+				t.Errorf("%s probe: want an HTTP GET probe", name)
+				continue
+			}
+			if p.HTTPGet.Path != "/health" {
+				t.Errorf("%s probe path %q, want /health", name, p.HTTPGet.Path)
+			}
+			port := p.HTTPGet.Port.IntVal
+			if p.HTTPGet.Port.StrVal != "" {
+				port = ports[p.HTTPGet.Port.StrVal]
+			}
+			if port != 8083 {
+				t.Errorf("%s probe port %v is not the REST port 8083", name, p.HTTPGet.Port.String())
+			}
+		}
+		if tp := svc.Spec.Ports[0].TargetPort; ports[tp.StrVal] != 8083 && tp.IntVal != 8083 {
+			t.Errorf("service targetPort %v is not the REST port", tp.String())
+		}
+	})
+
+	t.Run("non-root, read-only, no privileges", func(t *testing.T) {
+		psc, csc := pod.Spec.SecurityContext, c.SecurityContext
+		if psc == nil || csc == nil {
+			t.Fatal("pod and container need a securityContext")
+		}
+		if psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser == 0 {
+			t.Errorf("pod must run as non-root with a non-zero runAsUser")
+		}
+		if csc.RunAsNonRoot != nil && !*csc.RunAsNonRoot || csc.RunAsUser != nil && *csc.RunAsUser == 0 {
+			t.Errorf("container overrides the pod's non-root user")
+		}
+		if csc.ReadOnlyRootFilesystem == nil || !*csc.ReadOnlyRootFilesystem {
+			t.Error("readOnlyRootFilesystem must be true")
+		}
+		if csc.AllowPrivilegeEscalation == nil || *csc.AllowPrivilegeEscalation {
+			t.Error("allowPrivilegeEscalation must be false")
+		}
+		if csc.Capabilities == nil || !slices.Contains(csc.Capabilities.Drop, "ALL") {
+			t.Error("capabilities must drop ALL")
+		}
+		if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+			t.Error("cpu and memory requests and a memory limit are required")
+		}
+	})
+
+	t.Run("volumes, config and secrets resolve", func(t *testing.T) {
+		vols := map[string]corev1.Volume{}
+		for _, v := range pod.Spec.Volumes {
+			vols[v.Name] = v
+		}
+		mounts := map[string]string{} // mount path -> volume
+		for _, m := range c.VolumeMounts {
+			if _, ok := vols[m.Name]; !ok {
+				t.Errorf("volumeMount %s names no volume", m.Name)
+			}
+			mounts[m.MountPath] = m.Name
+		}
+		for _, p := range []string{"/var/lib/txsink", "/tmp"} {
+			v, ok := vols[mounts[p]]
+			if !ok || v.EmptyDir == nil && v.PersistentVolumeClaim == nil {
+				t.Errorf("%s must be a writable volume (the root file system is read-only)", p)
+			}
+		}
+		for _, v := range pod.Spec.Volumes {
+			if v.ConfigMap != nil && v.ConfigMap.Name != cm.Name {
+				t.Errorf("volume %s names ConfigMap %s, the manifest is %s", v.Name, v.ConfigMap.Name, cm.Name)
+			}
+		}
+		secretKeys := map[string]bool{}
+		for k := range sec.StringData {
+			secretKeys[k] = true
+		}
+		for k := range sec.Data {
+			secretKeys[k] = true
+		}
+		for _, e := range c.Env {
+			if r := e.ValueFrom; r != nil && r.SecretKeyRef != nil {
+				if r.SecretKeyRef.Name != sec.Name || !secretKeys[r.SecretKeyRef.Key] {
+					t.Errorf("env %s refers to secret %s key %s, which the Secret manifest lacks", e.Name, r.SecretKeyRef.Name, r.SecretKeyRef.Key)
+				}
+			}
+		}
+		// Files named in the arguments must be ConfigMap keys under its mount.
+		cmPath := ""
+		for p, v := range mounts {
+			if vols[v].ConfigMap != nil {
+				cmPath = p
+			}
+		}
+		args := c.Args
+		for i := 0; i+1 < len(args); i++ {
+			if args[i] != "-config" && args[i] != "-connector" {
+				continue
+			}
+			key, ok := strings.CutPrefix(args[i+1], cmPath+"/")
+			if !ok || cm.Data[key] == "" {
+				t.Errorf("%s %s is not a key of ConfigMap %s mounted at %s", args[i], args[i+1], cm.Name, cmPath)
+			}
+		}
+	})
+
+	t.Run("configuration is valid", func(t *testing.T) {
+		for key, val := range cm.Data {
+			switch {
+			case strings.HasSuffix(key, ".properties"):
+				raw, err := config.ParseWorkerFile([]byte(val))
+				if err != nil {
+					t.Fatalf("%s: %v", key, err)
+				}
+				w, err := config.ParseWorker(raw)
+				if err != nil {
+					t.Errorf("%s: %v", key, err)
+				}
+				if w.DataDir != "/var/lib/txsink" {
+					t.Errorf("%s: data.dir %q, want the mounted /var/lib/txsink", key, w.DataDir)
+				}
+			case strings.HasSuffix(key, ".json"):
+				validateConnector(t, key, []byte(val))
+			default:
+				t.Errorf("ConfigMap key %s: neither a worker file nor a connector", key)
+			}
+		}
+	})
+}
+
+// validateConnector checks a connector file (Connect's create body) with
+// the sink registry, as the worker would.
+func validateConnector(t *testing.T, what string, b []byte) map[string]string {
+	t.Helper()
+	var body struct {
+		Name   string            `json:"name"`
+		Config map[string]string `json:"config"`
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&body); err != nil {
+		t.Errorf("%s: %v", what, err)
+		return nil
+	}
+	raw := body.Config
+	if raw["name"] == "" {
+		raw["name"] = body.Name
+	}
+	reg := &connectors.Registry{}
+	if err := reg.Register(postgres.Spec()); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, errs := reg.Validate(raw); errs != nil {
+		t.Errorf("%s: %v", what, errs)
+	}
+	return raw
+}
+
+// Compose: the subset of the compose specification the file uses. Decoding
+// is strict, so a key outside this subset (or misspelt) fails the test.
+type composeFile struct {
+	Services map[string]composeService `json:"services"`
+	Volumes  map[string]*struct{}      `json:"volumes"`
+}
+
+type composeService struct {
+	Image       string                       `json:"image"`
+	Build       *composeBuild                `json:"build"`
+	Command     []string                     `json:"command"`
+	Environment map[string]string            `json:"environment"`
+	Ports       []string                     `json:"ports"`
+	Volumes     []string                     `json:"volumes"`
+	DependsOn   map[string]composeDependency `json:"depends_on"`
+	Healthcheck *composeHealthcheck          `json:"healthcheck"`
+	Restart     string                       `json:"restart"`
+}
+
+type composeBuild struct {
+	Context    string            `json:"context"`
+	Dockerfile string            `json:"dockerfile"`
+	Args       map[string]string `json:"args"`
+}
+
+type composeDependency struct {
+	Condition string `json:"condition"`
+}
+
+type composeHealthcheck struct {
+	Test        []string `json:"test"`
+	Interval    string   `json:"interval"`
+	Timeout     string   `json:"timeout"`
+	Retries     int      `json:"retries"`
+	StartPeriod string   `json:"start_period"`
+}
+
+func TestComposeStrictDecodingRejectsUnknownFields(t *testing.T) {
+	for _, doc := range []string{
+		"services:\n  a:\n    image: x\n    enviroment: {A: b}\n",
+		"services:\n  a:\n    image: x\n    depends_on: {b: {conditon: service_healthy}}\n",
+		"version: '3'\nservices: {}\n",
+	} {
+		var f composeFile
+		if err := decodeStrict([]byte(doc), &f); err == nil {
+			t.Errorf("decoded without error:\n%s", doc)
+		}
+	}
+}
+
+func TestCompose(t *testing.T) {
+	const path = "docker-compose.yml"
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f composeFile
+	if err := decodeStrict(b, &f); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	for name, s := range f.Services {
+		if s.Image == "" && s.Build == nil {
+			t.Errorf("service %s: needs an image or a build", name)
+		}
+		for dep, d := range s.DependsOn {
+			if _, ok := f.Services[dep]; !ok {
+				t.Errorf("service %s depends on unknown service %s", name, dep)
+			}
+			if !slices.Contains([]string{"service_started", "service_healthy", "service_completed_successfully"}, d.Condition) {
+				t.Errorf("service %s: depends_on %s: unknown condition %q", name, dep, d.Condition)
+			}
+			if d.Condition == "service_healthy" && f.Services[dep].Healthcheck == nil {
+				t.Errorf("service %s waits for %s to be healthy, which has no healthcheck", name, dep)
+			}
+		}
+		for _, v := range s.Volumes {
+			src, _, _ := strings.Cut(v, ":")
+			if !strings.HasPrefix(src, ".") && !strings.HasPrefix(src, "/") {
+				if _, ok := f.Volumes[src]; !ok {
+					t.Errorf("service %s mounts undeclared volume %s", name, src)
+				}
+			}
+		}
+		for _, p := range s.Ports {
+			if !strings.HasPrefix(p, "127.0.0.1:") {
+				t.Errorf("service %s publishes %s beyond the loopback interface", name, p)
+			}
+		}
+	}
+
+	t.Run("official images", func(t *testing.T) {
+		for name, img := range map[string]string{
+			"kafka":      harness.DefaultKafkaImage,
+			"postgres":   "postgres:",
+			"clickhouse": harness.DefaultClickHouseImage,
+		} {
+			s, ok := f.Services[name]
+			switch {
+			case !ok:
+				t.Errorf("no service %s", name)
+			case strings.HasSuffix(img, ":") && !strings.HasPrefix(s.Image, img):
+				t.Errorf("service %s uses %s, want the official %s image", name, s.Image, img)
+			case !strings.HasSuffix(img, ":") && s.Image != img:
+				t.Errorf("service %s uses %s; the tests pin %s", name, s.Image, img)
+			}
+		}
+		pg := f.Services["postgres"]
+		if !strings.Contains(strings.Join(pg.Command, " "), "max_prepared_transactions=") {
+			t.Errorf("postgres must start with -c max_prepared_transactions=N (exactly_once needs it), command %v", pg.Command)
+		}
+	})
+
+	t.Run("txsink built from the Dockerfile with the example connector", func(t *testing.T) {
+		const txName = "txsink"
+		tx := f.Services[txName]
+		if tx.Build == nil {
+			t.Fatal("service txsink is not built")
+		}
+		df, _ := filepath.Abs(filepath.Join(filepath.Dir(path), tx.Build.Context, tx.Build.Dockerfile))
+		if want, _ := filepath.Abs("Dockerfile"); df != want {
+			t.Errorf("txsink is built from %s, want deploy/Dockerfile", df)
+		}
+		if tx.Healthcheck == nil || !slices.Equal(tx.Healthcheck.Test[:3], []string{"CMD", "/txsink", "healthcheck"}) {
+			t.Errorf("txsink healthcheck should run /txsink healthcheck, got %+v", tx.Healthcheck)
+		}
+		// A one-shot service of the same image creates the connector over REST.
+		found := false
+		for name, s := range f.Services {
+			if s.Image != tx.Image || name == txName || len(s.Command) < 2 || s.Command[0] != "connectors" || s.Command[1] != "create" {
+				continue
+			}
+			found = true
+			if s.DependsOn[txName].Condition != "service_healthy" {
+				t.Errorf("%s must wait for %s to be healthy", name, txName)
+			}
+			i := slices.Index(s.Command, "-d")
+			if i < 0 || i+1 >= len(s.Command) {
+				t.Fatalf("%s: no inline connector (-d JSON)", name)
+			}
+			raw := validateConnector(t, name, []byte(s.Command[i+1]))
+			if raw != nil && !strings.Contains(raw["connection.url"], "//postgres:") {
+				t.Errorf("%s: connection.url %s does not name the postgres service", name, raw["connection.url"])
+			}
+		}
+		if !found {
+			t.Error("no service creates the example connector (txsink connectors create)")
+		}
+	})
+
+	t.Run("docker compose config", func(t *testing.T) {
+		var cmd *exec.Cmd
+		switch {
+		case exec.Command("docker", "compose", "version").Run() == nil:
+			cmd = exec.Command("docker", "compose", "-f", path, "config", "-q")
+		case lookPath("docker-compose"):
+			cmd = exec.Command("docker-compose", "-f", path, "config", "-q")
+		default:
+			t.Skip("neither the docker compose plugin nor docker-compose is installed (Debian: apt-get install docker-compose); the strict decoding above still ran")
+		}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("%v: %v\n%s", cmd.Args, err, out)
+		}
+	})
+}
+
+func lookPath(name string) bool {
+	_, err := exec.LookPath(name)
+	return err == nil
+}
+
+// TestDockerfile checks what the other files and the tests rely on.
+func TestDockerfile(t *testing.T) {
+	b, err := os.ReadFile("Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	df := string(b)
+	gomod, err := os.ReadFile(filepath.Join("..", "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	goVer := regexp.MustCompile(`(?m)^go (\d+\.\d+)`).FindStringSubmatch(string(gomod))
+	if goVer == nil {
+		t.Fatal("go.mod has no go directive")
+	}
+	for _, want := range []string{
+		"ARG GO_IMAGE=golang:" + goVer[1] + "-bookworm", // the official image of go.mod's Go
+		"FROM ${GO_IMAGE} AS build",
+		"CGO_ENABLED=0",
+		"-trimpath",
+		"FROM scratch",
+		"USER 65532:65532",
+		"EXPOSE 8083",
+		`CMD ["/txsink", "healthcheck"`,
+		`ENTRYPOINT ["/txsink"]`,
+		`CMD ["serve", "-listen", "0.0.0.0:8083"]`,
+		"ca-certificates.crt",
+	} {
+		if !strings.Contains(df, want) {
+			t.Errorf("Dockerfile lacks %q", want)
+		}
+	}
+}
+
+// TestSystemdUnit checks the unit's hardening and, where systemd-analyze
+// exists, lets systemd verify it.
+func TestSystemdUnit(t *testing.T) {
+	const path = "systemd/txsink.service"
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	settings := map[string][]string{}
+	section := ""
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		l := strings.TrimSpace(sc.Text())
+		switch {
+		case l == "" || l[0] == '#' || l[0] == ';':
+		case l[0] == '[':
+			section = strings.Trim(l, "[]")
+		default:
+			k, v, ok := strings.Cut(l, "=")
+			if !ok {
+				t.Errorf("%s: bad line %q", path, l)
+			}
+			settings[section+"."+k] = append(settings[section+"."+k], v)
+		}
+	}
+	for k, v := range map[string]string{
+		"Service.DynamicUser":     "yes",
+		"Service.NoNewPrivileges": "yes",
+		"Service.ProtectSystem":   "strict",
+		"Service.ProtectHome":     "yes",
+		"Service.PrivateTmp":      "yes",
+		"Service.StateDirectory":  "txsink",
+		"Service.KillSignal":      "SIGTERM",
+		"Install.WantedBy":        "multi-user.target",
+	} {
+		if got := settings[k]; len(got) != 1 || got[0] != v {
+			t.Errorf("%s = %v, want %s", k, got, v)
+		}
+	}
+	if len(settings["Service.EnvironmentFile"]) == 0 {
+		t.Error("no EnvironmentFile")
+	}
+	exe := settings["Service.ExecStart"]
+	if len(exe) != 1 || !strings.Contains(exe[0], " serve ") || !strings.Contains(exe[0], "-data-dir /var/lib/txsink") {
+		t.Errorf("ExecStart %v should run serve with the StateDirectory as data dir", exe)
+	}
+
+	if !lookPath("systemd-analyze") {
+		t.Skip("systemd-analyze is not installed; the static checks above ran")
+	}
+	dir := t.TempDir()
+	unit, _ := os.ReadFile(path)
+	fake := filepath.Join(dir, "txsink")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	unit = bytes.ReplaceAll(unit, []byte("/usr/local/bin/txsink"), []byte(fake))
+	up := filepath.Join(dir, "txsink.service")
+	if err := os.WriteFile(up, unit, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("systemd-analyze", "verify", up).CombinedOutput()
+	if err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+	}
+}
