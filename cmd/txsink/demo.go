@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +10,10 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
+	"net/http"
 	"net/url"
+	"os"
 	"os/signal"
 	"sync"
 	"sync/atomic"
@@ -17,10 +21,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/txsink/txsink/api"
 	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/internal/buildinfo"
 	"github.com/txsink/txsink/internal/pglocal"
 )
 
@@ -32,6 +40,7 @@ type demoOptions struct {
 	postgresURL    string
 	nonInteractive bool
 	timeout        time.Duration
+	listen         string
 }
 
 func cmdDemo(args []string, stdout, stderr io.Writer) int {
@@ -43,14 +52,13 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&o.abortRatio, "abort-ratio", 0.2, "fraction of upstream transactions aborted")
 	fs.StringVar(&o.postgresURL, "postgres-url", "", "use this PostgreSQL database (needs max_prepared_transactions > 0) instead of a throwaway cluster")
 	fs.BoolVar(&o.nonInteractive, "non-interactive", false, "print progress as plain lines (for CI and logs)")
-	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "give up after this long")
+	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "give up when the sink has not caught up after this long")
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:0", "REST API address (port 0: any free port)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
 	v, err := runDemo(ctx, o, stdout)
 	if err != nil {
 		fmt.Fprintln(stderr, "txsink demo:", err)
@@ -80,6 +88,13 @@ const demoTopic = "demo.orders"
 func runDemo(ctx context.Context, o demoOptions, out io.Writer) (verdict, error) {
 	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
 	start := time.Now()
+	if o.listen == "" {
+		o.listen = "127.0.0.1:0"
+	}
+	if o.timeout <= 0 {
+		o.timeout = 2 * time.Minute
+	}
+	deadline := time.After(o.timeout)
 
 	kafka, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(o.partitions), demoTopic))
 	if err != nil {
@@ -125,10 +140,37 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) (verdict, error)
 	prodErr := make(chan error, 1)
 	go func() { prodErr <- demoProduce(ctx, kafka.ListenAddrs(), o, committed, &mu, &produced, &aborted) }()
 
-	// The worker and the connector.
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	conn, err := connectors.Open(ctx, registry(), map[string]string{
-		"name":               "demo",
+	// The worker with its REST API, and the connector created over REST.
+	dataDir, err := os.MkdirTemp("", "txsink-demo-")
+	if err != nil {
+		return verdict{}, err
+	}
+	defer os.RemoveAll(dataDir)
+	promReg := prometheus.NewRegistry()
+	worker, err := connectors.NewWorker(registry(), connectors.WorkerOptions{
+		DataDir: dataDir, WorkerID: "demo", Bootstrap: kafka.ListenAddrs(),
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: promReg,
+	})
+	if err != nil {
+		return verdict{}, err
+	}
+	defer worker.Close()
+	if err := worker.Start(ctx); err != nil {
+		return verdict{}, err
+	}
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return verdict{}, fmt.Errorf("REST API: %w", err)
+	}
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: api.New(api.Options{
+		Worker: worker, Metrics: promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}),
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Version: buildinfo.Version, Commit: buildinfo.CommitID(),
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	base := "http://" + ln.Addr().String()
+	say("rest api    %s (Kafka Connect dialect)", base)
+	body, _ := json.Marshal(map[string]any{"name": "demo", "config": map[string]string{
 		"connector.class":    "postgres",
 		"topics":             demoTopic,
 		"connection.url":     dbURL,
@@ -137,13 +179,17 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) (verdict, error)
 		"pk.mode":            "kafka",
 		"batch.linger.ms":    "20",
 		"session.timeout.ms": "6000",
-	}, connectors.TaskOptions{Bootstrap: kafka.ListenAddrs(), InstanceID: "demo", Log: log})
+	}})
+	res, err := http.Post(base+"/connectors", "application/json", bytes.NewReader(body))
 	if err != nil {
-		return verdict{}, err
+		return verdict{}, fmt.Errorf("create the connector over REST: %w", err)
 	}
-	conn.Start(nil)
-	defer conn.Stop()
-	say("connector   demo: %s -> %s, delivery.guarantee=exactly_once", demoTopic, table)
+	msg, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusCreated {
+		return verdict{}, fmt.Errorf("create the connector over REST: %s: %s", res.Status, msg)
+	}
+	say("connector   POST %s/connectors -> %s: demo, %s -> %s, delivery.guarantee=exactly_once", base, res.Status, demoTopic, table)
 
 	// Progress until the producer is done and the sink caught up.
 	tick := time.NewTicker(500 * time.Millisecond)
@@ -154,6 +200,8 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) (verdict, error)
 		select {
 		case <-ctx.Done():
 			return verdict{}, fmt.Errorf("stopped before the sink caught up: %w", ctx.Err())
+		case <-deadline:
+			return verdict{}, fmt.Errorf("the sink did not catch up within -timeout %v", o.timeout)
 		case err := <-prodErr:
 			if err != nil {
 				return verdict{}, fmt.Errorf("upstream producer: %w", err)
@@ -193,6 +241,17 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) (verdict, error)
 	} else {
 		say("verdict     NOT EXACT: %d rows for %d committed records: %d missing, %d duplicated, %d from aborted transactions",
 			v.rows, v.committed, v.missing, v.duplicated, v.unexpected)
+	}
+	say("")
+	say("look around:")
+	say("  curl -s %s/connectors?expand=status", base)
+	say("  curl -s %s/connectors/demo/status     # partitions, next_offset, lag, in-doubt batches", base)
+	say("  curl -s %s/metrics | grep ^txsink_", base)
+	say("  curl -s -X PUT %s/connectors/demo/stop && curl -s %s/connectors/demo/offsets", base, base)
+	if !o.nonInteractive && ctx.Err() == nil {
+		say("")
+		say("the demo keeps running; press Ctrl-C to stop it and remove everything it created")
+		<-ctx.Done()
 	}
 	return v, nil
 }

@@ -12,7 +12,8 @@ import (
 
 // TestDemo runs "txsink demo" non-interactively, as a newcomer's first
 // command does: in-process Kafka, a throwaway PostgreSQL, a producer that
-// aborts a fifth of its transactions, and the exactly-once verdict.
+// aborts a fifth of its transactions, the worker's REST API with the
+// connector created over it, and the exactly-once verdict.
 func TestDemo(t *testing.T) {
 	if _, err := pglocal.FindBinaries(); err != nil {
 		t.Skipf("PostgreSQL server binaries are needed for the demo: %v", err)
@@ -28,8 +29,10 @@ func TestDemo(t *testing.T) {
 	if !v.exact() || v.committed < 3000 || v.aborted == 0 {
 		t.Fatalf("verdict %+v, want exact with aborted records upstream\n%s", v, out.String())
 	}
-	if !strings.Contains(out.String(), "verdict     EXACT") {
-		t.Fatalf("output lacks the verdict line:\n%s", out.String())
+	for _, want := range []string{"verdict     EXACT", "POST http://127.0.0.1:", "201 Created", "curl -s http://127.0.0.1:"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("output lacks %q:\n%s", want, out.String())
+		}
 	}
 	t.Logf("demo: %d committed, %d aborted, exact, in %v", v.committed, v.aborted, time.Since(start).Round(time.Millisecond))
 }
