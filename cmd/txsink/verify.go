@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/txsink/txsink/connectors/clickhouse"
 	"github.com/txsink/txsink/internal/verify"
 )
 
@@ -25,12 +27,13 @@ const (
 
 const verifyUsage = `usage: txsink verify [flags]
 
-Audits a connector's PostgreSQL sink against Kafka: reads the sink's rows,
-stored offsets and prepared transactions in one snapshot, then scans the
+Audits a connector's PostgreSQL or ClickHouse sink against Kafka: reads the
+sink's rows, stored offsets and prepared transactions (PostgreSQL, one
+snapshot) or unfinished intents (ClickHouse), then scans the
 input topics with read_committed isolation, and reports per partition: loss,
 duplicates (by coordinates and by payload id), aborted reads, value
 mismatches, rows beyond the stored offset, offsets past the stable end or
-gone backwards, leftover prepared transactions, and lag.
+gone backwards, leftover prepared transactions or intents, and lag.
 
 Exit status: 0 no sink fault, 1 sink fault found, 2 usage, 3 could not check.
 
@@ -52,7 +55,10 @@ func cmdVerify(args []string, stdout, stderr io.Writer) int {
 		bootstrap    = fs.String("bootstrap", envOr("TXSINK_BOOTSTRAP_SERVERS", "127.0.0.1:9092"), "Kafka bootstrap servers, comma-separated (env TXSINK_BOOTSTRAP_SERVERS)")
 		cfgPath      = fs.String("config", "", "connector config file (as for txsink run): fills -connector, -topics, -sink-url, -table, -schema, -offsets-table and -dlq-table; explicit flags win")
 		topics       = fs.String("topics", "", "input topics, comma-separated")
-		sinkURL      = fs.String("sink-url", envOr("TXSINK_VERIFY_SINK_URL", ""), "PostgreSQL URL of the sink database, postgres://… or jdbc:postgresql://… (env TXSINK_VERIFY_SINK_URL)")
+		sinkURL      = fs.String("sink-url", envOr("TXSINK_VERIFY_SINK_URL", ""), "URL of the sink database: postgres://… or jdbc:postgresql://… for PostgreSQL, clickhouse://host:9000/db (or tcp://…) for ClickHouse (env TXSINK_VERIFY_SINK_URL)")
+		sinkUser     = fs.String("sink-user", "", "sink user, overrides the URL's and the config file's connection.user")
+		sinkPassword = fs.String("sink-password", envOr("TXSINK_VERIFY_SINK_PASSWORD", ""), "sink password, overrides the URL's and connection.password (env TXSINK_VERIFY_SINK_PASSWORD)")
+		intentsTable = fs.String("intents-table", "", "ClickHouse: intents table (default txsink_intents)")
 		connector    = fs.String("connector", "", "connector name (key of its rows in the offsets table)")
 		table        = fs.String("table", "", "target table, ${topic} replaced by each topic: the connector's table.name.format (default ${topic})")
 		schema       = fs.String("schema", "", "schema of the target, offsets and dead-letter tables (default public)")
@@ -112,7 +118,14 @@ func cmdVerify(args []string, stdout, stderr io.Writer) int {
 		c.Sink.Schema = raw["table.schema"]
 		c.Sink.OffsetsTable = raw["offsets.table"]
 		c.Sink.DeadLetterTable = raw["errors.deadletterqueue.table.name"]
+		c.Sink.IntentsTable = raw["intents.table"]
 		if u := raw["connection.url"]; u != "" {
+			if isClickHouseClass(raw["connector.class"]) && !strings.Contains(u, "://") {
+				u = "clickhouse://" + u // the connector's host:port form
+			}
+			if db := raw["connection.database"]; db != "" && isClickHouseClass(raw["connector.class"]) {
+				u = withPath(u, db)
+			}
 			su, err := sinkURLFrom(u, raw["connection.user"], raw["connection.password"])
 			if err != nil {
 				fmt.Fprintln(stderr, "txsink verify: connection.url:", err)
@@ -132,6 +145,7 @@ func cmdVerify(args []string, stdout, stderr io.Writer) int {
 	override("schema", &c.Sink.Schema, *schema)
 	override("offsets-table", &c.Sink.OffsetsTable, *offsetsTable)
 	override("dlq-table", &c.Sink.DeadLetterTable, *dlqTable)
+	override("intents-table", &c.Sink.IntentsTable, *intentsTable)
 	if set["topics"] || len(c.Topics) == 0 {
 		c.Topics = splitList(*topics)
 	}
@@ -144,6 +158,14 @@ func cmdVerify(args []string, stdout, stderr io.Writer) int {
 			}
 			c.Sink.URL = su
 		}
+	}
+	if *sinkUser != "" || *sinkPassword != "" {
+		su, err := sinkURLFrom(c.Sink.URL, *sinkUser, *sinkPassword)
+		if err != nil {
+			fmt.Fprintln(stderr, "txsink verify: -sink-url:", err)
+			return exitVerifyUsage
+		}
+		c.Sink.URL = su
 	}
 	c.IDField = *idField
 	if c.IDField == "" && *idColumn != "" {
@@ -218,9 +240,28 @@ func cmdVerify(args []string, stdout, stderr io.Writer) int {
 	return exitVerifyOK
 }
 
-// sinkURLFrom accepts postgres:// and jdbc:postgresql:// URLs and applies
-// separate credentials.
+// isClickHouseClass reports whether connector.class names the ClickHouse
+// sink.
+func isClickHouseClass(class string) bool {
+	return class == "clickhouse" || class == clickhouse.Class
+}
+
+// withPath sets a URL's path (the ClickHouse database).
+func withPath(raw, db string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	u.Path = "/" + db
+	return u.String()
+}
+
+// sinkURLFrom accepts postgres://, jdbc:postgresql://, clickhouse:// and
+// tcp:// (ClickHouse) URLs and applies separate credentials.
 func sinkURLFrom(raw, user, password string) (string, error) {
+	if raw == "" {
+		return "", errors.New("no sink URL to apply credentials to")
+	}
 	raw = strings.TrimPrefix(raw, "jdbc:")
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -229,8 +270,14 @@ func sinkURLFrom(raw, user, password string) (string, error) {
 	if u.Scheme == "postgresql" {
 		u.Scheme = "postgres"
 	}
-	if u.Scheme != "postgres" {
-		return "", fmt.Errorf("want postgres://… or jdbc:postgresql://…, got scheme %q", u.Scheme)
+	switch u.Scheme {
+	case "postgres":
+	case "clickhouse", "tcp":
+		if _, err := clickhouse.ParseURL(raw); err != nil {
+			return "", err
+		}
+	default:
+		return "", fmt.Errorf("want postgres://…, jdbc:postgresql://… or clickhouse://host:port/db, got scheme %q", u.Scheme)
 	}
 	if user != "" || password != "" {
 		name := u.User.Username()

@@ -6,7 +6,8 @@
 // processes sharing the connector's consumer group. All lanes live through
 // the same schedule at the same time: a worker fault hits the same worker
 // index in every lane, a service fault (PostgreSQL crash, Kafka restart) hits
-// everyone. That is how the negative controls run "the same schedule": one
+// everyone. A lane writes to PostgreSQL or (Lane.Sink) to ClickHouse. That is
+// how the negative controls run "the same schedule": one
 // lane in exactly_once, one in at_least_once (must show duplicates), one in
 // exactly_once_sink with fencing switched off (must fail the check).
 //
@@ -36,6 +37,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -77,10 +80,41 @@ type LaneInfo struct {
 	WorkerIDs                           []string
 }
 
+// Sinks a lane can write to.
+const (
+	SinkPostgres   = "postgres"
+	SinkClickHouse = "clickhouse"
+)
+
+// ClickHouseServer is the ClickHouse server the run may restart
+// (harness.ClickHouseService satisfies it).
+type ClickHouseServer interface {
+	// Restart stops the server and starts it again with the same data and
+	// address; it returns once the server answers queries.
+	Restart(ctx context.Context) error
+}
+
+// ClickHouseEnv is where ClickHouse lanes write.
+type ClickHouseEnv struct {
+	// Addr is the native-protocol address (host:port); User and Password
+	// authenticate on it.
+	Addr, User, Password string
+	// Replicated makes the exactly_once lanes' tables ReplicatedMergeTree
+	// (the server has ZooKeeper and the {shard}/{replica} macros; needed on
+	// servers without insert_deduplication_token).
+	Replicated bool
+	// Server injects ClickHouseRestart; nil: none planned.
+	Server ClickHouseServer
+	// NewDatabase creates a fresh database for a lane and returns its name.
+	NewDatabase func(lane string) (string, error)
+}
+
 // Lane is one connector living through the schedule.
 type Lane struct {
 	// Name is short ([a-z0-9]), unique in the run.
 	Name string
+	// Sink is SinkPostgres (default, "") or SinkClickHouse.
+	Sink string
 	// Delivery is the connector's delivery.guarantee.
 	Delivery string
 	// UnsafeNoFencing sets txsink.test.unsafe.disable.fencing (negative
@@ -107,6 +141,8 @@ type Env struct {
 	Logf func(format string, args ...any)
 	// REST injects REST faults; nil: none planned (see RESTDriver).
 	REST RESTDriver
+	// ClickHouse is required by ClickHouse lanes.
+	ClickHouse *ClickHouseEnv
 }
 
 // Profile is one run.
@@ -137,7 +173,14 @@ type Profile struct {
 	// Weights is the fault mix (nil: DefaultWeights, plus RESTWeights
 	// when Env.REST is set).
 	Weights map[Kind]int
-	Env     Env
+	// KillPoints are the failpoints FailpointKill cycles through (nil: the
+	// runtime's five; ClickHouseKillPoints for ClickHouse profiles).
+	KillPoints []string
+	// BlockRows is the ClickHouse lanes' insert.block.rows (default 25:
+	// several blocks per batch, so the crash window between two blocks
+	// exists).
+	BlockRows int
+	Env       Env
 }
 
 func (p *Profile) defaults() error {
@@ -177,8 +220,11 @@ func (p *Profile) defaults() error {
 	if p.Faults <= 0 && p.Duration <= 0 {
 		return errors.New("faults or duration: one must be set")
 	}
-	if p.Env.Bootstrap == "" || p.Env.Binary == "" || p.Env.NewDatabase == nil || p.Env.Dir == "" {
-		return errors.New("env: Bootstrap, Binary, NewDatabase and Dir are required")
+	if p.Env.Bootstrap == "" || p.Env.Binary == "" || p.Env.Dir == "" {
+		return errors.New("env: Bootstrap, Binary and Dir are required")
+	}
+	if p.BlockRows == 0 {
+		p.BlockRows = 25
 	}
 	if p.Env.Logf == nil {
 		p.Env.Logf = func(string, ...any) {}
@@ -189,8 +235,40 @@ func (p *Profile) defaults() error {
 			return fmt.Errorf("lanes: empty or repeated name %q", l.Name)
 		}
 		seen[l.Name] = true
+		switch l.Sink {
+		case "", SinkPostgres:
+			if p.Env.NewDatabase == nil {
+				return fmt.Errorf("lane %s: env: NewDatabase is required for PostgreSQL lanes", l.Name)
+			}
+		case SinkClickHouse:
+			if p.Env.ClickHouse == nil || p.Env.ClickHouse.NewDatabase == nil || p.Env.ClickHouse.Addr == "" {
+				return fmt.Errorf("lane %s: env: ClickHouse with Addr and NewDatabase is required for ClickHouse lanes", l.Name)
+			}
+			if l.Delivery == "exactly_once_sink" {
+				return fmt.Errorf("lane %s: the ClickHouse sink has no exactly_once_sink", l.Name)
+			}
+		default:
+			return fmt.Errorf("lane %s: sink: want %s or %s, got %q", l.Name, SinkPostgres, SinkClickHouse, l.Sink)
+		}
 	}
 	return nil
+}
+
+// hasSink reports whether a lane writes to sink.
+func (p *Profile) hasSink(sink string) bool {
+	for _, l := range p.Lanes {
+		if l.sink() == sink {
+			return true
+		}
+	}
+	return false
+}
+
+func (l Lane) sink() string {
+	if l.Sink == "" {
+		return SinkPostgres
+	}
+	return l.Sink
 }
 
 // Weights returns the fault mix the profile plans with.
@@ -206,8 +284,14 @@ func (p *Profile) weights() map[Kind]int {
 	if p.Env.Broker == nil {
 		delete(w, KafkaRestart)
 	}
-	if p.Env.Postgres == nil {
+	if p.Env.Postgres == nil || !p.hasSink(SinkPostgres) {
 		delete(w, PostgresCrash)
+	}
+	if !p.hasSink(SinkPostgres) {
+		delete(w, PostgresTerminate)
+	}
+	if p.Env.ClickHouse == nil || p.Env.ClickHouse.Server == nil || !p.hasSink(SinkClickHouse) {
+		delete(w, ClickHouseRestart)
 	}
 	if p.Env.REST != nil && p.Weights == nil {
 		for k, n := range RESTWeights {
@@ -228,7 +312,7 @@ func PlanOf(p Profile) ([]Fault, error) {
 		return nil, err
 	}
 	return Plan(PlanOptions{Seed: p.Seed, Faults: p.Faults, Duration: p.Duration, Workers: p.Workers,
-		GapMin: p.GapMin, GapMax: p.GapMax, SessionTimeout: p.SessionTimeout, Weights: p.weights()}), nil
+		GapMin: p.GapMin, GapMax: p.GapMax, SessionTimeout: p.SessionTimeout, Weights: p.weights(), KillPoints: p.KillPoints}), nil
 }
 
 // lane is a Lane at run time.
@@ -238,7 +322,8 @@ type lane struct {
 	prod                          *producer
 	prodLog                       *os.File
 	workers                       []*worker
-	pool                          *pgxpool.Pool
+	pool                          *pgxpool.Pool // PostgreSQL lanes
+	ch                            driver.Conn   // ClickHouse lanes
 
 	mu      sync.Mutex
 	samples []verify.OffsetSample
@@ -288,6 +373,9 @@ func Run(ctx context.Context, p Profile) (Summary, error) {
 			}
 			if l.pool != nil {
 				l.pool.Close()
+			}
+			if l.ch != nil {
+				_ = l.ch.Close()
 			}
 			if l.prodLog != nil {
 				l.prodLog.Close()
@@ -455,34 +543,14 @@ func setupLane(ctx context.Context, p Profile, lc Lane, i int, nonce uint32, adm
 	if err != nil {
 		return nil, fmt.Errorf("create topic: %w", err)
 	}
-	if l.db, err = env.NewDatabase(lc.Name); err != nil {
-		return nil, fmt.Errorf("database: %w", err)
+	var conf map[string]string
+	if lc.sink() == SinkClickHouse {
+		conf, err = setupClickHouse(cctx, p, l)
+	} else {
+		conf, err = setupPostgres(ctx, cctx, p, l)
 	}
-	cfg, err := pgxpool.ParseConfig(l.db)
 	if err != nil {
 		return nil, err
-	}
-	cfg.MaxConns = 2
-	if l.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
-		return nil, err
-	}
-	// No primary key: duplicates stay visible.
-	if _, err := l.pool.Exec(cctx, `CREATE TABLE events (id text NOT NULL, seq bigint, body text,
-		__connect_topic text, __connect_partition int, __connect_offset bigint)`); err != nil {
-		return nil, fmt.Errorf("create table: %w", err)
-	}
-	conf := map[string]string{
-		"name":                   l.connector,
-		"connector.class":        "postgres",
-		"topics":                 l.topic,
-		"connection.url":         l.db,
-		"delivery.guarantee":     lc.Delivery,
-		"pk.mode":                "kafka",
-		"table.name.format":      "events",
-		"batch.max.records":      "500",
-		"batch.linger.ms":        "50",
-		"session.timeout.ms":     fmt.Sprint(p.SessionTimeout.Milliseconds()),
-		"transaction.timeout.ms": "10000",
 	}
 	if lc.UnsafeNoFencing {
 		conf["txsink.test.unsafe.disable.fencing"] = "true"
@@ -512,26 +580,139 @@ func setupLane(ctx context.Context, p Profile, lc Lane, i int, nonce uint32, adm
 	return l, nil
 }
 
+// setupPostgres creates the lane's database and table and returns the
+// connector's sink settings.
+func setupPostgres(ctx, cctx context.Context, p Profile, l *lane) (map[string]string, error) {
+	var err error
+	if l.db, err = p.Env.NewDatabase(l.Name); err != nil {
+		return nil, fmt.Errorf("database: %w", err)
+	}
+	cfg, err := pgxpool.ParseConfig(l.db)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = 2
+	if l.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+		return nil, err
+	}
+	// No primary key: duplicates stay visible.
+	if _, err := l.pool.Exec(cctx, `CREATE TABLE events (id text NOT NULL, seq bigint, body text,
+		__connect_topic text, __connect_partition int, __connect_offset bigint)`); err != nil {
+		return nil, fmt.Errorf("create table: %w", err)
+	}
+	return map[string]string{
+		"name":                   l.connector,
+		"connector.class":        "postgres",
+		"topics":                 l.topic,
+		"connection.url":         l.db,
+		"delivery.guarantee":     l.Delivery,
+		"pk.mode":                "kafka",
+		"table.name.format":      "events",
+		"batch.max.records":      "500",
+		"batch.linger.ms":        "50",
+		"session.timeout.ms":     fmt.Sprint(p.SessionTimeout.Milliseconds()),
+		"transaction.timeout.ms": "10000",
+	}, nil
+}
+
+// setupClickHouse creates the lane's database and table and returns the
+// connector's sink settings. exactly_once lanes get a de-duplicating table
+// (ReplicatedMergeTree with a ZooKeeper path unique to the database, or
+// MergeTree with a non-replicated window on servers with tokens); the
+// other lanes a plain MergeTree, which keeps every duplicate visible (the
+// server's block de-duplication would otherwise hide some of
+// at_least_once's re-inserts by chance, not by design).
+func setupClickHouse(cctx context.Context, p Profile, l *lane) (map[string]string, error) {
+	che := p.Env.ClickHouse
+	db, err := che.NewDatabase(l.Name)
+	if err != nil {
+		return nil, fmt.Errorf("database: %w", err)
+	}
+	l.db = "clickhouse://" + che.Addr + "/" + db
+	l.ch, err = clickhouse.Open(&clickhouse.Options{
+		Addr: []string{che.Addr}, Protocol: clickhouse.Native,
+		Auth:        clickhouse.Auth{Database: db, Username: che.User, Password: che.Password},
+		DialTimeout: 2 * time.Second, MaxOpenConns: 2,
+	})
+	if err != nil {
+		return nil, err
+	}
+	engine := "MergeTree ORDER BY (__connect_partition, __connect_offset)"
+	if l.Delivery == "exactly_once" {
+		if che.Replicated {
+			engine = fmt.Sprintf("ReplicatedMergeTree('/clickhouse/tables/{shard}/%s/events', '{replica}') ORDER BY (__connect_partition, __connect_offset) SETTINGS replicated_deduplication_window = 1000", db)
+		} else {
+			engine += " SETTINGS non_replicated_deduplication_window = 1000"
+		}
+	}
+	if err := l.ch.Exec(cctx, "CREATE TABLE events (id String, seq Int64, body String, __connect_topic String, __connect_partition Int32, __connect_offset Int64) ENGINE = "+engine); err != nil {
+		return nil, fmt.Errorf("create table: %w", err)
+	}
+	return map[string]string{
+		"name":                   l.connector,
+		"connector.class":        "clickhouse",
+		"topics":                 l.topic,
+		"connection.url":         l.db,
+		"connection.user":        che.User,
+		"connection.password":    che.Password,
+		"delivery.guarantee":     l.Delivery,
+		"pk.mode":                "kafka",
+		"table.name.format":      "events",
+		"batch.max.records":      "500",
+		"batch.linger.ms":        "100",
+		"insert.block.rows":      fmt.Sprint(p.BlockRows),
+		"session.timeout.ms":     fmt.Sprint(p.SessionTimeout.Milliseconds()),
+		"transaction.timeout.ms": "10000",
+	}, nil
+}
+
+// offsets reads the lane's stored next offsets and fences (ClickHouse: the
+// row with the greatest (fence, next_offset) per partition).
+func (l *lane) offsets(ctx context.Context) ([]verify.OffsetSample, error) {
+	var got []verify.OffsetSample
+	if l.ch != nil {
+		rows, err := l.ch.Query(ctx, "SELECT `partition`, argMax(next_offset, (fence, next_offset)), max(fence) FROM txsink_offsets WHERE connector = ? AND topic = ? GROUP BY `partition`", l.connector, l.topic)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			s := verify.OffsetSample{Topic: l.topic}
+			var fence uint64
+			if err := rows.Scan(&s.Partition, &s.Next, &fence); err != nil {
+				return nil, err
+			}
+			s.Fence = int64(fence)
+			got = append(got, s)
+		}
+		return got, rows.Err()
+	}
+	rows, err := l.pool.Query(ctx, `SELECT partition, coalesce(next_offset, -1), fence FROM txsink_offsets WHERE connector = $1 AND topic = $2`, l.connector, l.topic)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		s := verify.OffsetSample{Topic: l.topic}
+		if err := rows.Scan(&s.Partition, &s.Next, &s.Fence); err != nil {
+			return nil, err
+		}
+		got = append(got, s)
+	}
+	return got, rows.Err()
+}
+
 // sample records the lane's stored offsets and its lag.
 func (l *lane) sample(ctx context.Context) {
 	qctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	rows, err := l.pool.Query(qctx, `SELECT partition, coalesce(next_offset, -1), fence FROM txsink_offsets WHERE connector = $1 AND topic = $2`, l.connector, l.topic)
+	got, err := l.offsets(qctx)
 	if err != nil {
 		return
 	}
 	now := time.Now()
-	var got []verify.OffsetSample
-	for rows.Next() {
-		s := verify.OffsetSample{At: now, Topic: l.topic}
-		if err := rows.Scan(&s.Partition, &s.Next, &s.Fence); err != nil {
-			rows.Close()
-			return
-		}
-		got = append(got, s)
-	}
-	if rows.Err() != nil {
-		return
+	for i := range got {
+		got[i].At = now
 	}
 	fr, _ := l.prod.snapshot()
 	var lag int64
@@ -618,22 +799,13 @@ func (l *lane) drain(ctx context.Context, p Profile, admCl *kgo.Client) {
 func (l *lane) reached(ctx context.Context, target map[int32]int64) bool {
 	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	rows, err := l.pool.Query(qctx, `SELECT partition, coalesce(next_offset, -1) FROM txsink_offsets WHERE connector = $1 AND topic = $2`, l.connector, l.topic)
+	samples, err := l.offsets(qctx)
 	if err != nil {
 		return false
 	}
 	got := map[int32]int64{}
-	for rows.Next() {
-		var p int32
-		var n int64
-		if rows.Scan(&p, &n) != nil {
-			rows.Close()
-			return false
-		}
-		got[p] = n
-	}
-	if rows.Err() != nil {
-		return false
+	for _, s := range samples {
+		got[s.Partition] = s.Next
 	}
 	for p, t := range target {
 		if got[p] < t {

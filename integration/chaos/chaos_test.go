@@ -89,22 +89,7 @@ func env(t *testing.T) Env {
 	if k.External() || pg.External() {
 		t.Skip("chaos needs a Kafka broker and a PostgreSQL server started by the harness (it kills and restarts them)")
 	}
-	dir := os.Getenv(EnvDir)
-	if dir == "" {
-		var err error
-		if dir, err = os.MkdirTemp("", "txsink-chaos-"); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if t.Failed() {
-				t.Logf("run files kept in %s", dir)
-				return
-			}
-			os.RemoveAll(dir)
-		})
-	} else {
-		dir = filepath.Join(dir, fmt.Sprintf("%s-%d", t.Name(), time.Now().Unix()))
-	}
+	dir := runDir(t)
 	return Env{
 		Bootstrap:   k.Bootstrap,
 		Broker:      k,
@@ -249,5 +234,142 @@ func TestChaosSoak(t *testing.T) {
 	}
 	for i := range sum.Lanes {
 		checkExact(t, s, &sum.Lanes[i])
+	}
+}
+
+// chEnv starts (or reuses) Kafka and ClickHouse (with ZooKeeper) and returns
+// a run's environment with ClickHouse lanes only (no PostgreSQL).
+func chEnv(t *testing.T) Env {
+	t.Helper()
+	k := harness.Kafka(t)
+	ch := harness.ClickHouse(t)
+	if k.External() || ch.External() {
+		t.Skip("chaos needs a Kafka broker and a ClickHouse server started by the harness (it kills and restarts them)")
+	}
+	dir := runDir(t)
+	return Env{
+		Bootstrap: k.Bootstrap,
+		Broker:    k,
+		ClickHouse: &ClickHouseEnv{
+			Addr: ch.Addr, User: ch.User, Password: ch.Password,
+			Replicated:  ch.HasZooKeeper,
+			Server:      ch,
+			NewDatabase: func(string) (string, error) { return ch.NewDatabase(t), nil },
+		},
+		Binary: txsinkBinary(t),
+		Dir:    dir,
+		Logf:   func(f string, a ...any) { t.Logf(f, a...) },
+	}
+}
+
+// runDir returns the directory of a run's files: under TXSINK_CHAOS_DIR,
+// or a temporary one removed when the test passes.
+func runDir(t *testing.T) string {
+	t.Helper()
+	if dir := os.Getenv(EnvDir); dir != "" {
+		return filepath.Join(dir, fmt.Sprintf("%s-%d", t.Name(), time.Now().Unix()))
+	}
+	dir, err := os.MkdirTemp("", "txsink-chaos-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("run files kept in %s", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	})
+	return dir
+}
+
+// ClickHouseCIProfile is the short ClickHouse profile CI runs: 32 faults of
+// 8 kinds (ClickHouseWeights) with the crash windows W1–W3 among the
+// failpoints, 2 workers, two lanes under the same schedule — exactly_once
+// into a ReplicatedMergeTree table (must pass) and at_least_once into a
+// plain MergeTree (negative control: must report duplicates).
+func ClickHouseCIProfile(seed uint64, e Env) Profile {
+	return Profile{
+		Name:       "ci-clickhouse",
+		Seed:       seed,
+		Faults:     32,
+		Workers:    2,
+		Partitions: 4,
+		Lanes: []Lane{
+			{Name: "cheo", Sink: SinkClickHouse, Delivery: "exactly_once"},
+			{Name: "chalo", Sink: SinkClickHouse, Delivery: "at_least_once"},
+		},
+		Rate:           100,
+		MaxTxn:         30,
+		AbortRatio:     0.15,
+		SessionTimeout: 6 * time.Second,
+		GapMin:         time.Second,
+		GapMax:         2 * time.Second,
+		Warmup:         3 * time.Second,
+		DrainTimeout:   2 * time.Minute,
+		Weights:        ClickHouseWeights,
+		KillPoints:     ClickHouseKillPoints,
+		BlockRows:      25,
+		Env:            e,
+	}
+}
+
+// TestChaosClickHouse runs the ClickHouse CI profile on real Kafka and
+// ClickHouse: the exactly_once lane must pass the checker with no anomaly
+// of any kind, and the at_least_once lane, living through the same faults,
+// must report duplicates.
+func TestChaosClickHouse(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos: not in -short")
+	}
+	e := chEnv(t)
+	s := seed(t)
+	t.Logf("chaos seed %d (replay: %s=%d)", s, EnvSeed, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	start := time.Now()
+	p := ClickHouseCIProfile(s, e)
+	plan, err := PlanOf(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	windows := map[string]bool{}
+	for _, f := range plan {
+		if f.Kind == FailpointKill {
+			windows[f.Point] = true
+		}
+	}
+	for _, w := range []string{"after-decide", PointCHMidInsert, PointCHAfterInsert} {
+		if !windows[w] {
+			t.Errorf("seed %d: crash window %s not in the schedule", s, w)
+		}
+	}
+	sum, err := Run(ctx, p)
+	var buf bytes.Buffer
+	sum.WriteText(&buf)
+	t.Logf("seed %d\n%s", s, buf.String())
+	if err != nil {
+		t.Fatalf("seed %d: run failed: %v", s, err)
+	}
+	t.Logf("wall time %v", time.Since(start).Round(time.Second))
+
+	if sum.Injected < 30 || sum.Kinds() < 5 {
+		t.Errorf("seed %d: %d faults of %d kinds injected, want >= 30 of >= 5", s, sum.Injected, sum.Kinds())
+	}
+	if sum.Faults[ClickHouseRestart] == 0 {
+		t.Errorf("seed %d: no ClickHouse restart injected", s)
+	}
+	checkExact(t, s, sum.Lane("cheo"))
+
+	// Negative control: at_least_once duplicates under the same faults.
+	alo := sum.Lane("chalo")
+	if alo == nil || alo.Report == nil {
+		t.Fatalf("seed %d: no report for lane chalo", s)
+	}
+	if alo.VerifyExit != 1 || alo.Report.Counts[verify.Duplicate] == 0 {
+		t.Errorf("seed %d: negative control at_least_once: verify exit %d, %d duplicates; it must report duplicates and fail, or the check proves nothing",
+			s, alo.VerifyExit, alo.Report.Counts[verify.Duplicate])
+	} else {
+		t.Logf("negative control at_least_once failed as it must: %d duplicates", alo.Report.Counts[verify.Duplicate])
 	}
 }

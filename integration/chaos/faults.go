@@ -32,7 +32,19 @@ func apply(ctx context.Context, p Profile, lanes []*lane, f Fault) error {
 		defer cancel()
 		return p.Env.Postgres.Restart(rctx, true)
 	case PostgresTerminate:
-		return forLanes(lanes, func(l *lane) error { return terminateBackends(ctx, l.db) })
+		return forLanes(lanes, func(l *lane) error {
+			if l.sink() != SinkPostgres {
+				return nil
+			}
+			return terminateBackends(ctx, l.db)
+		})
+	case ClickHouseRestart:
+		if p.Env.ClickHouse == nil || p.Env.ClickHouse.Server == nil {
+			return errors.New("no ClickHouse controller")
+		}
+		rctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+		defer cancel()
+		return p.Env.ClickHouse.Server.Restart(rctx)
 	case KafkaRestart:
 		if p.Env.Broker == nil {
 			return errors.New("no Kafka controller")
@@ -101,7 +113,7 @@ func applyWorker(ctx context.Context, l *lane, w *worker, f Fault) error {
 		return nil
 	case FailpointKill:
 		stopGracefully(cur, termWait)
-		spec := fmt.Sprintf("%s:%d", pointFor(l.Delivery, f.Point), f.Hit)
+		spec := fmt.Sprintf("%s:%d", pointFor(l.sink(), l.Delivery, f.Point), f.Hit)
 		armed, err := w.start(spec)
 		if err != nil {
 			return err
@@ -130,7 +142,7 @@ func applyWorker(ctx context.Context, l *lane, w *worker, f Fault) error {
 		return nil
 	case ZombieFailpoint:
 		stopGracefully(cur, termWait)
-		spec := fmt.Sprintf("%s:%d:stop", pointFor(l.Delivery, f.Point), f.Hit)
+		spec := fmt.Sprintf("%s:%d:stop", pointFor(l.sink(), l.Delivery, f.Point), f.Hit)
 		armed, err := w.start(spec)
 		if err != nil {
 			return err

@@ -43,6 +43,9 @@ const (
 	// ProducerKill: the upstream producer's client is closed in the middle
 	// of a transaction (never ended: the broker aborts it).
 	ProducerKill Kind = "producer-kill"
+	// ClickHouseRestart: restart the ClickHouse server (graceful stop,
+	// killed after 30 s; same data and address).
+	ClickHouseRestart Kind = "ch-restart"
 
 	// REST faults: planned only when Env.REST is set (the REST API is being
 	// built; see Env.REST).
@@ -65,6 +68,36 @@ var DefaultWeights = map[Kind]int{
 	KafkaRestart:      2,
 	ProducerKill:      2,
 }
+
+// ClickHouseWeights is the mix of the ClickHouse profiles: no PostgreSQL
+// faults, ClickHouse restarts instead, and more failpoints (the kill points
+// include the sink's crash windows, ClickHouseKillPoints).
+var ClickHouseWeights = map[Kind]int{
+	KillWorker:        7,
+	FailpointKill:     10,
+	TermWorker:        3,
+	Zombie:            2,
+	ZombieFailpoint:   2,
+	ClickHouseRestart: 3,
+	KafkaRestart:      1,
+	ProducerKill:      4,
+}
+
+// ClickHouseKillPoints are the failpoints of the ClickHouse profiles: the
+// runtime's points the ClickHouse sink passes through in exactly_once
+// (it has no after-write there) and its three crash windows — W1
+// after-decide (decided, nothing inserted), W2 ch-mid-insert (between two
+// blocks of a batch), W3 ch-after-insert (every block in, offset and intent
+// not yet written).
+var ClickHouseKillPoints = []string{failpoint.AfterPoll, failpoint.AfterPrepare, failpoint.AfterDecide,
+	PointCHMidInsert, PointCHAfterInsert, failpoint.AfterCommit}
+
+// The ClickHouse sink's failpoints (connectors/clickhouse.PointMidInsert,
+// PointAfterInsert).
+const (
+	PointCHMidInsert   = "ch-mid-insert"
+	PointCHAfterInsert = "ch-after-insert"
+)
 
 // RESTWeights is added to the mix when Env.REST is set.
 var RESTWeights = map[Kind]int{RESTPause: 2, RESTStop: 1, RESTRestart: 1, RESTConfig: 1}
@@ -127,6 +160,9 @@ type PlanOptions struct {
 	SessionTimeout time.Duration
 	// Weights is the mix per deck; nil means DefaultWeights.
 	Weights map[Kind]int
+	// KillPoints are the failpoints FailpointKill cycles through; nil
+	// means the runtime's five (after-poll … after-commit).
+	KillPoints []string
 }
 
 // Plan returns the seeded fault schedule: the same options give the same
@@ -170,6 +206,9 @@ func Plan(o PlanOptions) []Fault {
 	}
 	var deck []Kind
 	kp := append([]string(nil), killPoints...)
+	if o.KillPoints != nil {
+		kp = append([]string(nil), o.KillPoints...)
+	}
 	sp := append([]string(nil), stopPoints...)
 	ki, si := len(kp), len(sp)
 	var out []Fault
@@ -230,8 +269,12 @@ func FormatPlan(fs []Fault) string {
 
 // pointFor maps a planned failpoint to one the lane's delivery mode passes
 // through: the local modes (no PREPARE, no Kafka decision) have only
-// after-poll and after-write, their commit window.
-func pointFor(delivery, point string) string {
+// after-poll and after-write, their commit window; PostgreSQL has no
+// ClickHouse crash windows (their nearest point is after-decide).
+func pointFor(sink, delivery, point string) string {
+	if sink != SinkClickHouse && (point == PointCHMidInsert || point == PointCHAfterInsert) {
+		point = failpoint.AfterDecide
+	}
 	if delivery == "exactly_once" {
 		return point
 	}

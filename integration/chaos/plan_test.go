@@ -77,7 +77,7 @@ func TestPointFor(t *testing.T) {
 		{"exactly_once_sink", failpoint.AfterPoll, failpoint.AfterPoll},
 		{"exactly_once_sink", failpoint.AfterPrepare, failpoint.AfterWrite},
 	} {
-		if got := pointFor(c.mode, c.in); got != c.want {
+		if got := pointFor(SinkPostgres, c.mode, c.in); got != c.want {
 			t.Errorf("pointFor(%s, %s) = %s, want %s", c.mode, c.in, got, c.want)
 		}
 	}

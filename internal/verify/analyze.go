@@ -22,6 +22,7 @@ const (
 	OffsetAhead     Kind = "offset_ahead"      // stored next_offset past the topic's last stable offset
 	OffsetBackwards Kind = "offset_backwards"  // next_offset decreased between two samples of the history
 	PreparedLeft    Kind = "prepared_leftover" // a prepared transaction of the connector older than the grace period
+	IntentLeft      Kind = "intent_leftover"   // an unfinished intent of a ClickHouse connector older than the grace period
 	LagExceeded     Kind = "lag"               // more undelivered committed records than Config.MaxLag
 )
 
@@ -35,7 +36,7 @@ const (
 
 // SinkKinds and UpstreamKinds list the kinds in report order.
 var (
-	SinkKinds     = []Kind{Loss, Duplicate, DuplicateID, AbortedRead, ValueMismatch, BeyondOffset, OffsetAhead, OffsetBackwards, PreparedLeft, LagExceeded}
+	SinkKinds     = []Kind{Loss, Duplicate, DuplicateID, AbortedRead, ValueMismatch, BeyondOffset, OffsetAhead, OffsetBackwards, PreparedLeft, IntentLeft, LagExceeded}
 	UpstreamKinds = []Kind{UpstreamLost, UpstreamAbortedVisible, UpstreamOffsetMismatch, UpstreamLostSunk}
 )
 
@@ -102,14 +103,20 @@ type PartitionSink struct {
 	DeadLetters []int64
 }
 
-// Prepared is a prepared transaction found in pg_prepared_xacts.
+// Prepared is a prepared transaction found in pg_prepared_xacts, or (Intent)
+// an unfinished batch intent of a ClickHouse sink: a batch with a pending
+// intent and no done one.
 type Prepared struct {
 	GID      string        `json:"gid"`
 	Owner    string        `json:"owner"`
 	Database string        `json:"database"`
 	Age      time.Duration `json:"age_ns"`
-	// Ours is true when the gid carries the audited connector's prefix.
+	// Ours is true when the gid carries the audited connector's prefix
+	// (always for intents).
 	Ours bool `json:"ours"`
+	// Intent marks a ClickHouse intent; GID then describes it
+	// ("intent topic[partition] first..last fence N").
+	Intent bool `json:"intent,omitempty"`
 }
 
 // OffsetSample is a stored offset seen at some moment (the chaos runner
@@ -193,7 +200,9 @@ type UpstreamSummary struct {
 
 // Report is the result of a check.
 type Report struct {
-	Connector  string             `json:"connector"`
+	Connector string `json:"connector"`
+	// Sink is "postgres" or "clickhouse" (set by Check).
+	Sink       string             `json:"sink,omitempty"`
 	CheckedAt  time.Time          `json:"checked_at"`
 	Partitions []*PartitionReport `json:"partitions"`
 	// Counts per kind over all partitions (sink faults and upstream
@@ -560,10 +569,14 @@ func analyzePrepared(rp *reporter, in Input) {
 			rp.r.Notes = append(rp.r.Notes, fmt.Sprintf("prepared transaction %s (database %s) is txsink's but not this connector's", p.GID, p.Database))
 			continue
 		}
+		what, kind := "prepared transaction", PreparedLeft
+		if p.Intent {
+			what, kind = "unfinished", IntentLeft
+		}
 		if p.Age < in.PreparedGrace {
-			rp.r.Notes = append(rp.r.Notes, fmt.Sprintf("prepared transaction %s is %v old: in flight (grace %v)", p.GID, p.Age.Round(time.Millisecond), in.PreparedGrace))
+			rp.r.Notes = append(rp.r.Notes, fmt.Sprintf("%s %s is %v old: in flight (grace %v)", what, p.GID, p.Age.Round(time.Millisecond), in.PreparedGrace))
 			continue
 		}
-		rp.add(Anomaly{Kind: PreparedLeft, Partition: -1, Offset: -1, Detail: fmt.Sprintf("prepared transaction %s left for %v", p.GID, p.Age.Round(time.Millisecond))})
+		rp.add(Anomaly{Kind: kind, Partition: -1, Offset: -1, Detail: fmt.Sprintf("%s %s left for %v", what, p.GID, p.Age.Round(time.Millisecond))})
 	}
 }

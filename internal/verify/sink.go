@@ -12,14 +12,21 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// SinkOptions say where and how a PostgreSQL sink keeps a connector's data.
+// SinkOptions say where and how a PostgreSQL or ClickHouse sink keeps a
+// connector's data.
 type SinkOptions struct {
-	// URL connects to the sink database (postgres://…).
+	// URL connects to the sink database: postgres://… for PostgreSQL,
+	// clickhouse://host:port/db (or tcp://…) for ClickHouse (the
+	// clickhouse connector's connection.url form; the path is the
+	// database of every table).
 	URL string
+	// User and Password, when set, override the URL's credentials
+	// (ClickHouse; for PostgreSQL put them in the URL).
+	User, Password string
 	// Connector is the connector name (the offsets rows' key).
 	Connector string
 	// Schema holds the target, offsets and dead-letter tables; default
-	// "public".
+	// "public". Not used for ClickHouse (the URL's database is).
 	Schema string
 	// Table is the target table name, "${topic}" replaced by each topic
 	// (the connector's table.name.format); default "${topic}".
@@ -38,6 +45,9 @@ type SinkOptions struct {
 	// OffsetsTable is the connector's offsets.table; default
 	// txsink_offsets.
 	OffsetsTable string
+	// IntentsTable is a ClickHouse connector's intents.table; default
+	// txsink_intents.
+	IntentsTable string
 	// DeadLetterTable is the connector's
 	// errors.deadletterqueue.table.name ("" when none): records there
 	// count as delivered.
@@ -63,6 +73,9 @@ func (o *SinkOptions) defaults() {
 	if o.OffsetsTable == "" {
 		o.OffsetsTable = "txsink_offsets"
 	}
+	if o.IntentsTable == "" {
+		o.IntentsTable = "txsink_intents"
+	}
 }
 
 // TxsinkGIDPrefix starts the gid of every prepared transaction txsink
@@ -77,13 +90,19 @@ func GIDPrefix(connector string) string {
 	return TxsinkGIDPrefix + hex.EncodeToString(h[:8]) + "_"
 }
 
-// ReadSink reads, in one REPEATABLE READ READ ONLY transaction, the
-// connector's stored offsets, the rows of every topic's table, its dead
-// letters and the prepared transactions of txsink in the database.
+// ReadSink reads the sink. PostgreSQL: in one REPEATABLE READ READ ONLY
+// transaction, the connector's stored offsets, the rows of every topic's
+// table, its dead letters and the prepared transactions of txsink in the
+// database. ClickHouse (IsClickHouseURL): the stored offsets, the
+// unfinished intents (as Prepared with Intent set), the rows and the dead
+// letters, in that order and without a snapshot.
 func ReadSink(ctx context.Context, o SinkOptions, topics []string) ([]PartitionSink, []Prepared, error) {
 	o.defaults()
 	if o.URL == "" {
 		return nil, nil, errors.New("sink: no URL")
+	}
+	if IsClickHouseURL(o.URL) {
+		return readClickHouse(ctx, o, topics)
 	}
 	conn, err := pgx.Connect(ctx, o.URL)
 	if err != nil {

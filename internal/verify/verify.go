@@ -123,6 +123,10 @@ func Check(ctx context.Context, c Config) (*Report, error) {
 		FromFirstRow:  c.FromFirstRow,
 		MaxExamples:   c.MaxExamples,
 	})
+	r.Sink = "postgres"
+	if IsClickHouseURL(c.Sink.URL) {
+		r.Sink = "clickhouse"
+	}
 	r.Config = map[string]string{
 		"topics":  strings.Join(c.Topics, ","),
 		"table":   c.Sink.Table,
@@ -182,13 +186,19 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintln(tw, "\t")
 	tw.Flush()
 
-	ours := 0
+	ours, intents := 0, 0
 	for _, p := range r.Prepared {
-		if p.Ours {
+		if p.Intent {
+			intents++
+		} else if p.Ours {
 			ours++
 		}
 	}
-	fmt.Fprintf(bw, "\nprepared transactions of this connector: %d (left over: %d)\n", ours, r.Counts[PreparedLeft])
+	if r.Sink == "clickhouse" {
+		fmt.Fprintf(bw, "\nunfinished intents of this connector: %d (left over: %d)\n", intents, r.Counts[IntentLeft])
+	} else {
+		fmt.Fprintf(bw, "\nprepared transactions of this connector: %d (left over: %d)\n", ours, r.Counts[PreparedLeft])
+	}
 	if u := r.Upstream; u != nil {
 		fmt.Fprintf(bw, "upstream producer log: %d transactions (acknowledged %d, failed %d, unknown %d: %d committed, %d aborted), %d records\n",
 			u.Transactions, u.Acknowledged, u.Failed, u.Unknown, u.UnknownCommitted, u.UnknownAborted, u.Records)
