@@ -69,6 +69,14 @@ func txsinkBinary(t *testing.T) string {
 	return binPath
 }
 
+// ciSeed is the schedule CI replays (CI=true): its negative controls were
+// seen to fail by a wide margin (seed 549312: 293 duplicates in
+// at_least_once, 401 and 3 offsets going backwards without fencing). A
+// random schedule can give the unfenced lane no zombie that commits after
+// its partitions moved on, so the negative control would pass by luck;
+// outside CI every run draws a new seed to widen coverage.
+const ciSeed = 549312
+
 func seed(t *testing.T) uint64 {
 	t.Helper()
 	if s := os.Getenv(EnvSeed); s != "" {
@@ -77,6 +85,9 @@ func seed(t *testing.T) uint64 {
 			t.Fatalf("%s: %v", EnvSeed, err)
 		}
 		return v
+	}
+	if os.Getenv("CI") != "" {
+		return ciSeed
 	}
 	return rand.Uint64() % 1_000_000
 }

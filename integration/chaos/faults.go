@@ -142,7 +142,7 @@ func applyWorker(ctx context.Context, l *lane, w *worker, f Fault) error {
 		return nil
 	case ZombieFailpoint:
 		stopGracefully(cur, termWait)
-		spec := fmt.Sprintf("%s:%d:stop", pointFor(l.sink(), l.Delivery, f.Point), f.Hit)
+		spec := fmt.Sprintf("%s:%d:stop", stopPointFor(l.sink(), l.Delivery, f.Point), f.Hit)
 		armed, err := w.start(spec)
 		if err != nil {
 			return err

@@ -246,7 +246,11 @@ func Plan(o PlanOptions) []Fault {
 			}
 			f.Point, f.Hit = sp[si], 1+rng.IntN(3)
 			si++
-			f.Hold = (o.SessionTimeout + between(3*time.Second, 6*time.Second)).Round(100 * time.Millisecond)
+			// Long enough for the other worker to rejoin, take the
+			// partitions over and write past the zombie's batch, even on
+			// a loaded machine: only then does a commit without fencing
+			// show as duplicates.
+			f.Hold = (o.SessionTimeout + between(8*time.Second, 12*time.Second)).Round(100 * time.Millisecond)
 		case KafkaRestart:
 			f.Hold = between(time.Second, 4*time.Second).Round(100 * time.Millisecond)
 		case RESTPause, RESTStop, RESTRestart, RESTConfig:
@@ -265,6 +269,17 @@ func FormatPlan(fs []Fault) string {
 		b.WriteByte('\n')
 	}
 	return b.String()
+}
+
+// stopPointFor maps a planned zombie stop to the lane's zombie window. The
+// local modes' window is after-poll (records in hand, nothing written): a
+// stop at after-write would hold the offsets row lock and keep the other
+// worker out, so no commit could race the new owner's.
+func stopPointFor(sink, delivery, point string) string {
+	if delivery != "exactly_once" {
+		return failpoint.AfterPoll
+	}
+	return pointFor(sink, delivery, point)
 }
 
 // pointFor maps a planned failpoint to one the lane's delivery mode passes
