@@ -199,7 +199,7 @@ func TestPostgresZombie(t *testing.T) {
 			if len(problems) > 0 {
 				t.Fatalf("%d anomalies, first: %s", len(problems), strings.Join(problems[:min(10, len(problems))], "; "))
 			}
-			if !strings.Contains(a.output(), c.rejectLog) {
+			if !logShowsRejection(a.output(), c.rejectLog) {
 				t.Errorf("zombie's log does not show its commit rejected (%q):\n%s", c.rejectLog, tail(a.output(), 3000))
 			}
 			if n := preparedXacts(t, pool); n != 0 {

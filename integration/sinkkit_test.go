@@ -493,3 +493,23 @@ func baseConnector(name, topic, dbURL, delivery string) map[string]string {
 		"transaction.timeout.ms": "10000",
 	}
 }
+
+// decisionAborted is the log line of a round the Kafka decision aborted.
+const decisionAborted = "round aborted by the decision"
+
+// logShowsRejection reports whether a zombie's log shows its commit
+// rejected as marker says. A Kafka decision can be refused two ways: the
+// session aborts the round (a rebalance, KIP-447 generation fencing), or,
+// when the zombie stayed frozen past transaction.timeout.ms, the
+// coordinator has already aborted its transaction and bumped the epoch, so
+// ending it fails (INVALID_PRODUCER_EPOCH or PRODUCER_FENCED) and the
+// runtime restarts the session and recovers.
+func logShowsRejection(out, marker string) bool {
+	if strings.Contains(out, marker) {
+		return true
+	}
+	if marker != decisionAborted {
+		return false
+	}
+	return strings.Contains(out, "INVALID_PRODUCER_EPOCH") || strings.Contains(out, "PRODUCER_FENCED")
+}
