@@ -10,10 +10,14 @@ import (
 	"strconv"
 	"strings"
 
+	"unicode/utf8"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/txsink/txsink/connectors/internal/jsonscan"
 )
 
 // Insert modes, pk modes and error tolerances of WriterConfig.
@@ -356,8 +360,9 @@ func (w *Writer) plan(ctx context.Context, tx pgx.Tx, name string) (*plan, bool,
 // record's fault (an unsupported column type).
 func (w *Writer) prepare(p *plan, records []*kgo.Record) (ops []*op, bad []*RecordError, err error) {
 	ops = make([]*op, 0, len(records))
+	sc := newScratch(p.t)
 	for _, r := range records {
-		o, err := w.prepareOne(p, r)
+		o, err := w.prepareOne(p, r, sc)
 		if errors.Is(err, ErrUnsupportedColumn) {
 			return nil, nil, fmt.Errorf("postgres: table %s: %w", p.t.Ident, err)
 		}
@@ -383,11 +388,93 @@ func recordError(r *kgo.Record, err error) *RecordError {
 	return re
 }
 
-func (w *Writer) prepareOne(p *plan, r *kgo.Record) (*op, error) {
+// scratch is what prepare reuses from one record to the next.
+type scratch struct {
+	members []jsonscan.Member
+	raws    []json.RawMessage // the value's field per column (t.Columns order); nil: absent
+	shape   []byte
+	cols    []*column
+	shapes  map[string]shape // interned shapes: most batches have one
+	vals    []any            // carved into ops' vals
+	// mapOnly skips the scanner (tests compare both paths).
+	mapOnly bool
+}
+
+func newScratch(t *table) *scratch {
+	return &scratch{raws: make([]json.RawMessage, len(t.Columns)), shapes: map[string]shape{}}
+}
+
+// shape is a column set: its key and its columns (shared by the ops).
+type shape struct {
+	key  string
+	cols []*column
+}
+
+// valSlice returns an empty slice with room for n values, carved from a
+// larger allocation.
+func (sc *scratch) valSlice(n int) []any {
+	if len(sc.vals) < n {
+		sc.vals = make([]any, max(n*256, 1024))
+	}
+	v := sc.vals[:0:n]
+	sc.vals = sc.vals[n:]
+	return v
+}
+
+// valueFields fills sc.raws with the fields of the record value b, which
+// must be a JSON object whose every field names a column of t, and reports
+// whether it did. Anything else (a tombstone, an envelope, an unknown or
+// escaped field name, invalid text) is left to decodeValue, which gives
+// the verdict and the error: fields and verdicts are the same either way,
+// this only skips building a map.
+func (sc *scratch) valueFields(t *table, b []byte) bool {
+	clear(sc.raws)
+	if sc.mapOnly || len(b) == 0 || !utf8.Valid(b) {
+		return false
+	}
+	var ok bool
+	sc.members, ok = jsonscan.Object(b, sc.members[:0])
+	if !ok {
+		return false
+	}
+	if len(sc.members) == 2 && isEnvelopeKey(sc.members[0].Key) && isEnvelopeKey(sc.members[1].Key) {
+		return false
+	}
+	for _, m := range sc.members {
+		if m.Escaped {
+			return false
+		}
+		c := t.byName[string(m.Key)]
+		if c == nil {
+			return false
+		}
+		sc.raws[c.Index] = m.Value // the last of duplicate keys wins, as in a map
+	}
+	return true
+}
+
+func isEnvelopeKey(k []byte) bool { return string(k) == "schema" || string(k) == "payload" }
+
+// intern returns the shape of sc.shape and sc.cols, allocating once per
+// distinct shape.
+func (sc *scratch) intern() (string, []*column) {
+	if s, ok := sc.shapes[string(sc.shape)]; ok {
+		return s.key, s.cols
+	}
+	s := shape{key: string(sc.shape), cols: slices.Clone(sc.cols)}
+	sc.shapes[s.key] = s
+	return s.key, s.cols
+}
+
+func (w *Writer) prepareOne(p *plan, r *kgo.Record, sc *scratch) (*op, error) {
 	t := p.t
-	value, err := decodeValue(r.Value)
-	if err != nil {
-		return nil, err
+	var value document
+	slow := !sc.valueFields(t, r.Value)
+	if slow {
+		var err error
+		if value, err = decodeValue(r.Value); err != nil {
+			return nil, err
+		}
 	}
 	o := &op{rec: r}
 
@@ -445,32 +532,23 @@ func (w *Writer) prepareOne(p *plan, r *kgo.Record) (*op, error) {
 		return o, nil
 	}
 
-	// Fields without a column are an error (no automatic schema evolution).
-	matched := 0
-	for name := range value.Fields {
-		if t.column(name) != nil {
-			matched++
-		} else if _, ok := fromKey[name]; ok {
-			matched++
+	if slow {
+		if err := checkFields(t, value.Fields); err != nil {
+			return nil, err
 		}
-	}
-	if matched < len(value.Fields) {
-		var unknown []string
-		for name := range value.Fields {
-			if t.column(name) == nil {
-				unknown = append(unknown, name)
-			}
+		for name, raw := range value.Fields {
+			sc.raws[t.byName[name].Index] = raw
 		}
-		slices.Sort(unknown)
-		return nil, errField(unknown[0], ErrUnknownField, "table %s has no column %q (txsink does not add columns; %d unknown field(s))",
-			t.Ident, truncate(unknown[0], 63), len(unknown))
 	}
 
-	var shape strings.Builder
+	sc.shape = sc.shape[:0]
+	sc.cols = sc.cols[:0]
+	o.vals = sc.valSlice(len(t.Columns))
 	for _, c := range t.Columns {
 		raw, ok := fromKey[c.Name]
 		if !ok {
-			raw, ok = value.Fields[c.Name]
+			raw = sc.raws[c.Index]
+			ok = raw != nil
 		}
 		if !ok {
 			if c.NotNull && !c.HasDef {
@@ -485,15 +563,15 @@ func (w *Writer) prepareOne(p *plan, r *kgo.Record) (*op, error) {
 		if err != nil {
 			return nil, err
 		}
-		o.cols = append(o.cols, c)
+		sc.cols = append(sc.cols, c)
 		o.vals = append(o.vals, v)
-		shape.WriteString(strconv.Itoa(c.Index))
-		shape.WriteByte(',')
+		sc.shape = strconv.AppendInt(sc.shape, int64(c.Index), 10)
+		sc.shape = append(sc.shape, ',')
 	}
-	if len(o.cols) == 0 {
+	if len(sc.cols) == 0 {
 		return nil, fmt.Errorf("%w: the value sets no column", ErrDecode)
 	}
-	o.shape = shape.String()
+	o.shape, o.cols = sc.intern()
 	if p.pkCols != nil && w.cfg.InsertMode == InsertModeUpsert {
 		keyVals := make([]any, 0, len(p.pkCols))
 		for _, c := range p.pkCols {
@@ -506,6 +584,23 @@ func (w *Writer) prepareOne(p *plan, r *kgo.Record) (*op, error) {
 		o.key = keyString(keyVals)
 	}
 	return o, nil
+}
+
+// checkFields refuses fields without a column (txsink does not evolve the
+// schema), naming the first unknown one in sorted order.
+func checkFields(t *table, fields map[string]json.RawMessage) error {
+	var unknown []string
+	for name := range fields {
+		if t.column(name) == nil {
+			unknown = append(unknown, name)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	slices.Sort(unknown)
+	return errField(unknown[0], ErrUnknownField, "table %s has no column %q (txsink does not add columns; %d unknown field(s))",
+		t.Ident, truncate(unknown[0], 63), len(unknown))
 }
 
 func pkNames(p *plan) string {
