@@ -179,6 +179,9 @@ func (t *Task) RunGraceful(soft, hard context.Context) error {
 }
 
 func (t *Task) clientOpts(onAssign func(context.Context, map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error), onRevoke func(context.Context, *kgo.Client, map[string][]int32)) []kgo.Opt {
+	// The client caps its read limit at 1 GiB and wants the fetch limit
+	// below it.
+	fetchMax := int32(min(t.conn.BatchMaxBytes*2, 1<<30-1<<20))
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(t.opt.Bootstrap...),
 		kgo.ConsumerGroup(t.conn.GroupID),
@@ -192,7 +195,10 @@ func (t *Task) clientOpts(onAssign func(context.Context, map[string]map[int32]kg
 		kgo.AdjustFetchOffsetsFn(onAssign),
 		kgo.OnPartitionsRevoked(onRevoke),
 		kgo.OnPartitionsLost(onRevoke),
-		kgo.FetchMaxBytes(int32(min(t.conn.BatchMaxBytes*2, 1<<30))),
+		kgo.FetchMaxBytes(fetchMax),
+		// The client refuses a fetch limit above its read limit (100 MiB
+		// by default), which batch.max.bytes above 50 MiB would set.
+		kgo.BrokerMaxReadBytes(max(100<<20, fetchMax+1<<20)),
 		kgo.ClientID("txsink-" + t.conn.Name),
 	}
 	return append(opts, t.opt.KafkaOpts...)

@@ -101,6 +101,8 @@ func TestTaskExactlyOnceOnKfake(t *testing.T) {
 				"name": "kfake-" + mode, "connector.class": "postgres", "topics": "events",
 				"connection.url": db, "delivery.guarantee": mode, "pk.mode": "kafka",
 				"batch.max.records": "50", "batch.linger.ms": "5", "session.timeout.ms": "3000",
+				// The largest batch.max.bytes: the Kafka client must accept it.
+				"batch.max.bytes": "1073741824",
 			}, connectors.TaskOptions{Bootstrap: c.ListenAddrs(), InstanceID: "t", Log: log})
 			if err != nil {
 				t.Fatal(err)
