@@ -218,6 +218,9 @@ func (b *bench) runTxsink(ctx context.Context, w *workload, mode string, extra m
 		"delivery.guarantee": mode,
 		"table.name.format":  name,
 	}
+	for k, v := range b.o.Settings {
+		cfg[k] = v
+	}
 	for k, v := range extra {
 		cfg[k] = v
 	}
@@ -438,10 +441,13 @@ func (b *bench) throughput(ctx context.Context, s workloadSpec, peerDone <-chan 
 	return nil
 }
 
+// oneLine folds an error into a table cell: its start and its end (where
+// a process's last log lines are), cut at rune boundaries.
 func oneLine(s string) string {
 	s = strings.ReplaceAll(s, "\n", " ⏎ ")
-	if len(s) > 600 {
-		s = s[:600] + "…"
+	r := []rune(s)
+	if len(r) > 600 {
+		s = string(r[:150]) + " … " + string(r[len(r)-450:])
 	}
 	return s
 }

@@ -113,6 +113,7 @@ func (b *bench) clickhouse(ctx context.Context) error {
 		res, err := b.runTxsinkClickHouse(ctx, env, w)
 		if err != nil {
 			sinkRow.Skipped = "failed: " + oneLine(err.Error())
+			b.logf("txsink ClickHouse sink failed: %v", err)
 			registered = false
 			continue
 		}
@@ -189,6 +190,9 @@ func (b *bench) runTxsinkClickHouse(ctx context.Context, env chEnv, w *workload)
 		"connection.url":     u,
 		"delivery.guarantee": "exactly_once",
 		"table.name.format":  name,
+	}
+	for k, v := range b.o.Settings {
+		cfg[k] = v
 	}
 	if extra := os.Getenv("TXSINK_BENCH_CLICKHOUSE_SETTINGS"); extra != "" {
 		for _, kv := range strings.Split(extra, ",") {

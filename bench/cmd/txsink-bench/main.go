@@ -49,6 +49,8 @@ type options struct {
 	Charts      bool
 	Pprof       bool
 	Command     string
+	// Settings are connector settings added to every txsink run (-set).
+	Settings map[string]string
 }
 
 func profileOptions(name string) (options, error) {
@@ -122,6 +124,7 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "overall budget; remaining steps are skipped with the reason once it is spent")
 	fs.BoolVar(&o.Charts, "charts", o.Charts, "write PNG charts")
 	fs.BoolVar(&o.Pprof, "pprof", o.Pprof, "profile one in-process exactly_once drain of the main workload (cpu_exactly_once.pprof)")
+	set := fs.String("set", "", "connector settings added to every txsink run, k=v,k=v (e.g. batch.max.records=50000)")
 	render := fs.String("render", "", "only re-render results.md and the charts from DIR/results.json, measuring nothing")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -144,6 +147,12 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		}
 		*p.dst = v
 	}
+	settings, err := parseSettings(*set)
+	if err != nil {
+		fmt.Fprintln(stderr, "txsink-bench:", err)
+		return 2
+	}
+	o.Settings = settings
 	o.Modes = splitList(*modes)
 	o.LatModes = splitList(*latModes)
 	o.Command = "go run ./bench/cmd/txsink-bench " + strings.Join(args, " ")
@@ -182,6 +191,19 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// parseSettings reads "k=v,k=v".
+func parseSettings(s string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, kv := range splitList(s) {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || strings.TrimSpace(k) == "" {
+			return nil, fmt.Errorf("-set: want key=value, got %q", kv)
+		}
+		out[strings.TrimSpace(k)] = strings.TrimSpace(v)
+	}
+	return out, nil
 }
 
 // rerender rewrites results.md and the charts of an earlier run.
