@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"unicode/utf8"
+
+	"github.com/txsink/txsink/connectors/internal/jsonscan"
 )
 
 // document is a decoded key or value: schemaless JSON, or Kafka Connect's
@@ -17,6 +19,18 @@ type document struct {
 	Scalar json.RawMessage            // a non-object document (a primitive key)
 }
 
+// objectFields decodes the JSON object b into *fields and reports whether b
+// was one: with the scanner, or with encoding/json for what the scanner
+// leaves to it (escaped keys, deep nesting), which validates the whole
+// text so objects skip a separate pass.
+func objectFields(b []byte, fields *map[string]json.RawMessage) bool {
+	if f, ok := jsonscan.Fields(b); ok {
+		*fields = f
+		return true
+	}
+	return json.Unmarshal(b, fields) == nil
+}
+
 func decodeDocument(b []byte, lenientString bool) (document, error) {
 	if b == nil {
 		return document{Null: true}, nil
@@ -26,7 +40,7 @@ func decodeDocument(b []byte, lenientString bool) (document, error) {
 	}
 	trimmed := bytes.TrimSpace(b)
 	var fields map[string]json.RawMessage
-	if len(trimmed) == 0 || trimmed[0] != '{' || json.Unmarshal(trimmed, &fields) != nil {
+	if len(trimmed) == 0 || trimmed[0] != '{' || !objectFields(trimmed, &fields) {
 		if !json.Valid(trimmed) {
 			if lenientString {
 				s, _ := json.Marshal(string(b))

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"github.com/txsink/txsink/connectors/internal/jsonscan"
 )
 
 // Record values and keys are JSON, in one of two shapes:
@@ -72,6 +74,18 @@ func decodeKey(b []byte) (document, error) {
 	return decodeDocument(b, true)
 }
 
+// objectFields decodes the JSON object b into *fields and reports whether b
+// was one: with the scanner, or with encoding/json for what the scanner
+// leaves to it (escaped keys, deep nesting), which validates the whole
+// text so objects skip a separate pass.
+func objectFields(b []byte, fields *map[string]json.RawMessage) bool {
+	if f, ok := jsonscan.Fields(b); ok {
+		*fields = f
+		return true
+	}
+	return json.Unmarshal(b, fields) == nil
+}
+
 func decodeDocument(b []byte, lenientString bool) (document, error) {
 	if b == nil {
 		return document{Null: true}, nil
@@ -84,8 +98,7 @@ func decodeDocument(b []byte, lenientString bool) (document, error) {
 	}
 	trimmed := bytes.TrimSpace(b)
 	var fields map[string]json.RawMessage
-	// Unmarshal validates the whole text; objects skip a separate pass.
-	if len(trimmed) == 0 || trimmed[0] != '{' || json.Unmarshal(trimmed, &fields) != nil {
+	if len(trimmed) == 0 || trimmed[0] != '{' || !objectFields(trimmed, &fields) {
 		if !json.Valid(trimmed) {
 			if lenientString {
 				s, _ := json.Marshal(string(b))

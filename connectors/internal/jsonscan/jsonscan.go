@@ -5,6 +5,8 @@
 // scan fails, and get the same verdict on every input.
 package jsonscan
 
+import "encoding/json"
+
 // MaxDepth is the deepest nesting Object accepts; deeper text is reported
 // as not scanned (encoding/json's own limit is 10000).
 const MaxDepth = 1000
@@ -308,4 +310,25 @@ func (s *scanner) array(depth int) bool {
 			return false
 		}
 	}
+}
+
+// Fields scans b like Object and returns its members as a map, the last
+// of duplicate keys winning, as encoding/json.Unmarshal into a
+// map[string]json.RawMessage does; the values alias b. ok is false where
+// Object's is, and when a key holds an escape: callers then use
+// encoding/json, which decides and decodes those.
+func Fields(b []byte) (fields map[string]json.RawMessage, ok bool) {
+	var buf [16]Member
+	members, ok := Object(b, buf[:0])
+	if !ok {
+		return nil, false
+	}
+	fields = make(map[string]json.RawMessage, len(members))
+	for _, m := range members {
+		if m.Escaped {
+			return nil, false
+		}
+		fields[string(m.Key)] = m.Value
+	}
+	return fields, true
 }

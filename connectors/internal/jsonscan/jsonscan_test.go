@@ -39,6 +39,11 @@ func check(t *testing.T, in []byte) {
 		}
 		got[key] = mb.Value
 	}
+	if fields, fok := Fields(in); fok != !hasEscapedKey(members) {
+		t.Fatalf("Fields(%q) ok = %v, Object ok = %v", in, fok, ok)
+	} else if fok && !mapsEqual(fields, m) {
+		t.Fatalf("Fields(%q) = %q, encoding/json %q", in, fields, m)
+	}
 	if len(got) != len(m) {
 		t.Fatalf("Object(%q): %d distinct keys, encoding/json %d", in, len(got), len(m))
 	}
@@ -103,4 +108,26 @@ func BenchmarkEncodingJSONMap(b *testing.B) {
 		var m map[string]json.RawMessage
 		_ = json.Unmarshal(in, &m)
 	}
+}
+
+func hasEscapedKey(ms []Member) bool {
+	for _, m := range ms {
+		if m.Escaped {
+			return true
+		}
+	}
+	return false
+}
+
+func mapsEqual(a, b map[string]json.RawMessage) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		w, ok := b[k]
+		if !ok || !bytes.Equal(v, w) {
+			return false
+		}
+	}
+	return true
 }
