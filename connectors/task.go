@@ -196,6 +196,10 @@ func (t *Task) clientOpts(onAssign func(context.Context, map[string]map[int32]kg
 		kgo.OnPartitionsRevoked(onRevoke),
 		kgo.OnPartitionsLost(onRevoke),
 		kgo.FetchMaxBytes(fetchMax),
+		// One fetch may bring a whole round of a partition: with the
+		// default 1 MiB per partition a large round waits for several
+		// fetches in turn between rounds.
+		kgo.FetchMaxPartitionBytes(min(int32(t.conn.BatchMaxBytes), fetchMax)),
 		// The client refuses a fetch limit above its read limit (100 MiB
 		// by default), which batch.max.bytes above 50 MiB would set.
 		kgo.BrokerMaxReadBytes(max(100<<20, fetchMax+1<<20)),
