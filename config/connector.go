@@ -55,7 +55,7 @@ var ConnectorDefs = Defs{
 		}},
 	{Name: KeyDelivery, Type: String, Default: ExactlyOnce, Group: "Delivery", Enum: []string{ExactlyOnce, ExactlyOnceSink, AtLeastOnce, AtMostOnce},
 		Doc: "exactly_once: two-phase commit with the Kafka transaction as decision (needs max_prepared_transactions > 0); exactly_once_sink: one sink transaction with compare-and-set offsets and fencing, no Kafka transaction; at_least_once: rows then offsets in separate transactions (a crash can duplicate); at_most_once: offsets then rows (a crash can lose)."},
-	{Name: KeyBatchMaxRecords, Type: Int, Default: "10000", Min: 1, Max: 1000000, Group: "Batching", Doc: "Maximum records per round (all partitions of a task)."},
+	{Name: KeyBatchMaxRecords, Type: Int, Default: "100000", Min: 1, Max: 1000000, Group: "Batching", Doc: "Maximum records per round (all partitions of a task). A round pays fixed costs (a Kafka transaction, a PREPARE and a COMMIT PREPARED per partition) that large rounds amortise under a backlog; without one, rounds are cut by batch.linger.ms long before this. A round's records are held in memory (batch.max.bytes bounds them)."},
 	{Name: KeyBatchMaxBytes, Type: Int, Default: "16777216", Min: 1024, Max: 1 << 30, Group: "Batching", Doc: "A round stops polling once its record values and keys reach this many bytes."},
 	{Name: KeyBatchLingerMs, Type: Int, Default: "50", Min: 0, Max: 60000, Group: "Batching", Doc: "How long a round keeps polling for more records after the first arrive."},
 	{Name: KeyOffsetsInitial, Type: String, Default: "earliest", Enum: []string{"earliest", "latest"}, Group: "Offsets", Doc: "Where a partition with no offset stored in the sink starts."},
