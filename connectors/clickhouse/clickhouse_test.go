@@ -77,6 +77,10 @@ func TestCoerce(t *testing.T) {
 		{"DateTime64(3)", `1700000000123`, time.UnixMilli(1700000000123).UTC()},
 		{"DateTime64(6)", `"2024-01-02 03:04:05.123456"`, time.Date(2024, 1, 2, 3, 4, 5, 123456000, time.UTC)},
 		{"Nullable(Int16)", `null`, nil}, {"LowCardinality(String)", `"v"`, "v"}, {"Bool", `false`, false},
+		// Integer bounds (plain decimal text takes a fast path) and escapes.
+		{"Int8", `127`, int8(127)}, {"UInt8", `255`, uint8(255)}, {"UInt32", `4294967295`, uint32(math.MaxUint32)},
+		{"Int64", `-9223372036854775808`, int64(math.MinInt64)}, {"Int16", `"-32768"`, int16(-32768)}, {"UInt16", `1.0`, uint16(1)},
+		{"String", `"a\nb\u00e9"`, "a\nb\u00e9"}, {"String", `"plain é"`, "plain é"},
 	}
 	for _, c := range ok {
 		got, err := coerce(mustType(t, c.typ), json.RawMessage(c.in))
@@ -95,7 +99,8 @@ func TestCoerce(t *testing.T) {
 		}
 	}
 	bad := []struct{ typ, in string }{
-		{"Int8", `128`}, {"UInt8", `-1`}, {"Int32", `1.5`}, {"Int32", `"x"`}, {"Int64", `{}`},
+		{"Int8", `128`}, {"UInt8", `-1`}, {"Int8", `-129`}, {"UInt8", `256`}, {"Int16", `32768`}, {"UInt32", `4294967296`},
+		{"Int64", `9223372036854775808`}, {"UInt64", `18446744073709551616`}, {"Int32", `1.5`}, {"Int32", `"x"`}, {"Int64", `{}`},
 		{"Decimal(4, 2)", `123.45`}, {"Decimal(10, 2)", `1.234`}, {"FixedString(2)", `"abc"`}, {"UUID", `"nope"`},
 		{"DateTime", `"yesterday"`}, {"DateTime", `-1`}, {"String", `null`}, {"Array(Int8)", `[1, 300]`}, {"Map(String, Int8)", `[1]`},
 	}

@@ -219,6 +219,8 @@ func mapRecord(t *table, m mapping, r *kgo.Record) (cols []*column, vals []any, 
 		}
 	}
 	var sb strings.Builder
+	cols = make([]*column, 0, len(t.Columns))
+	vals = make([]any, 0, len(t.Columns))
 	for i, c := range t.Columns {
 		if !c.Insertable {
 			continue

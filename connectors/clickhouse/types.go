@@ -493,6 +493,17 @@ func uintOfBits(n uint64, bits int) any {
 }
 
 func parseIntValue(t *chType, s string) (any, error) {
+	if t.Bits <= 64 {
+		// Plain decimal integers (the usual case) without big.Rat; the
+		// rest (exponents, fractions, out of range) goes the exact way.
+		if t.Kind == kindInt {
+			if n, err := strconv.ParseInt(s, 10, 64); err == nil && (t.Bits == 64 || (n >= -1<<(t.Bits-1) && n < 1<<(t.Bits-1))) {
+				return intOfBits(n, t.Bits), nil
+			}
+		} else if n, err := strconv.ParseUint(s, 10, 64); err == nil && (t.Bits == 64 || n < 1<<t.Bits) {
+			return uintOfBits(n, t.Bits), nil
+		}
+	}
 	r, ok := new(big.Rat).SetString(s)
 	if !ok || !r.IsInt() {
 		return nil, coerceErr("%q is not an integer", truncate(s, 40))
@@ -620,6 +631,11 @@ func parseTimestampText(s string) (time.Time, error) {
 func stringOf(raw json.RawMessage) (string, error) {
 	if raw[0] != '"' {
 		return "", coerceErr("want a string, got %s", jsonKind(raw))
+	}
+	if bytes.IndexByte(raw, '\\') < 0 && len(raw) >= 2 && raw[len(raw)-1] == '"' && utf8.Valid(raw) {
+		// Nothing to unescape. raw comes from a validated document, so
+		// there is no control character either.
+		return string(raw[1 : len(raw)-1]), nil
 	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
