@@ -79,10 +79,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 func registry() *connectors.Registry {
 	reg := &connectors.Registry{}
-	if err := reg.Register(postgres.Spec()); err != nil {
-		panic(err) // programming error: duplicate registration
+	for _, spec := range []connectors.Spec{postgres.Spec(), clickhouse.Spec()} {
+		if err := reg.Register(spec); err != nil {
+			panic(err) // programming error: a duplicate or invalid spec
+		}
 	}
-	_ = reg.Register(clickhouse.Spec()) // cannot fail: name and class differ from postgres's
 	return reg
 }
 

@@ -35,6 +35,9 @@ func (b *bench) latency(ctx context.Context) error {
 			continue
 		}
 		l.TargetRate = maxRPS / 2
+		if b.o.LatencyRate > 0 {
+			l.TargetRate = float64(b.o.LatencyRate)
+		}
 		if err := b.latencyRun(ctx, l, 6, time.Duration(b.o.LatencySecs)*time.Second); err != nil {
 			return fmt.Errorf("latency %s: %w", mode, err)
 		}
@@ -77,6 +80,9 @@ func (b *bench) latencyRun(ctx context.Context, l *Latency, partitions int, d ti
 		"connection.url":     b.dbURL,
 		"delivery.guarantee": l.Mode,
 		"table.name.format":  table,
+	}
+	for k, v := range b.o.Settings {
+		cfg[k] = v
 	}
 	path, err := writeConnectorFile(b.tmp, cfg)
 	if err != nil {
