@@ -8,8 +8,11 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/txsink/txsink/connectors/internal/jsonscan"
 )
 
 // Kafka coordinate columns (pk.mode=kafka style). When a table has them,
@@ -137,8 +140,9 @@ type rowGroup struct {
 // problems that are not a record's fault.
 func mapRecords(t *table, m mapping, recs []*kgo.Record) (groups []*rowGroup, bad []*RecordError, err error) {
 	byShape := map[string]*rowGroup{}
+	sc := newSlots(t)
 	for _, r := range recs {
-		cols, vals, shape, rerr := mapRecord(t, m, r)
+		cols, vals, shape, rerr := mapRecord(t, m, r, sc)
 		if rerr != nil {
 			if errors.Is(rerr, ErrUnsupportedColumn) {
 				return nil, nil, fmt.Errorf("clickhouse: table %s: %w", t.Ident, rerr)
@@ -171,51 +175,59 @@ func jsonInt(n int64) json.RawMessage { return json.RawMessage(strconv.FormatInt
 
 func jsonString(s string) json.RawMessage { b, _ := json.Marshal(s); return b }
 
-func mapRecord(t *table, m mapping, r *kgo.Record) (cols []*column, vals []any, shape string, err error) {
-	value, err := decodeValue(r.Value)
-	if err != nil {
-		return nil, nil, "", err
+// slots hold a record's fields by column position, reused from one record
+// to the next.
+type slots struct {
+	pos     map[string]int // insertable column name → position in t.Columns
+	raws    []json.RawMessage
+	members []jsonscan.Member
+	noScan  bool // tests: decode every record the slow way
+}
+
+func newSlots(t *table) *slots {
+	sc := &slots{pos: make(map[string]int, len(t.Columns)), raws: make([]json.RawMessage, len(t.Columns))}
+	for i, c := range t.Columns {
+		if c.Insertable {
+			sc.pos[c.Name] = i
+		}
 	}
-	fields := value.Fields
+	return sc
+}
+
+// scan fills sc.raws from the record value b when it is a plain JSON
+// object whose every field names an insertable column, and reports
+// whether it did. Everything else (tombstones, envelopes, unknown or
+// escaped names, invalid text) is left to decodeValue, which decides it
+// the same way and words the error.
+func (sc *slots) scan(b []byte) bool {
+	if sc.noScan || len(b) == 0 || !utf8.Valid(b) {
+		return false
+	}
+	var ok bool
+	if sc.members, ok = jsonscan.Object(b, sc.members[:0]); !ok {
+		return false
+	}
+	if len(sc.members) == 2 && isEnvelopeKey(sc.members[0].Key) && isEnvelopeKey(sc.members[1].Key) {
+		return false
+	}
+	for _, m := range sc.members {
+		i, ok := sc.pos[string(m.Key)]
+		if !ok || m.Escaped {
+			return false
+		}
+		sc.raws[i] = m.Value // the last of duplicate keys wins, as in a map
+	}
+	return true
+}
+
+func isEnvelopeKey(k []byte) bool { return string(k) == "schema" || string(k) == "payload" }
+
+func mapRecord(t *table, m mapping, r *kgo.Record, sc *slots) (cols []*column, vals []any, shape string, err error) {
+	clear(sc.raws)
 	deleted := false
-	if value.Null {
-		if !m.DeleteEnabled {
-			return nil, nil, "", ErrTombstone
-		}
-		key, err := decodeDocument(r.Key, true)
-		if err != nil {
+	if !sc.scan(r.Value) {
+		if deleted, err = slowFields(t, m, r, sc); err != nil {
 			return nil, nil, "", err
-		}
-		fields = map[string]json.RawMessage{}
-		switch {
-		case key.Fields != nil:
-			for _, k := range m.KeyFields {
-				v, ok := key.Fields[k]
-				if !ok {
-					return nil, nil, "", &fieldError{k, fmt.Errorf("%w: the key has no field %q", ErrMissingKey, k)}
-				}
-				fields[k] = v
-			}
-			if len(m.KeyFields) == 0 {
-				fields = key.Fields
-			}
-		case key.Scalar != nil && len(m.KeyFields) > 0:
-			fields[m.KeyFields[0]] = key.Scalar
-		default:
-			return nil, nil, "", fmt.Errorf("%w: a tombstone needs a key (an object, or a primitive with pk.fields)", ErrMissingKey)
-		}
-		deleted = true
-	}
-	for name := range fields {
-		if c := t.column(name); c == nil || !c.Insertable {
-			var unknown []string
-			for n := range fields {
-				if c := t.column(n); c == nil || !c.Insertable {
-					unknown = append(unknown, n)
-				}
-			}
-			sort.Strings(unknown)
-			return nil, nil, "", &fieldError{unknown[0], fmt.Errorf("%w: table %s has no insertable column %q (%d unknown field(s))", ErrUnknownField, t.Ident, truncate(unknown[0], 63), len(unknown))}
 		}
 	}
 	var sb strings.Builder
@@ -242,9 +254,9 @@ func mapRecord(t *table, m mapping, r *kgo.Record) (cols []*column, vals []any, 
 				}
 				break
 			}
-			raw, set = fields[c.Name]
+			raw, set = sc.raws[i], sc.raws[i] != nil
 		default:
-			raw, set = fields[c.Name]
+			raw, set = sc.raws[i], sc.raws[i] != nil
 		}
 		if !set {
 			if c.HasDefault {
@@ -269,6 +281,61 @@ func mapRecord(t *table, m mapping, r *kgo.Record) (cols []*column, vals []any, 
 		}
 	}
 	return cols, vals, sb.String(), nil
+}
+
+// slowFields decodes a record the scanner left alone (a tombstone becomes
+// its key's fields) into sc.raws, refusing fields without an insertable
+// column; deleted reports a tombstone.
+func slowFields(t *table, m mapping, r *kgo.Record, sc *slots) (deleted bool, err error) {
+	value, err := decodeValue(r.Value)
+	if err != nil {
+		return false, err
+	}
+	fields := value.Fields
+	if value.Null {
+		if !m.DeleteEnabled {
+			return false, ErrTombstone
+		}
+		key, err := decodeDocument(r.Key, true)
+		if err != nil {
+			return false, err
+		}
+		fields = map[string]json.RawMessage{}
+		switch {
+		case key.Fields != nil:
+			for _, k := range m.KeyFields {
+				v, ok := key.Fields[k]
+				if !ok {
+					return false, &fieldError{k, fmt.Errorf("%w: the key has no field %q", ErrMissingKey, k)}
+				}
+				fields[k] = v
+			}
+			if len(m.KeyFields) == 0 {
+				fields = key.Fields
+			}
+		case key.Scalar != nil && len(m.KeyFields) > 0:
+			fields[m.KeyFields[0]] = key.Scalar
+		default:
+			return false, fmt.Errorf("%w: a tombstone needs a key (an object, or a primitive with pk.fields)", ErrMissingKey)
+		}
+		deleted = true
+	}
+	for name := range fields {
+		if c := t.column(name); c == nil || !c.Insertable {
+			var unknown []string
+			for n := range fields {
+				if c := t.column(n); c == nil || !c.Insertable {
+					unknown = append(unknown, n)
+				}
+			}
+			sort.Strings(unknown)
+			return false, &fieldError{unknown[0], fmt.Errorf("%w: table %s has no insertable column %q (%d unknown field(s))", ErrUnknownField, t.Ident, truncate(unknown[0], 63), len(unknown))}
+		}
+	}
+	for name, raw := range fields {
+		sc.raws[sc.pos[name]] = raw
+	}
+	return deleted, nil
 }
 
 // blocks cuts groups into blocks of at most blockRows rows, in group order.

@@ -241,13 +241,19 @@ func (b *bench) runTxsink(ctx context.Context, w *workload, mode string, extra m
 	if err := checkRows(ctx, b.pool, name, w.Records); err != nil {
 		return Run{}, rounds, fmt.Errorf("txsink %s: %w", mode, err)
 	}
+	return drainRun(w.Records, rounds, u), rounds, nil
+}
+
+// drainRun is a drain's figures from its round lines and the process's
+// resource use.
+func drainRun(records int, rounds []roundLine, u usage) Run {
 	d := drainWindow(rounds)
 	var inRounds time.Duration
 	for _, r := range rounds {
 		inRounds += r.Total
 	}
-	return Run{Seconds: d.Seconds(), RPS: float64(w.Records) / d.Seconds(), CPUSeconds: u.CPUSeconds, PeakRSSMB: u.PeakRSSMB, Rounds: len(rounds),
-		InRoundShare: inRounds.Seconds() / d.Seconds()}, rounds, nil
+	return Run{Seconds: d.Seconds(), RPS: float64(records) / d.Seconds(), CPUSeconds: u.CPUSeconds, PeakRSSMB: u.PeakRSSMB, Rounds: len(rounds),
+		InRoundShare: inRounds.Seconds() / d.Seconds()}
 }
 
 // phases summarises the committed rounds' phase durations.

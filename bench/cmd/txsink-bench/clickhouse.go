@@ -28,6 +28,7 @@ func (b *bench) clickhouse(ctx context.Context) error {
 	w := b.mainWorkload
 	rawRows := []*Row{}
 	sinkRow := &Row{System: "txsink-clickhouse", Mode: "exactly_once"}
+	var chRounds []roundLine
 	addSkipped := func(reason string) {
 		for _, r := range append(rawRows, sinkRow) {
 			r.Skipped = reason
@@ -110,7 +111,7 @@ func (b *bench) clickhouse(ctx context.Context) error {
 		if !registered {
 			continue
 		}
-		res, err := b.runTxsinkClickHouse(ctx, env, w)
+		res, rounds, err := b.runTxsinkClickHouse(ctx, env, w)
 		if err != nil {
 			sinkRow.Skipped = "failed: " + oneLine(err.Error())
 			b.logf("txsink ClickHouse sink failed: %v", err)
@@ -118,6 +119,7 @@ func (b *bench) clickhouse(ctx context.Context) error {
 			continue
 		}
 		sinkRow.Runs = append(sinkRow.Runs, res)
+		chRounds = append(chRounds, rounds...)
 		b.logf("ClickHouse run %d: txsink exactly_once %.0f rec/s", run+1, res.RPS)
 	}
 	if !registered && sinkRow.Skipped == "" {
@@ -129,6 +131,10 @@ func (b *bench) clickhouse(ctx context.Context) error {
 		ceiling = max(ceiling, r.MedianRPS)
 	}
 	sinkRow.finish()
+	if len(chRounds) > 0 {
+		sinkRow.Phases = phases(chRounds)
+		sinkRow.Rounds = len(chRounds)
+	}
 	for _, r := range append(rawRows, sinkRow) {
 		if ceiling > 0 && r.MedianRPS > 0 {
 			r.RatioCeiling = r.MedianRPS / ceiling
@@ -176,10 +182,10 @@ func (b *bench) clickhouseRegistered(ctx context.Context) (bool, string) {
 
 // runTxsinkClickHouse drains w with txsink's ClickHouse sink. The settings
 // follow the PostgreSQL sink's names (connection.url, table.name.format).
-func (b *bench) runTxsinkClickHouse(ctx context.Context, env chEnv, w *workload) (Run, error) {
+func (b *bench) runTxsinkClickHouse(ctx context.Context, env chEnv, w *workload) (Run, []roundLine, error) {
 	name := b.name("chsink")
 	if err := env.createTable(ctx, name); err != nil {
-		return Run{}, err
+		return Run{}, nil, err
 	}
 	defer env.conn.Exec(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS "+name)
 	u := fmt.Sprintf("clickhouse://%s:%s@%s/%s", env.svc.User, env.svc.Password, env.svc.Addr, env.db)
@@ -203,20 +209,20 @@ func (b *bench) runTxsinkClickHouse(ctx context.Context, env chEnv, w *workload)
 	}
 	path, err := writeConnectorFile(b.tmp, cfg)
 	if err != nil {
-		return Run{}, err
+		return Run{}, nil, err
 	}
 	p, err := startTxsink(b.bin, b.bootstrap, path, "bench-"+name)
 	if err != nil {
-		return Run{}, err
+		return Run{}, nil, err
 	}
 	err = p.waitFor(ctx, b.drainTimeout(w.Records, 2000), func() bool { return p.committedRecords() >= w.Records })
 	us := p.stop()
 	if err != nil {
-		return Run{}, err
+		return Run{}, nil, err
 	}
 	if err := env.checkCount(ctx, name, w.Records); err != nil {
-		return Run{}, err
+		return Run{}, nil, err
 	}
-	d := drainWindow(p.roundsSnapshot())
-	return Run{Seconds: d.Seconds(), RPS: float64(w.Records) / d.Seconds(), CPUSeconds: us.CPUSeconds, PeakRSSMB: us.PeakRSSMB}, nil
+	rounds := p.roundsSnapshot()
+	return drainRun(w.Records, rounds, us), rounds, nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -166,6 +167,7 @@ func (b *bench) latencyRun(ctx context.Context, l *Latency, partitions int, d ti
 		return true
 	})
 	stopPoll()
+	rounds := p.roundsSnapshot()
 	if perr := <-pollDone; perr != nil && err == nil && ctx.Err() == nil {
 		err = perr
 	}
@@ -193,6 +195,17 @@ func (b *bench) latencyRun(ctx context.Context, l *Latency, partitions int, d ti
 	l.Seconds = elapsed.Seconds()
 	l.OfferedRate = float64(seq) / elapsed.Seconds()
 	l.Quantiles = quantiles(lats)
+	l.Phases = phases(rounds)
+	var sizes []int
+	for _, r := range rounds {
+		if r.Outcome == "committed" {
+			sizes = append(sizes, r.Records)
+		}
+	}
+	if len(sizes) > 0 {
+		slices.Sort(sizes)
+		l.Rounds, l.RoundRecords = len(sizes), sizes[len(sizes)/2]
+	}
 	sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
 	const points = 200
 	for i := 0; i < points && len(lats) > 0; i++ {

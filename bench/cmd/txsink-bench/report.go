@@ -111,8 +111,14 @@ type Latency struct {
 	Records     int       `json:"records"`
 	Quantiles   Quantiles `json:"latency"`
 	// CDF holds (latency ms, fraction) points for the chart.
-	CDF     [][2]float64 `json:"cdf"`
-	Skipped string       `json:"skipped,omitempty"`
+	CDF [][2]float64 `json:"cdf"`
+	// Rounds is how many rounds txsink committed during the run, and
+	// RoundRecords the median records per round; Phases are the rounds'
+	// phase durations (where a record's latency goes).
+	Rounds       int                  `json:"rounds,omitempty"`
+	RoundRecords int                  `json:"round_records,omitempty"`
+	Phases       map[string]Quantiles `json:"phases,omitempty"`
+	Skipped      string               `json:"skipped,omitempty"`
 }
 
 // Growth is one point of the growth curve.
@@ -281,14 +287,14 @@ func (rep *Report) markdown() string {
 	}
 	if len(rep.Latency) > 0 {
 		b.WriteString("\n## End-to-end latency at a steady rate (produce timestamp → row visible in PostgreSQL)\n\n")
-		b.WriteString("| workload | mode | target rate/s | offered rate/s | records | p50 ms | p95 ms | p99 ms | max ms |\n|---|---|---|---|---|---|---|---|---|\n")
+		b.WriteString("| workload | mode | target rate/s | offered rate/s | records | p50 ms | p95 ms | p99 ms | max ms | rounds (median records) | round phases p50/p99 ms |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, l := range rep.Latency {
 			if l.Skipped != "" {
-				fmt.Fprintf(&b, "| %s | %s | | | | skipped: %s | | | |\n", l.Workload, l.Mode, l.Skipped)
+				fmt.Fprintf(&b, "| %s | %s | | | | skipped: %s | | | | | |\n", l.Workload, l.Mode, l.Skipped)
 				continue
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %d | %.0f | %.0f | %.0f | %.0f |\n", l.Workload, l.Mode, fmtNum(l.TargetRate), fmtNum(l.OfferedRate), l.Records,
-				l.Quantiles.P50, l.Quantiles.P95, l.Quantiles.P99, l.Quantiles.Max)
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %d | %.0f | %.0f | %.0f | %.0f | %d (%d) | %s |\n", l.Workload, l.Mode, fmtNum(l.TargetRate), fmtNum(l.OfferedRate), l.Records,
+				l.Quantiles.P50, l.Quantiles.P95, l.Quantiles.P99, l.Quantiles.Max, l.Rounds, l.RoundRecords, fmtPhases(l.Phases))
 		}
 	}
 	if len(rep.Growth) > 0 {
