@@ -253,7 +253,7 @@ func drainRun(records int, rounds []roundLine, u usage) Run {
 		inRounds += r.Total
 	}
 	return Run{Seconds: d.Seconds(), RPS: float64(records) / d.Seconds(), CPUSeconds: u.CPUSeconds, PeakRSSMB: u.PeakRSSMB, Rounds: len(rounds),
-		InRoundShare: inRounds.Seconds() / d.Seconds()}
+		InRoundShare: inRounds.Seconds() / d.Seconds(), MachineCPUSeconds: u.MachineCPUSeconds}
 }
 
 // phases summarises the committed rounds' phase durations.
@@ -358,21 +358,21 @@ func (b *bench) throughput(ctx context.Context, s workloadSpec, peerDone <-chan 
 			for _, par := range []int{1, 4} {
 				r := row(fmt.Sprintf("copy%d", par), "raw-copy", fmt.Sprintf("×%d", par))
 				table := b.name("copy")
-				d, err := rawCopy(ctx, b.pool, table, w, 10_000, par)
+				d, mcpu, err := rawCopy(ctx, b.pool, table, w, 10_000, par)
 				_ = dropTable(context.WithoutCancel(ctx), b.pool, table)
 				if err != nil {
 					return err
 				}
-				r.Runs = append(r.Runs, Run{Seconds: d.Seconds(), RPS: float64(w.Records) / d.Seconds()})
+				r.Runs = append(r.Runs, Run{Seconds: d.Seconds(), RPS: float64(w.Records) / d.Seconds(), MachineCPUSeconds: mcpu})
 				b.logf("%s run %d: raw COPY ×%d %.0f rec/s", w.Name, run+1, par, float64(w.Records)/d.Seconds())
 			}
 			{
 				r := row("consume", "raw-consume", "")
-				d, err := rawConsume(ctx, b.bootstrap, w)
+				d, mcpu, err := rawConsume(ctx, b.bootstrap, w)
 				if err != nil {
 					return err
 				}
-				r.Runs = append(r.Runs, Run{Seconds: d.Seconds(), RPS: float64(w.Records) / d.Seconds()})
+				r.Runs = append(r.Runs, Run{Seconds: d.Seconds(), RPS: float64(w.Records) / d.Seconds(), MachineCPUSeconds: mcpu})
 				b.logf("%s run %d: raw consume %.0f rec/s", w.Name, run+1, float64(w.Records)/d.Seconds())
 			}
 			for _, mode := range o.Modes {

@@ -67,7 +67,10 @@ type Row struct {
 	// CPUSecPerM is the sink process's CPU seconds per million records
 	// (median over runs); PeakRSSMB its peak resident set (max over runs).
 	CPUSecPerM float64 `json:"cpu_s_per_million,omitempty"`
-	PeakRSSMB  float64 `json:"peak_rss_mb,omitempty"`
+	// MachineCPUSecPerM is the whole machine's busy CPU seconds per
+	// million records (median of the runs).
+	MachineCPUSecPerM float64 `json:"machine_cpu_s_per_million,omitempty"`
+	PeakRSSMB         float64 `json:"peak_rss_mb,omitempty"`
 	// Phases are per-round commit phase latencies over all runs' rounds.
 	Phases map[string]Quantiles `json:"phases,omitempty"`
 	Rounds int                  `json:"rounds,omitempty"`
@@ -82,8 +85,11 @@ type Run struct {
 	Seconds    float64 `json:"seconds"`
 	RPS        float64 `json:"records_per_s"`
 	CPUSeconds float64 `json:"cpu_s,omitempty"`
-	PeakRSSMB  float64 `json:"peak_rss_mb,omitempty"`
-	Rounds     int     `json:"rounds,omitempty"`
+	// MachineCPUSeconds is the whole machine's busy CPU time over the
+	// drain (/proc/stat): sink, broker, database and kernel together.
+	MachineCPUSeconds float64 `json:"machine_cpu_s,omitempty"`
+	PeakRSSMB         float64 `json:"peak_rss_mb,omitempty"`
+	Rounds            int     `json:"rounds,omitempty"`
 	// Records, when set, is how many records this run drained (the peer
 	// may run on fewer than the row's Records).
 	Records int `json:"records,omitempty"`
@@ -170,7 +176,7 @@ func median(xs []float64) float64 {
 
 // finish computes the row's medians from its runs.
 func (r *Row) finish() {
-	var rps, cpu []float64
+	var rps, cpu, mcpu []float64
 	var share []float64
 	for _, run := range r.Runs {
 		rps = append(rps, run.RPS)
@@ -181,6 +187,9 @@ func (r *Row) finish() {
 		if run.CPUSeconds > 0 {
 			cpu = append(cpu, run.CPUSeconds/float64(n)*1e6)
 		}
+		if run.MachineCPUSeconds > 0 {
+			mcpu = append(mcpu, run.MachineCPUSeconds/float64(n)*1e6)
+		}
 		if run.InRoundShare > 0 {
 			share = append(share, run.InRoundShare)
 		}
@@ -188,6 +197,7 @@ func (r *Row) finish() {
 	}
 	r.MedianRPS = median(rps)
 	r.CPUSecPerM = median(cpu)
+	r.MachineCPUSecPerM = median(mcpu)
 	r.InRoundShare = median(share)
 }
 
@@ -273,16 +283,16 @@ func (rep *Report) markdown() string {
 		fmt.Fprintf(&b, "- services: %s\n", strings.Join(rep.Images, ", "))
 	}
 	b.WriteString("\n## Throughput (drain of pre-loaded records)\n\n")
-	b.WriteString("records/s is the median of the runs; \"vs ceiling\" divides by the best raw COPY (PostgreSQL rows) or the raw batch insert (ClickHouse rows) on the same workload; CPU and RSS are the sink process's (txsink or the Connect JVM); phases are per-round p50/p99 in ms.\n\n")
-	b.WriteString("| workload | system | runs | records/s | vs ceiling | vs peer | CPU s / M rec | peak RSS MB | commit phases p50/p99 ms | note |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("records/s is the median of the runs; \"vs ceiling\" divides by the best raw COPY (PostgreSQL rows) or the raw batch insert (ClickHouse rows) on the same workload; CPU and RSS are the sink process's (txsink or the Connect JVM); machine CPU is the whole machine's busy time during the drain (/proc/stat: sink, broker, database, this program and the kernel); phases are per-round p50/p99 in ms.\n\n")
+	b.WriteString("| workload | system | runs | records/s | vs ceiling | vs peer | CPU s / M rec | machine CPU s / M rec | peak RSS MB | commit phases p50/p99 ms | note |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rep.Rows {
 		if r.Skipped != "" {
-			fmt.Fprintf(&b, "| %s | %s | 0 | skipped | | | | | | %s |\n", r.Workload, r.label(), r.Skipped)
+			fmt.Fprintf(&b, "| %s | %s | 0 | skipped | | | | | | | %s |\n", r.Workload, r.label(), r.Skipped)
 			continue
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", r.Workload, r.label(), len(r.Runs),
-			fmtNum(r.MedianRPS), fmtRatio(r.RatioCeiling), fmtRatio(r.RatioPeer), fmtNum(r.CPUSecPerM),
+		fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Workload, r.label(), len(r.Runs),
+			fmtNum(r.MedianRPS), fmtRatio(r.RatioCeiling), fmtRatio(r.RatioPeer), fmtNum(r.CPUSecPerM), fmtNum(r.MachineCPUSecPerM),
 			fmtNum(r.PeakRSSMB), fmtPhases(r.Phases), rowNote(r))
 	}
 	if len(rep.Latency) > 0 {

@@ -53,8 +53,12 @@ type process struct {
 	rounds    []roundLine
 	committed int // records of committed rounds
 	assigned  bool
-	tail      []string // last log lines, for errors
-	notify    chan struct{}
+	// busy0 and busyLast sample the machine's busy CPU (machineBusy) at
+	// the assignment and at the latest committed round: the drain's
+	// whole-machine cost.
+	busy0, busyLast float64
+	tail            []string // last log lines, for errors
+	notify          chan struct{}
 }
 
 // startTxsink runs "txsink run" with the connector file at debug level and
@@ -112,9 +116,13 @@ func (p *process) line(b []byte) {
 		p.rounds = append(p.rounds, r)
 		if r.Outcome == "committed" {
 			p.committed += r.Records
+			p.busyLast = machineBusy()
 		}
 		p.poke()
 	case "partitions assigned and fenced":
+		if !p.assigned {
+			p.busy0 = machineBusy()
+		}
 		p.assigned = true
 		p.poke()
 	}
@@ -177,6 +185,9 @@ func (p *process) waitFor(ctx context.Context, timeout time.Duration, cond func(
 type usage struct {
 	CPUSeconds float64
 	PeakRSSMB  float64
+	// MachineCPUSeconds is the machine's busy CPU from the assignment to
+	// the last committed round.
+	MachineCPUSeconds float64
 }
 
 // stop sends SIGTERM, waits (killing after 30 s) and returns the child's
@@ -194,6 +205,11 @@ func (p *process) stop() usage {
 	}
 	u := rusageOf(p.cmd)
 	u.PeakRSSMB = hwm
+	p.mu.Lock()
+	if p.busy0 > 0 && p.busyLast > p.busy0 {
+		u.MachineCPUSeconds = p.busyLast - p.busy0
+	}
+	p.mu.Unlock()
 	return u
 }
 
