@@ -479,10 +479,17 @@ func (t *Task) assign(ctx context.Context, or outcomeReader, offs map[string]map
 			}
 		}
 		out[topic] = map[int32]kgo.Offset{}
+		var initial kadm.ListedOffsets // listed once, when a partition needs it
 		for _, p := range ps {
 			ps := pos[p]
 			if ps.Next == offsets.Unset {
-				next, err := t.initialOffset(ctx, topic, p)
+				if initial == nil {
+					var err error
+					if initial, err = t.initialOffsets(ctx, topic); err != nil {
+						return nil, err
+					}
+				}
+				next, err := initialOffset(initial, topic, p)
 				if err != nil {
 					return nil, err
 				}
@@ -531,10 +538,12 @@ func (s stableOutcome) Outcome(ctx context.Context, id twophase.BatchID) (bool, 
 	return twophase.OutcomeFromOffsets(id, offs), nil
 }
 
-func (t *Task) initialOffset(ctx context.Context, topic string, p int32) (int64, error) {
+// initialOffsets lists where offsets.initial starts the topic's
+// partitions: the log start (earliest) or the last stable offset (latest).
+func (t *Task) initialOffsets(ctx context.Context, topic string) (kadm.ListedOffsets, error) {
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(t.opt.Bootstrap...)}, t.opt.KafkaOpts...)...)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
@@ -545,8 +554,12 @@ func (t *Task) initialOffset(ctx context.Context, topic string, p int32) (int64,
 		lo, err = adm.ListStartOffsets(ctx, topic)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("list offsets of %s: %w", topic, err)
+		return nil, fmt.Errorf("list offsets of %s: %w", topic, err)
 	}
+	return lo, nil
+}
+
+func initialOffset(lo kadm.ListedOffsets, topic string, p int32) (int64, error) {
 	o, ok := lo.Lookup(topic, p)
 	if !ok {
 		return 0, fmt.Errorf("list offsets of %s[%d]: partition missing", topic, p)
