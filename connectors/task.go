@@ -585,7 +585,8 @@ func (t *Task) forget(rev map[string][]int32) {
 
 // poll returns the records of one round: it waits for the first records,
 // then keeps polling until batch.max.records, batch.max.bytes or
-// batch.linger.ms.
+// batch.linger.ms; it does not linger when the first poll brought a tenth
+// of batch.max.records or more.
 func (t *Task) poll(ctx context.Context, pollFn func(context.Context, int) kgo.Fetches) ([]*kgo.Record, error) {
 	max := t.conn.BatchMaxRecords
 	var recs []*kgo.Record
@@ -616,7 +617,14 @@ func (t *Task) poll(ctx context.Context, pollFn func(context.Context, int) kgo.F
 			return nil, err
 		}
 	}
-	deadline := time.Now().Add(t.conn.BatchLinger)
+	linger := t.conn.BatchLinger
+	if len(recs) >= max/10 {
+		// A backlog was waiting (the previous round took longer than
+		// the records took to arrive): lingering would only add its
+		// delay to every record of the round.
+		linger = 0
+	}
+	deadline := time.Now().Add(linger)
 	for len(recs) < max && bytes < t.conn.BatchMaxBytes && time.Now().Before(deadline) {
 		lctx, cancel := context.WithDeadline(ctx, deadline)
 		f := pollFn(lctx, max-len(recs))
