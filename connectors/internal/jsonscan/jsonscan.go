@@ -35,48 +35,8 @@ func Object(b []byte, dst []Member) (members []Member, ok bool) {
 	if s.i >= len(b) || b[s.i] != '{' {
 		return dst, false
 	}
-	s.i++
-	s.ws()
-	if s.i < len(b) && b[s.i] == '}' {
-		s.i++
-		return dst, s.end()
-	}
-	for {
-		if s.i >= len(b) || b[s.i] != '"' {
-			return dst, false
-		}
-		start := s.i + 1
-		esc, ok := s.str()
-		if !ok {
-			return dst, false
-		}
-		key := b[start : s.i-1]
-		s.ws()
-		if s.i >= len(b) || b[s.i] != ':' {
-			return dst, false
-		}
-		s.i++
-		s.ws()
-		vstart := s.i
-		if !s.value(1) {
-			return dst, false
-		}
-		dst = append(dst, Member{Key: key, Value: b[vstart:s.i], Escaped: esc})
-		s.ws()
-		if s.i >= len(b) {
-			return dst, false
-		}
-		switch b[s.i] {
-		case ',':
-			s.i++
-			s.ws()
-		case '}':
-			s.i++
-			return dst, s.end()
-		default:
-			return dst, false
-		}
-	}
+	ok = s.object(1, &dst)
+	return dst, ok && s.end()
 }
 
 // Valid reports whether b is exactly one JSON value (with optional
@@ -123,7 +83,7 @@ func (s *scanner) value(depth int) bool {
 		_, ok := s.str()
 		return ok
 	case c == '{':
-		return s.object(depth + 1)
+		return s.object(depth+1, nil)
 	case c == '[':
 		return s.array(depth + 1)
 	case c == 't':
@@ -198,85 +158,80 @@ func (s *scanner) number() bool {
 	if b[i] == '-' {
 		i++
 	}
-	if i >= len(b) {
-		return false
-	}
 	switch {
+	case i >= len(b):
+		return false
 	case b[i] == '0':
 		i++
 	case b[i] >= '1' && b[i] <= '9':
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
+		i = skipDigits(b, i)
 	default:
 		return false
 	}
 	if i < len(b) && b[i] == '.' {
-		i++
-		d := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-		if i == d {
+		d := skipDigits(b, i+1)
+		if d == i+1 {
 			return false
 		}
+		i = d
 	}
 	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
 		i++
 		if i < len(b) && (b[i] == '+' || b[i] == '-') {
 			i++
 		}
-		d := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-		if i == d {
+		d := skipDigits(b, i)
+		if d == i {
 			return false
 		}
+		i = d
 	}
 	s.i = i
 	return true
 }
 
-func (s *scanner) object(depth int) bool {
+// skipDigits returns the index after the run of ASCII digits at b[i:].
+func skipDigits(b []byte, i int) int {
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		i++
+	}
+	return i
+}
+
+// object scans an object whose '{' is at s.i, at nesting depth depth;
+// with a non-nil dst it appends the object's members to *dst.
+func (s *scanner) object(depth int, dst *[]Member) bool {
 	if depth > MaxDepth {
 		return false
 	}
-	s.i++ // '{'
-	s.ws()
-	if s.i < len(s.b) && s.b[s.i] == '}' {
-		s.i++
+	if s.open('}') {
 		return true
 	}
 	for {
 		if s.i >= len(s.b) || s.b[s.i] != '"' {
 			return false
 		}
-		if _, ok := s.str(); !ok {
+		start := s.i + 1
+		esc, ok := s.str()
+		if !ok {
 			return false
 		}
+		key := s.b[start : s.i-1]
 		s.ws()
 		if s.i >= len(s.b) || s.b[s.i] != ':' {
 			return false
 		}
 		s.i++
 		s.ws()
+		vstart := s.i
 		if !s.value(depth) {
 			return false
 		}
-		s.ws()
-		if s.i >= len(s.b) {
-			return false
+		if dst != nil {
+			*dst = append(*dst, Member{Key: key, Value: s.b[vstart:s.i], Escaped: esc})
 		}
-		switch s.b[s.i] {
-		case ',':
-			s.i++
-			s.ws()
-		case '}':
-			s.i++
-			return true
-		default:
-			return false
+		if more, ok := s.sep('}'); !more {
+			return ok
 		}
 	}
 }
@@ -285,31 +240,48 @@ func (s *scanner) array(depth int) bool {
 	if depth > MaxDepth {
 		return false
 	}
-	s.i++ // '['
-	s.ws()
-	if s.i < len(s.b) && s.b[s.i] == ']' {
-		s.i++
+	if s.open(']') {
 		return true
 	}
 	for {
 		if !s.value(depth) {
 			return false
 		}
-		s.ws()
-		if s.i >= len(s.b) {
-			return false
-		}
-		switch s.b[s.i] {
-		case ',':
-			s.i++
-			s.ws()
-		case ']':
-			s.i++
-			return true
-		default:
-			return false
+		if more, ok := s.sep(']'); !more {
+			return ok
 		}
 	}
+}
+
+// open steps over a container's opening bracket at s.i and the whitespace
+// after it, and reports whether the container is empty (closed at once).
+func (s *scanner) open(close byte) (empty bool) {
+	s.i++
+	s.ws()
+	if s.i < len(s.b) && s.b[s.i] == close {
+		s.i++
+		return true
+	}
+	return false
+}
+
+// sep scans what follows a member or element: a comma (more follows) or
+// the container's close; anything else is not JSON.
+func (s *scanner) sep(close byte) (more, ok bool) {
+	s.ws()
+	if s.i >= len(s.b) {
+		return false, false
+	}
+	switch s.b[s.i] {
+	case ',':
+		s.i++
+		s.ws()
+		return true, true
+	case close:
+		s.i++
+		return false, true
+	}
+	return false, false
 }
 
 // Fields scans b like Object and returns its members as a map, the last
