@@ -26,6 +26,28 @@ import (
 	"github.com/txsink/txsink/offsets"
 )
 
+// kfakeAndTable starts an in-memory Kafka with the topic (partitions
+// partitions) and a throwaway PostgreSQL database holding the table ddl
+// creates; both end with the test.
+func kfakeAndTable(t *testing.T, topic string, partitions int, ddl string) (c *kfake.Cluster, db string, pool *pgxpool.Pool) {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(partitions), topic), kfake.GroupMinSessionTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	db = pgtest.Start(t).NewDatabase(t)
+	pool, err = pgxpool.New(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := pool.Exec(context.Background(), ddl); err != nil {
+		t.Fatal(err)
+	}
+	return c, db, pool
+}
+
 type coord struct {
 	p   int32
 	off int64
@@ -75,21 +97,8 @@ func produceTxns(t *testing.T, addrs []string, topic string, n int) map[coord]st
 func TestTaskExactlyOnceOnKfake(t *testing.T) {
 	for _, mode := range []string{"exactly_once", "exactly_once_sink"} {
 		t.Run(mode, func(t *testing.T) {
-			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "events"), kfake.GroupMinSessionTimeout(time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			db := pgtest.Start(t).NewDatabase(t)
+			c, db, pool := kfakeAndTable(t, "events", 3, `CREATE TABLE events (id text, seq bigint, __connect_topic text, __connect_partition int, __connect_offset bigint)`)
 			ctx := context.Background()
-			pool, err := pgxpool.New(ctx, db)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer pool.Close()
-			if _, err := pool.Exec(ctx, `CREATE TABLE events (id text, seq bigint, __connect_topic text, __connect_partition int, __connect_offset bigint)`); err != nil {
-				t.Fatal(err)
-			}
 			want := produceTxns(t, c.ListenAddrs(), "events", 60)
 
 			reg := &connectors.Registry{}
@@ -222,21 +231,8 @@ func (o *roundObserver) deadLettered() int {
 // the sink dead-lettered (errors.tolerance=all), for the status API and
 // the metrics.
 func TestTaskReportsDeadLetters(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "dl"), kfake.GroupMinSessionTimeout(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	db := pgtest.Start(t).NewDatabase(t)
+	c, db, pool := kfakeAndTable(t, "dl", 1, `CREATE TABLE dl (id text, seq bigint)`)
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if _, err := pool.Exec(ctx, `CREATE TABLE dl (id text, seq bigint)`); err != nil {
-		t.Fatal(err)
-	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("dl"))
 	if err != nil {
 		t.Fatal(err)
@@ -291,21 +287,8 @@ func TestTaskReportsDeadLetters(t *testing.T) {
 // records produced before it was assigned are skipped, every later one is
 // written once.
 func TestTaskInitialLatest(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "late"), kfake.GroupMinSessionTimeout(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	db := pgtest.Start(t).NewDatabase(t)
+	c, db, pool := kfakeAndTable(t, "late", 3, `CREATE TABLE late (id text)`)
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if _, err := pool.Exec(ctx, `CREATE TABLE late (id text)`); err != nil {
-		t.Fatal(err)
-	}
 	prod, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("late"))
 	if err != nil {
 		t.Fatal(err)
