@@ -210,19 +210,34 @@ func (b *bench) runTxsink(ctx context.Context, w *workload, mode string, extra m
 		return Run{}, nil, err
 	}
 	defer dropTable(context.WithoutCancel(ctx), b.pool, name)
-	cfg := map[string]string{
-		"name":               strings.ReplaceAll(name, "_", "-"),
+	run, rounds, err := b.drain(ctx, w, name, map[string]string{
 		"connector.class":    "postgres",
-		"topics":             w.Topic,
 		"connection.url":     b.dbURL,
 		"delivery.guarantee": mode,
-		"table.name.format":  name,
+	}, extra)
+	if err != nil {
+		return Run{}, rounds, fmt.Errorf("txsink %s on %s: %w", mode, w.Topic, err)
 	}
-	for k, v := range b.o.Settings {
-		cfg[k] = v
+	if err := checkRows(ctx, b.pool, name, w.Records); err != nil {
+		return Run{}, rounds, fmt.Errorf("txsink %s: %w", mode, err)
 	}
-	for k, v := range extra {
-		cfg[k] = v
+	return run, rounds, nil
+}
+
+// drain runs "txsink run" with a connector named after the table name
+// that reads w's topic into that table, with the given settings, then
+// -set's, then extra's, until all of w's records are committed; it returns
+// the run's figures and round lines.
+func (b *bench) drain(ctx context.Context, w *workload, name string, settings, extra map[string]string) (Run, []roundLine, error) {
+	cfg := map[string]string{
+		"name":              strings.ReplaceAll(name, "_", "-"),
+		"topics":            w.Topic,
+		"table.name.format": name,
+	}
+	for _, m := range []map[string]string{settings, b.o.Settings, extra} {
+		for k, v := range m {
+			cfg[k] = v
+		}
 	}
 	path, err := writeConnectorFile(b.tmp, cfg)
 	if err != nil {
@@ -236,10 +251,7 @@ func (b *bench) runTxsink(ctx context.Context, w *workload, mode string, extra m
 	u := p.stop()
 	rounds := p.roundsSnapshot()
 	if err != nil {
-		return Run{}, rounds, fmt.Errorf("txsink %s on %s: %w", mode, w.Topic, err)
-	}
-	if err := checkRows(ctx, b.pool, name, w.Records); err != nil {
-		return Run{}, rounds, fmt.Errorf("txsink %s: %w", mode, err)
+		return Run{}, rounds, err
 	}
 	return drainRun(w.Records, rounds, u), rounds, nil
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"time"
@@ -188,41 +187,16 @@ func (b *bench) runTxsinkClickHouse(ctx context.Context, env chEnv, w *workload)
 		return Run{}, nil, err
 	}
 	defer env.conn.Exec(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS "+name)
-	u := fmt.Sprintf("clickhouse://%s:%s@%s/%s", env.svc.User, env.svc.Password, env.svc.Addr, env.db)
-	cfg := map[string]string{
-		"name":               strings.ReplaceAll(name, "_", "-"),
+	run, rounds, err := b.drain(ctx, w, name, map[string]string{
 		"connector.class":    "clickhouse",
-		"topics":             w.Topic,
-		"connection.url":     u,
+		"connection.url":     fmt.Sprintf("clickhouse://%s:%s@%s/%s", env.svc.User, env.svc.Password, env.svc.Addr, env.db),
 		"delivery.guarantee": "exactly_once",
-		"table.name.format":  name,
-	}
-	for k, v := range b.o.Settings {
-		cfg[k] = v
-	}
-	if extra := os.Getenv("TXSINK_BENCH_CLICKHOUSE_SETTINGS"); extra != "" {
-		for _, kv := range strings.Split(extra, ",") {
-			if k, v, ok := strings.Cut(kv, "="); ok {
-				cfg[strings.TrimSpace(k)] = strings.TrimSpace(v)
-			}
-		}
-	}
-	path, err := writeConnectorFile(b.tmp, cfg)
+	}, nil)
 	if err != nil {
-		return Run{}, nil, err
-	}
-	p, err := startTxsink(b.bin, b.bootstrap, path, "bench-"+name)
-	if err != nil {
-		return Run{}, nil, err
-	}
-	err = p.waitFor(ctx, b.drainTimeout(w.Records, 2000), func() bool { return p.committedRecords() >= w.Records })
-	us := p.stop()
-	if err != nil {
-		return Run{}, nil, err
+		return Run{}, rounds, err
 	}
 	if err := env.checkCount(ctx, name, w.Records); err != nil {
-		return Run{}, nil, err
+		return Run{}, rounds, err
 	}
-	rounds := p.roundsSnapshot()
-	return drainRun(w.Records, rounds, us), rounds, nil
+	return run, rounds, nil
 }
