@@ -324,18 +324,7 @@ func TestAPILifecycle(t *testing.T) {
 	// Stop, then read the offsets: they are the sink's.
 	w.must(t, 204, "PUT", "/connectors/"+name+"/stop", nil)
 	w.waitState(t, name, "STOPPED", 0, time.Minute)
-	var offs struct {
-		Offsets []struct {
-			Partition struct {
-				Topic     string `json:"kafka_topic"`
-				Partition int32  `json:"kafka_partition"`
-			} `json:"partition"`
-			Offset struct {
-				Offset int64 `json:"kafka_offset"`
-			} `json:"offset"`
-		} `json:"offsets"`
-	}
-	_ = json.Unmarshal([]byte(w.must(t, 200, "GET", "/connectors/"+name+"/offsets", nil)), &offs)
+	offs := decodeOffsets(t, w.must(t, 200, "GET", "/connectors/"+name+"/offsets", nil))
 	stored, err := sinkOffsets(context.Background(), pool, name)
 	if err != nil {
 		t.Fatal(err)

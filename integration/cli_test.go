@@ -213,20 +213,7 @@ func TestCLIAgainstServe(t *testing.T) {
 			t.Errorf("status table lacks %q:\n%s", want, out)
 		}
 	}
-	var offs struct {
-		Offsets []struct {
-			Partition struct {
-				Topic     string `json:"kafka_topic"`
-				Partition int32  `json:"kafka_partition"`
-			} `json:"partition"`
-			Offset struct {
-				Offset int64 `json:"kafka_offset"`
-			} `json:"offset"`
-		} `json:"offsets"`
-	}
-	if err := json.Unmarshal([]byte(cliOK(t, env, "offsets", name, "-output", "json")), &offs); err != nil {
-		t.Fatal(err)
-	}
+	offs := decodeOffsets(t, cliOK(t, env, "offsets", name, "-output", "json"))
 	ends := u.ends()
 	got := map[int32]int64{}
 	for _, o := range offs.Offsets {

@@ -42,20 +42,7 @@ func TestClickHouseRESTOffsets(t *testing.T) {
 	w.waitState(t, name, "STOPPED", 0, time.Minute)
 
 	// Read: the endpoint shows exactly what ClickHouse stores.
-	var offs struct {
-		Offsets []struct {
-			Partition struct {
-				Topic     string `json:"kafka_topic"`
-				Partition int32  `json:"kafka_partition"`
-			} `json:"partition"`
-			Offset struct {
-				Offset int64 `json:"kafka_offset"`
-			} `json:"offset"`
-		} `json:"offsets"`
-	}
-	if err := json.Unmarshal([]byte(w.must(t, 200, "GET", "/connectors/"+name+"/offsets", nil)), &offs); err != nil {
-		t.Fatal(err)
-	}
+	offs := decodeOffsets(t, w.must(t, 200, "GET", "/connectors/"+name+"/offsets", nil))
 	stored, err := chOffsets(context.Background(), conn, name)
 	if err != nil {
 		t.Fatal(err)
