@@ -48,6 +48,25 @@ func kfakeAndTable(t *testing.T, topic string, partitions int, ddl string) (c *k
 	return c, db, pool
 }
 
+// waitCount waits up to 60 s for the count query to reach want.
+func waitCount(t *testing.T, pool *pgxpool.Pool, query string, want int) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var n int
+		if err := pool.QueryRow(context.Background(), query).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d after 60s, want %d", query, n, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 type coord struct {
 	p   int32
 	off int64
@@ -119,20 +138,7 @@ func TestTaskExactlyOnceOnKfake(t *testing.T) {
 			conn.Start(nil)
 			defer conn.Stop()
 
-			deadline := time.Now().Add(60 * time.Second)
-			for {
-				var n int
-				if err := pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&n); err != nil {
-					t.Fatal(err)
-				}
-				if n >= len(want) {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("only %d of %d rows after 60s", n, len(want))
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
+			waitCount(t, pool, `SELECT count(*) FROM events`, len(want))
 			time.Sleep(300 * time.Millisecond) // let a wrong extra round show up
 			rows, err := pool.Query(ctx, `SELECT __connect_partition, __connect_offset, id FROM events`)
 			if err != nil {
@@ -322,31 +328,14 @@ func TestTaskInitialLatest(t *testing.T) {
 	conn.Start(nil)
 	defer conn.Stop()
 
-	waitCount := func(query string, want int) {
-		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			var n int
-			if err := pool.QueryRow(ctx, query).Scan(&n); err != nil {
-				t.Fatal(err)
-			}
-			if n >= want {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %d after 60s, want %d", query, n, want)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
 	// All three partitions positioned at their ends.
-	waitCount(`SELECT count(*) FROM txsink_offsets WHERE connector = 'latest' AND next_offset IS NOT NULL`, 3)
+	waitCount(t, pool, `SELECT count(*) FROM txsink_offsets WHERE connector = 'latest' AND next_offset IS NOT NULL`, 3)
 	var stored int64
 	if err := pool.QueryRow(ctx, `SELECT sum(next_offset) FROM txsink_offsets WHERE connector = 'latest'`).Scan(&stored); err != nil || stored != 30 {
 		t.Fatalf("stored next offsets sum to %d (err %v), want 30: the end of every partition", stored, err)
 	}
 	produce("new", 30)
-	waitCount(`SELECT count(*) FROM late`, 30)
+	waitCount(t, pool, `SELECT count(*) FROM late`, 30)
 	time.Sleep(300 * time.Millisecond) // let a wrong extra round show up
 	var total, fresh, distinct int
 	if err := pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE id LIKE 'new-%'), count(DISTINCT id) FROM late`).Scan(&total, &fresh, &distinct); err != nil {
