@@ -304,3 +304,29 @@ func Fields(b []byte) (fields map[string]json.RawMessage, ok bool) {
 	}
 	return fields, true
 }
+
+// Array scans b, which must be exactly one JSON array with optional
+// whitespace around it, and appends its elements (raw JSON, without
+// surrounding whitespace) in order to dst. ok is false when b is anything
+// else or nests deeper than MaxDepth.
+func Array(b []byte, dst [][]byte) (elems [][]byte, ok bool) {
+	s := scanner{b: b}
+	s.ws()
+	if s.i >= len(b) || b[s.i] != '[' {
+		return dst, false
+	}
+	if s.open(']') {
+		return dst, s.end()
+	}
+	for {
+		start := s.i
+		if !s.value(1) {
+			return dst, false
+		}
+		dst = append(dst, b[start:s.i])
+		more, ok := s.sep(']')
+		if !more {
+			return dst, ok && s.end()
+		}
+	}
+}

@@ -1,0 +1,172 @@
+package convert
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/txsink/txsink/config"
+	"github.com/txsink/txsink/connectors/record"
+)
+
+// Setting names (Kafka Connect's).
+const (
+	KeyKeyConverter   = "key.converter"
+	KeyValueConverter = "value.converter"
+)
+
+// Settings under a converter's prefix that this package documents (the
+// Schema Registry ones apply to the Avro, Protobuf and JSON Schema
+// converters).
+const (
+	SettingSchemasEnable        = "schemas.enable"
+	SettingRegistryURL          = "schema.registry.url"
+	SettingBasicAuthSource      = "basic.auth.credentials.source"
+	SettingBasicAuthUserInfo    = "basic.auth.user.info"
+	SettingBearerAuthSource     = "bearer.auth.credentials.source"
+	SettingBearerAuthToken      = "bearer.auth.token"
+	SettingTruststoreType       = "schema.registry.ssl.truststore.type"
+	SettingTruststoreCerts      = "schema.registry.ssl.truststore.certificates"
+	SettingKeystoreType         = "schema.registry.ssl.keystore.type"
+	SettingKeystoreCertChain    = "schema.registry.ssl.keystore.certificate.chain"
+	SettingKeystoreKey          = "schema.registry.ssl.keystore.key"
+	SettingEndpointVerification = "schema.registry.ssl.endpoint.identification.algorithm"
+	SettingJSONSchemaValidate   = "json.fail.invalid.schema"
+)
+
+// Defs are the converter settings of every connector: the two classes and
+// the documented settings under each prefix.
+var Defs = func() config.Defs {
+	ds := config.Defs{
+		{Name: KeyKeyConverter, Type: config.String, Group: "Converters", Check: checkClass,
+			Doc: "Converter of record keys, by Kafka Connect class name: " + strings.Join(documentedClasses, ", ") + ". Empty: txsink's JSON converter, which reads schemaless JSON and Connect's JSON envelope alike, and reads a key that is not JSON as a string."},
+		{Name: KeyValueConverter, Type: config.String, Group: "Converters", Check: checkClass,
+			Doc: "Converter of record values (as key.converter). Empty: txsink's JSON converter, which reads schemaless JSON and Connect's JSON envelope ({\"schema\": …, \"payload\": …}) alike."},
+	}
+	for _, p := range []string{KeyKeyConverter, KeyValueConverter} {
+		ds = append(ds,
+			config.Def{Name: p + "." + SettingSchemasEnable, Type: config.Boolean, Group: "Converters", Doc: "JsonConverter: true (Connect's default when the class is set) requires the envelope {\"schema\": …, \"payload\": …}; false reads plain JSON."},
+			config.Def{Name: p + "." + SettingRegistryURL, Type: config.List, Group: "Converters", Doc: "Schema Registry URLs (comma-separated; tried in turn) for the Avro, Protobuf and JSON Schema converters."},
+			config.Def{Name: p + "." + SettingBasicAuthSource, Type: config.String, Group: "Converters", Enum: []string{"USER_INFO", "URL"}, Doc: "Registry basic authentication: USER_INFO takes basic.auth.user.info; URL takes the user information of the registry URL."},
+			config.Def{Name: p + "." + SettingBasicAuthUserInfo, Type: config.Password, Group: "Converters", Doc: "Registry credentials as user:password (basic.auth.credentials.source=USER_INFO)."},
+			config.Def{Name: p + "." + SettingBearerAuthSource, Type: config.String, Group: "Converters", Enum: []string{"STATIC_TOKEN"}, Doc: "Registry bearer authentication: STATIC_TOKEN sends bearer.auth.token."},
+			config.Def{Name: p + "." + SettingBearerAuthToken, Type: config.Password, Group: "Converters", Doc: "Registry bearer token (bearer.auth.credentials.source=STATIC_TOKEN)."},
+			config.Def{Name: p + "." + SettingTruststoreType, Type: config.String, Group: "Converters", Enum: []string{"PEM"}, Doc: "Registry TLS trust store type: PEM, given inline in schema.registry.ssl.truststore.certificates (files are not read: a REST client must not make the worker read its files)."},
+			config.Def{Name: p + "." + SettingTruststoreCerts, Type: config.String, Group: "Converters", Doc: "PEM certificates the registry's TLS certificate must chain to (default: the system's roots)."},
+			config.Def{Name: p + "." + SettingKeystoreType, Type: config.String, Group: "Converters", Enum: []string{"PEM"}, Doc: "Registry TLS client certificate type: PEM, given inline in the two settings below."},
+			config.Def{Name: p + "." + SettingKeystoreCertChain, Type: config.String, Group: "Converters", Doc: "PEM client certificate chain for mutual TLS with the registry."},
+			config.Def{Name: p + "." + SettingKeystoreKey, Type: config.Password, Group: "Converters", Doc: "PEM private key of the client certificate."},
+		)
+	}
+	return ds
+}()
+
+// documentedClasses are the classes the setting docs list.
+var documentedClasses = []string{JSONClass, StringClass, ByteArrayClass,
+	"io.confluent.connect.avro.AvroConverter", "io.confluent.connect.protobuf.ProtobufConverter", "io.confluent.connect.json.JsonSchemaConverter"}
+
+func checkClass(v string) error {
+	if _, ok := Lookup(v); !ok {
+		return fmt.Errorf("unknown converter class %q; known: %s", v, strings.Join(classNames(), ", "))
+	}
+	return nil
+}
+
+// Pipeline converts Kafka records into typed records for a sink: the key
+// and value converters of one connector. It is safe for concurrent use;
+// each goroutine brings its own Scratch.
+type Pipeline struct {
+	key, value Converter
+}
+
+// NewPipeline builds the pipeline of a connector from its validated
+// settings. Errors name the offending setting.
+func NewPipeline(v config.Values) (*Pipeline, error) {
+	p := &Pipeline{}
+	var err error
+	if p.key, err = converterFor(v, KeyKeyConverter, true); err != nil {
+		return nil, err
+	}
+	if p.value, err = converterFor(v, KeyValueConverter, false); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// DefaultPipeline is the pipeline of a connector with no converter
+// settings: txsink's JSON converter for keys and values.
+func DefaultPipeline() *Pipeline {
+	return &Pipeline{key: NewDefaultJSON(true), value: NewDefaultJSON(false)}
+}
+
+func converterFor(v config.Values, prefix string, isKey bool) (Converter, error) {
+	class := strings.TrimSpace(v[prefix])
+	if class == "" {
+		return NewDefaultJSON(isKey), nil
+	}
+	settings := map[string]string{}
+	for k, val := range v {
+		if rest, ok := strings.CutPrefix(k, prefix+"."); ok {
+			settings[rest] = val
+		}
+	}
+	c, err := New(class, settings, isKey)
+	if err != nil {
+		var fe config.FieldError
+		if errors.As(err, &fe) {
+			return nil, config.FieldError{Name: prefix + "." + fe.Name, Msg: fe.Msg}
+		}
+		return nil, fmt.Errorf("%s: %w", prefix, err)
+	}
+	return c, nil
+}
+
+// Convert converts r's value, and its key when withKey is set, into a
+// Record. Bad data returns a *record.Error naming r's coordinates; a
+// failure of the environment returns an error wrapping
+// record.ErrUnavailable (retry later, never skip). The result may refer to
+// r's bytes and to sc until sc's next use.
+func (p *Pipeline) Convert(ctx context.Context, r *kgo.Record, sc *Scratch, withKey bool) (record.Record, error) {
+	out := record.Record{Topic: r.Topic, Timestamp: r.Timestamp, Headers: r.Headers, Raw: r}
+	var err error
+	if out.Value, err = p.value.Convert(ctx, r.Topic, r.Headers, r.Value, &sc.value); err != nil {
+		return out, p.fail(r, err, "")
+	}
+	if withKey {
+		if out.Key, err = p.key.Convert(ctx, r.Topic, r.Headers, r.Key, &sc.key); err != nil {
+			return out, p.fail(r, err, "key: ")
+		}
+	}
+	return out, nil
+}
+
+// ConvertKey converts only r's key.
+func (p *Pipeline) ConvertKey(ctx context.Context, r *kgo.Record, sc *Scratch) (record.Value, error) {
+	v, err := p.key.Convert(ctx, r.Topic, r.Headers, r.Key, &sc.key)
+	if err != nil {
+		return v, p.fail(r, err, "key: ")
+	}
+	return v, nil
+}
+
+func (p *Pipeline) fail(r *kgo.Record, err error, what string) error {
+	if errors.Is(err, record.ErrUnavailable) || !errors.Is(err, record.ErrDecode) {
+		return err
+	}
+	if what != "" {
+		err = prefixed{what, err}
+	}
+	return record.NewError(r, err)
+}
+
+// prefixed puts a word before an error's text, keeping its chain.
+type prefixed struct {
+	p   string
+	err error
+}
+
+func (e prefixed) Error() string { return e.p + e.err.Error() }
+func (e prefixed) Unwrap() error { return e.err }
