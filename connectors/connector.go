@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/txsink/txsink/config"
+	"github.com/txsink/txsink/connectors/convert"
 )
 
 // Connector is one running connector: its sink and its tasks.
@@ -62,7 +63,11 @@ func Open(ctx context.Context, reg *Registry, raw map[string]string, opt TaskOpt
 	if opt.InstanceID == "" {
 		opt.InstanceID = NewInstanceID()
 	}
-	sink, err := spec.New(ctx, Env{Bootstrap: opt.Bootstrap, KafkaOpts: opt.KafkaOpts, Log: log.With("connector", c.Name)}, c, v)
+	pipe, err := convert.NewPipeline(v)
+	if err != nil {
+		return nil, err
+	}
+	sink, err := spec.New(ctx, Env{Bootstrap: opt.Bootstrap, KafkaOpts: opt.KafkaOpts, Log: log.With("connector", c.Name), Pipeline: pipe}, c, v)
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txsink/txsink/config"
+	"github.com/txsink/txsink/connectors/convert"
 	"github.com/txsink/txsink/offsets"
 	"github.com/txsink/txsink/twophase"
 )
@@ -90,6 +91,10 @@ type Env struct {
 	Bootstrap []string
 	KafkaOpts []kgo.Opt
 	Log       *slog.Logger
+	// Pipeline converts the connector's records (its key and value
+	// converters); a sink calls it for every record it maps to rows. Nil
+	// means txsink's default JSON converter.
+	Pipeline *convert.Pipeline
 }
 
 // Factory opens a sink for a validated connector configuration.
@@ -110,9 +115,10 @@ type Spec struct {
 	New      Factory
 }
 
-// AllDefs returns the common and the sink's settings.
+// AllDefs returns the common settings, the converters' and the sink's.
 func (s Spec) AllDefs() config.Defs {
 	out := append(config.Defs{}, config.ConnectorDefs...)
+	out = append(out, convert.Defs...)
 	return append(out, s.Defs...)
 }
 
@@ -180,6 +186,15 @@ func (r *Registry) Validate(raw map[string]string) (Spec, config.Values, config.
 	v, errs := spec.AllDefs().Validate(raw)
 	if len(errs) == 0 && spec.Validate != nil {
 		errs = spec.Validate(v)
+	}
+	if len(errs) == 0 {
+		if _, err := convert.NewPipeline(v); err != nil {
+			var fe config.FieldError
+			if !errors.As(err, &fe) {
+				fe = config.FieldError{Name: convert.KeyValueConverter, Msg: err.Error()}
+			}
+			errs = config.Errors{fe}
+		}
 	}
 	return spec, v, errs
 }

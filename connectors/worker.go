@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txsink/txsink/config"
+	"github.com/txsink/txsink/connectors/convert"
 	"github.com/txsink/txsink/offsets"
 )
 
@@ -1078,7 +1079,11 @@ func (w *Worker) withSink(ctx context.Context, m *managed, fn func(Sink) error) 
 	conn := config.ParseConnector(v)
 	octx, cancel := context.WithTimeout(ctx, w.opt.OpenTimeout)
 	defer cancel()
-	s, err := spec.New(octx, Env{Bootstrap: w.opt.Bootstrap, KafkaOpts: w.opt.KafkaOpts, Log: w.log.With("connector", m.name)}, conn, v)
+	pipe, err := convert.NewPipeline(v)
+	if err != nil {
+		return err
+	}
+	s, err := spec.New(octx, Env{Bootstrap: w.opt.Bootstrap, KafkaOpts: w.opt.KafkaOpts, Log: w.log.With("connector", m.name), Pipeline: pipe}, conn, v)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/txsink/txsink/config"
+	"github.com/txsink/txsink/connectors/convert"
 )
 
 // configDocsCommand regenerates the checked-in reference; the stale-file
@@ -17,7 +18,7 @@ const configDocsCommand = "go run ./cmd/txsink config-docs > docs/configuration.
 
 // cmdConfigDocs prints the configuration reference (Markdown) generated
 // from the definitions the code validates with: config.WorkerDefs,
-// config.ConnectorDefs and each registered sink's Spec.Defs. Hidden
+// config.ConnectorDefs, convert.Defs and each registered sink's Spec.Defs. Hidden
 // (test-only) settings are left out.
 func cmdConfigDocs(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("config-docs", flag.ContinueOnError)
@@ -63,6 +64,12 @@ func writeConfigDocs(w io.Writer) {
 
 	p("## Connector settings common to every sink\n\n")
 	writeDefs(w, config.ConnectorDefs, false)
+
+	p("## Converters\n\n")
+	p("Every connector has these settings, with Kafka Connect's names; see [formats.md](formats.md) for the formats and\n")
+	p("their type mapping. The settings under `key.converter.` and `value.converter.` are passed to the converter with\n")
+	p("the prefix removed.\n\n")
+	writeDefs(w, convert.Defs, false)
 
 	for _, s := range registry().Specs() {
 		p("## Sink `%s`\n\n", s.Name)

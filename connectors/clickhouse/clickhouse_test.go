@@ -1,7 +1,7 @@
 package clickhouse
 
 import (
-	"encoding/json"
+	"context"
 	"errors"
 	"math"
 	"strings"
@@ -10,6 +10,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/txsink/txsink/connectors/convert"
+	"github.com/txsink/txsink/connectors/record"
 	"github.com/txsink/txsink/twophase"
 )
 
@@ -83,7 +85,7 @@ func TestCoerce(t *testing.T) {
 		{"String", `"a\nb\u00e9"`, "a\nb\u00e9"}, {"String", `"plain é"`, "plain é"},
 	}
 	for _, c := range ok {
-		got, err := coerce(mustType(t, c.typ), json.RawMessage(c.in))
+		got, err := coerce(mustType(t, c.typ), record.JSON([]byte(c.in)))
 		if err != nil {
 			t.Errorf("%s %s: %v", c.typ, c.in, err)
 			continue
@@ -105,7 +107,7 @@ func TestCoerce(t *testing.T) {
 		{"DateTime", `"yesterday"`}, {"DateTime", `-1`}, {"String", `null`}, {"Array(Int8)", `[1, 300]`}, {"Map(String, Int8)", `[1]`},
 	}
 	for _, c := range bad {
-		if _, err := coerce(mustType(t, c.typ), json.RawMessage(c.in)); !errors.Is(err, ErrCoerce) {
+		if _, err := coerce(mustType(t, c.typ), record.JSON([]byte(c.in))); !errors.Is(err, record.ErrCoerce) {
 			t.Errorf("%s %s: error %v, want ErrCoerce", c.typ, c.in, err)
 		}
 	}
@@ -115,7 +117,7 @@ func TestCoerce(t *testing.T) {
 // the JSON order, so a redo's block is byte-identical.
 func TestCoerceMapDeterministic(t *testing.T) {
 	ty := mustType(t, "Map(String, Array(Int32))")
-	a, err := coerce(ty, json.RawMessage(`{"b":[2],"a":[1],"c":[]}`))
+	a, err := coerce(ty, record.JSON([]byte(`{"b":[2],"a":[1],"c":[]}`)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,12 +208,10 @@ func TestMechanism(t *testing.T) {
 }
 
 func testTable(t *testing.T, cols ...[2]string) *table {
-	tb := &table{DB: "d", Name: "t", Ident: "`d`.`t`", byName: map[string]*column{}}
+	tb := &table{DB: "d", Name: "t", Ident: "`d`.`t`"}
 	for _, c := range cols {
 		typ := strings.TrimPrefix(c[1], "DEFAULT ")
-		col := &column{Name: c[0], Type: mustType(t, typ), HasDefault: strings.HasPrefix(c[1], "DEFAULT "), Insertable: true}
-		tb.Columns = append(tb.Columns, col)
-		tb.byName[c[0]] = col
+		tb.add(&column{Name: c[0], Type: mustType(t, typ), HasDefault: strings.HasPrefix(c[1], "DEFAULT "), Insertable: true})
 	}
 	return tb
 }
@@ -228,14 +228,14 @@ func TestMapRecords(t *testing.T) {
 	}
 	recs := []*kgo.Record{
 		rec(10, `{"id":"a"}`), rec(11, `{"id":"b","n":5,"d":"x"}`), rec(12, `{"id":"c","zz":1}`), rec(13, `not json`),
-		rec(14, `{"schema":{"type":"struct"},"payload":{"id":"e"}}`), rec(15, `null`),
+		rec(14, `{"schema":{"type":"struct","fields":[{"field":"id","type":"string"}]},"payload":{"id":"e"}}`), rec(15, `null`),
 	}
-	groups, bad, err := mapRecords(tb, mapping{VersionColumn: "v"}, recs)
+	groups, bad, err := mapRecords(context.Background(), convert.DefaultPipeline(), tb, mapping{VersionColumn: "v"}, recs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(bad) != 3 || bad[0].Offset != 12 || !errors.Is(bad[0], ErrUnknownField) || bad[0].Field != "zz" ||
-		bad[1].Offset != 13 || !errors.Is(bad[1], ErrDecode) || bad[2].Offset != 15 || !errors.Is(bad[2], ErrTombstone) {
+	if len(bad) != 3 || bad[0].Offset != 12 || !errors.Is(bad[0], record.ErrUnknownField) || bad[0].Field != "zz" ||
+		bad[1].Offset != 13 || !errors.Is(bad[1], record.ErrDecode) || bad[2].Offset != 15 || !errors.Is(bad[2], record.ErrTombstone) {
 		t.Fatalf("bad records: %v", bad)
 	}
 	if topic, p, off := bad[0].RecordCoordinates(); topic != "tp" || p != 2 || off != 12 {
@@ -262,7 +262,7 @@ func TestMapRecords(t *testing.T) {
 		t.Errorf("blocks: %d", len(bs))
 	}
 	// Same input, same blocks.
-	groups2, _, _ := mapRecords(tb, mapping{VersionColumn: "v"}, recs)
+	groups2, _, _ := mapRecords(context.Background(), convert.DefaultPipeline(), tb, mapping{VersionColumn: "v"}, recs)
 	if len(groups2) != len(groups) || groups2[0].shape != groups[0].shape {
 		t.Error("mapping not deterministic")
 	}
@@ -271,7 +271,7 @@ func TestMapRecords(t *testing.T) {
 func TestMapTombstone(t *testing.T) {
 	tb := testTable(t, [2]string{"k", "Int64"}, [2]string{"val", "String"}, [2]string{"v", "UInt64"}, [2]string{"is_deleted", "UInt8"})
 	m := mapping{VersionColumn: "v", DeletedColumn: "is_deleted", DeleteEnabled: true, KeyFields: []string{"k"}}
-	groups, bad, err := mapRecords(tb, m, []*kgo.Record{{Topic: "t", Offset: 7, Key: []byte(`{"k":3}`)}, {Topic: "t", Offset: 8, Key: []byte(`4`), Value: []byte(`{"k":4,"val":"x"}`)}})
+	groups, bad, err := mapRecords(context.Background(), convert.DefaultPipeline(), tb, m, []*kgo.Record{{Topic: "t", Offset: 7, Key: []byte(`{"k":3}`)}, {Topic: "t", Offset: 8, Key: []byte(`4`), Value: []byte(`{"k":4,"val":"x"}`)}})
 	if err != nil || len(bad) != 0 {
 		t.Fatal(err, bad)
 	}
@@ -282,8 +282,8 @@ func TestMapTombstone(t *testing.T) {
 }
 
 func TestCreateTableSQL(t *testing.T) {
-	first := &kgo.Record{Value: []byte(`{"name":"x","n":1,"f":1.5,"ok":true,"o":{"a":1},"z":null}`)}
-	got, err := createTableSQL("`d`.`t`", first, mapping{VersionColumn: "ver"}, true, []string{ColTopic, ColPartition, ColOffset}, "ReplacingMergeTree(`ver`)", "non_replicated_deduplication_window = 1000")
+	first := record.JSON([]byte(`{"name":"x","n":1,"f":1.5,"ok":true,"o":{"a":1},"z":null}`))
+	got, err := createTableSQL("`d`.`t`", first, false, mapping{VersionColumn: "ver"}, true, []string{ColTopic, ColPartition, ColOffset}, "ReplacingMergeTree(`ver`)", "non_replicated_deduplication_window = 1000")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,4 +317,24 @@ func FuzzParseType(f *testing.F) {
 			_ = zero(ty)
 		}
 	})
+}
+
+// TestMapEnvelopeDecimal: a Kafka Connect Decimal in a JsonConverter
+// envelope reaches a Decimal column as its value, as in PostgreSQL
+// (postgres.TestPrepareEnvelope decodes the same record).
+func TestMapEnvelopeDecimal(t *testing.T) {
+	tb := testTable(t, [2]string{"price", "Decimal(10, 2)"}, [2]string{"day", "Date"}, [2]string{"n", "Int32"})
+	value := `{"schema":{"type":"struct","fields":[
+		{"field":"price","type":"bytes","name":"org.apache.kafka.connect.data.Decimal","parameters":{"scale":"2"}},
+		{"field":"day","type":"int32","name":"org.apache.kafka.connect.data.Date"},
+		{"field":"n","type":"int64"}]},
+		"payload":{"price":"MDk=","day":19000,"n":7}}`
+	groups, bad, err := mapRecords(context.Background(), convert.DefaultPipeline(), tb, mapping{}, []*kgo.Record{{Topic: "t", Value: []byte(value)}})
+	if err != nil || len(bad) != 0 {
+		t.Fatal(err, bad)
+	}
+	row := groups[0].rows[0]
+	if row[0] != "123.45" || !row[1].(time.Time).Equal(time.Date(2022, 1, 8, 0, 0, 0, 0, time.UTC)) || row[2] != int32(7) {
+		t.Fatalf("row %#v", row)
+	}
 }

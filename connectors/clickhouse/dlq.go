@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/txsink/txsink/connectors/record"
 )
 
 // dlqColumns is the dead-letter table. Its coordinate columns make a redo's
@@ -48,7 +50,7 @@ func (s *Sink) dlqTable(ctx context.Context) (*table, error) {
 }
 
 // dlqBlock builds the dead-letter block of a batch's bad records.
-func (s *Sink) dlqBlock(ctx context.Context, recs []*kgo.Record, bad []*RecordError) (*block, error) {
+func (s *Sink) dlqBlock(ctx context.Context, recs []*kgo.Record, bad []*record.Error) (*block, error) {
 	t, err := s.dlqTable(ctx)
 	if err != nil {
 		return nil, err

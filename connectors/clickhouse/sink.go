@@ -20,6 +20,8 @@ import (
 
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/convert"
+	"github.com/txsink/txsink/connectors/record"
 	"github.com/txsink/txsink/internal/failpoint"
 	"github.com/txsink/txsink/offsets"
 	"github.com/txsink/txsink/twophase"
@@ -29,7 +31,7 @@ import (
 var (
 	_ connectors.Sink          = (*Sink)(nil)
 	_ twophase.Participant     = (*Sink)(nil)
-	_ connectors.RecordLocator = (*RecordError)(nil)
+	_ connectors.RecordLocator = (*record.Error)(nil)
 )
 
 // Failpoints inside Commit (internal/failpoint). W1, after the intent and
@@ -76,6 +78,7 @@ type Status struct {
 type Sink struct {
 	cfg   Config
 	env   connectors.Env
+	pipe  *convert.Pipeline
 	conn  driver.Conn
 	st    *store
 	feat  Features
@@ -122,9 +125,14 @@ func Open(ctx context.Context, env connectors.Env, cfg Config) (*Sink, error) {
 		conn.Close()
 		return nil, err
 	}
+	pipe := env.Pipeline
+	if pipe == nil {
+		pipe = convert.DefaultPipeline()
+	}
 	s := &Sink{
 		cfg:    cfg,
 		env:    env,
+		pipe:   pipe,
 		conn:   conn,
 		feat:   feat,
 		log:    log,
@@ -184,9 +192,9 @@ func (s *Sink) tableName(topic string) string {
 	return strings.ReplaceAll(s.cfg.TableNameFormat, "${topic}", topic)
 }
 
-// table returns the target table name, loading (or, with auto.create and a
-// first record, creating) it.
-func (s *Sink) table(ctx context.Context, name string, first *kgo.Record) (*table, error) {
+// table returns the target table name, loading (or, with auto.create and
+// records to infer columns from, creating) it.
+func (s *Sink) table(ctx context.Context, name string, recs []*kgo.Record) (*table, error) {
 	s.mu.Lock()
 	t := s.tables[name]
 	s.mu.Unlock()
@@ -194,14 +202,18 @@ func (s *Sink) table(ctx context.Context, name string, first *kgo.Record) (*tabl
 		return t, nil
 	}
 	t, err := loadTable(ctx, s.conn, s.feat, s.cfg.Database, name)
-	if errors.Is(err, ErrTableNotFound) && s.cfg.AutoCreate && first != nil {
+	if errors.Is(err, ErrTableNotFound) && s.cfg.AutoCreate && len(recs) > 0 {
 		engine, settings := s.autoEngine(name, false)
 		orderBy := s.cfg.PKFields
 		coords := s.cfg.PKMode == "kafka"
 		if coords {
 			orderBy = []string{ColTopic, ColPartition, ColOffset}
 		}
-		ddl, derr := createTableSQL(tableIdent(s.cfg.Database, name), first, s.mapping(), coords, orderBy, engine, settings)
+		first, derr := s.firstStruct(ctx, recs)
+		if derr != nil {
+			return nil, fmt.Errorf("clickhouse: auto.create %s: %w", name, derr)
+		}
+		ddl, derr := createTableSQL(tableIdent(s.cfg.Database, name), first, s.modern(), s.mapping(), coords, orderBy, engine, settings)
 		if derr != nil {
 			return nil, fmt.Errorf("clickhouse: auto.create %s: %w", name, derr)
 		}
@@ -219,6 +231,35 @@ func (s *Sink) table(ctx context.Context, name string, first *kgo.Record) (*tabl
 	s.mu.Unlock()
 	return t, nil
 }
+
+// firstStruct returns the value of the first record whose value converts
+// to a struct: the one auto.create infers the columns from. A redo
+// converts the same records, so it finds the same one.
+func (s *Sink) firstStruct(ctx context.Context, recs []*kgo.Record) (record.Value, error) {
+	var sc convert.Scratch
+	var lastErr error
+	for _, r := range recs {
+		rec, err := s.pipe.Convert(ctx, r, &sc, false)
+		if err != nil {
+			if !record.IsBadRecord(err) {
+				return record.Value{}, err
+			}
+			lastErr = err
+			continue
+		}
+		if rec.Value.Kind() == record.KindStruct {
+			return rec.Value, nil
+		}
+	}
+	if lastErr != nil {
+		return record.Value{}, fmt.Errorf("no record of the batch has a struct value to infer columns from (last error: %w)", lastErr)
+	}
+	return record.Value{}, fmt.Errorf("no record of the batch has a struct value to infer columns from")
+}
+
+// modern reports whether the server has Bool, Date32, DateTime64 and Map
+// (21.12 and later), which auto.create then uses.
+func (s *Sink) modern() bool { return s.feat.Version.AtLeast(21, 12) }
 
 // forget drops a cached table description (the table may have changed).
 func (s *Sink) forget(name string) {
@@ -320,10 +361,10 @@ func (s *Sink) insert(ctx context.Context, ident string, b *block) error {
 }
 
 // build maps a batch's records to blocks (and a dead-letter block). With
-// errors.tolerance=none a bad record is returned as a *RecordError (the
+// errors.tolerance=none a bad record is returned as a *record.Error (the
 // lowest offset).
 func (s *Sink) build(ctx context.Context, t *table, recs []*kgo.Record, blockRows int) (*prepared, error) {
-	groups, bad, err := mapRecords(t, s.mapping(), recs)
+	groups, bad, err := mapRecords(ctx, s.pipe, t, s.mapping(), recs)
 	if err != nil {
 		return nil, err
 	}
@@ -333,7 +374,7 @@ func (s *Sink) build(ctx context.Context, t *table, recs []*kgo.Record, blockRow
 		nt, lerr := s.table(ctx, t.Name, nil)
 		if lerr == nil {
 			t = nt
-			if groups, bad, err = mapRecords(t, s.mapping(), recs); err != nil {
+			if groups, bad, err = mapRecords(ctx, s.pipe, t, s.mapping(), recs); err != nil {
 				return nil, err
 			}
 		}
@@ -349,9 +390,9 @@ func (s *Sink) build(ctx context.Context, t *table, recs []*kgo.Record, blockRow
 	return p, err
 }
 
-func hasUnknownField(bad []*RecordError) bool {
+func hasUnknownField(bad []*record.Error) bool {
 	for _, b := range bad {
-		if errors.Is(b.Err, ErrUnknownField) {
+		if errors.Is(b.Err, record.ErrUnknownField) {
 			return true
 		}
 	}
@@ -368,7 +409,7 @@ func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) error {
 	if len(b.Records) == 0 {
 		return fmt.Errorf("clickhouse: prepare %s: empty batch", b.ID)
 	}
-	t, err := s.table(ctx, s.tableName(b.ID.Topic), b.Records[0])
+	t, err := s.table(ctx, s.tableName(b.ID.Topic), b.Records)
 	if err != nil {
 		return err
 	}
@@ -838,7 +879,7 @@ func (s *Sink) WriteLocal(ctx context.Context, b *twophase.Batch, guard offsets.
 	if len(b.Records) == 0 {
 		return nil
 	}
-	t, err := s.table(ctx, s.tableName(b.ID.Topic), b.Records[0])
+	t, err := s.table(ctx, s.tableName(b.ID.Topic), b.Records)
 	if err != nil {
 		return err
 	}

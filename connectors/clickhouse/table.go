@@ -2,17 +2,17 @@ package clickhouse
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/txsink/txsink/connectors/internal/jsonscan"
+	"github.com/txsink/txsink/connectors/convert"
+	"github.com/txsink/txsink/connectors/record"
 )
 
 // Kafka coordinate columns (pk.mode=kafka style). When a table has them,
@@ -41,7 +41,20 @@ type table struct {
 	Ident    string // `db`.`name`
 	Columns  []*column
 	byName   map[string]*column
+	pos      map[string]int // insertable column name → position in Columns
 	Engine   Engine
+}
+
+// add appends a column and indexes it.
+func (t *table) add(c *column) {
+	if t.byName == nil {
+		t.byName, t.pos = map[string]*column{}, map[string]int{}
+	}
+	if c.Insertable {
+		t.pos[c.Name] = len(t.Columns)
+	}
+	t.Columns = append(t.Columns, c)
+	t.byName[c.Name] = c
 }
 
 func (t *table) column(name string) *column { return t.byName[name] }
@@ -70,7 +83,7 @@ func loadTable(ctx context.Context, q querier, f Features, db, name string) (*ta
 		}
 		return nil, fmt.Errorf("clickhouse: read table %s: %w", tableIdent(db, name), err)
 	}
-	t := &table{DB: db, Name: name, Ident: tableIdent(db, name), byName: map[string]*column{}, Engine: parseEngine(engine, full, f)}
+	t := &table{DB: db, Name: name, Ident: tableIdent(db, name), Engine: parseEngine(engine, full, f)}
 	if t.Engine.Replicated {
 		var zk string
 		if err := q.QueryRow(ctx, "SELECT zookeeper_path FROM system.replicas WHERE database = ? AND table = ?", db, name).Scan(&zk); err == nil {
@@ -91,9 +104,7 @@ func loadTable(ctx context.Context, q querier, f Features, db, name string) (*ta
 		if err != nil {
 			return nil, fmt.Errorf("clickhouse: table %s column %s: %w", t.Ident, n, err)
 		}
-		c := &column{Name: n, Type: ct, HasDefault: dk == "DEFAULT", Insertable: dk != "MATERIALIZED" && dk != "ALIAS"}
-		t.Columns = append(t.Columns, c)
-		t.byName[n] = c
+		t.add(&column{Name: n, Type: ct, HasDefault: dk == "DEFAULT", Insertable: dk != "MATERIALIZED" && dk != "ALIAS"})
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -135,19 +146,24 @@ type rowGroup struct {
 	offs  []int64
 }
 
-// mapRecords converts records (one partition, offset order) into rows of
-// t. Bad records come back as RecordErrors in offset order; err is for
-// problems that are not a record's fault.
-func mapRecords(t *table, m mapping, recs []*kgo.Record) (groups []*rowGroup, bad []*RecordError, err error) {
+// mapRecords converts records (one partition, offset order) through the
+// pipeline into rows of t. Bad records come back as record errors in
+// offset order; err is for problems that are not a record's fault (an
+// unsupported column, an unavailable schema registry).
+func mapRecords(ctx context.Context, pipe *convert.Pipeline, t *table, m mapping, recs []*kgo.Record) (groups []*rowGroup, bad []*record.Error, err error) {
 	byShape := map[string]*rowGroup{}
 	sc := newSlots(t)
 	for _, r := range recs {
-		cols, vals, shape, rerr := mapRecord(t, m, r, sc)
+		cols, vals, shape, rerr := mapRecord(ctx, pipe, t, m, r, sc)
 		if rerr != nil {
 			if errors.Is(rerr, ErrUnsupportedColumn) {
 				return nil, nil, fmt.Errorf("clickhouse: table %s: %w", t.Ident, rerr)
 			}
-			bad = append(bad, recordError(r, rerr))
+			var re *record.Error
+			if !errors.As(rerr, &re) && !isRecordCause(rerr) {
+				return nil, nil, rerr
+			}
+			bad = append(bad, badRecord(r, rerr))
 			continue
 		}
 		g := byShape[shape]
@@ -162,71 +178,115 @@ func mapRecords(t *table, m mapping, recs []*kgo.Record) (groups []*rowGroup, ba
 	return groups, bad, nil
 }
 
-func recordError(r *kgo.Record, err error) *RecordError {
-	re := &RecordError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Err: err}
-	var fe *fieldError
-	if errors.As(err, &fe) {
-		re.Field, re.Err = fe.field, fe.err
+// isRecordCause reports whether err is a record's fault found while
+// mapping it.
+func isRecordCause(err error) bool {
+	for _, s := range []error{record.ErrDecode, record.ErrCoerce, record.ErrUnknownField, record.ErrMissingKey, record.ErrTombstone} {
+		if errors.Is(err, s) {
+			return true
+		}
 	}
-	return re
+	return false
 }
 
-func jsonInt(n int64) json.RawMessage { return json.RawMessage(strconv.FormatInt(n, 10)) }
-
-func jsonString(s string) json.RawMessage { b, _ := json.Marshal(s); return b }
+func badRecord(r *kgo.Record, err error) *record.Error {
+	var re *record.Error
+	if errors.As(err, &re) {
+		return re
+	}
+	return record.NewError(r, err)
+}
 
 // slots hold a record's fields by column position, reused from one record
 // to the next.
 type slots struct {
-	pos     map[string]int // insertable column name → position in t.Columns
-	raws    []json.RawMessage
-	members []jsonscan.Member
-	noScan  bool // tests: decode every record the slow way
+	conv    convert.Scratch
+	vals    []record.Value
+	set     []bool
+	unknown []string
 }
 
 func newSlots(t *table) *slots {
-	sc := &slots{pos: make(map[string]int, len(t.Columns)), raws: make([]json.RawMessage, len(t.Columns))}
-	for i, c := range t.Columns {
-		if c.Insertable {
-			sc.pos[c.Name] = i
-		}
-	}
-	return sc
+	return &slots{vals: make([]record.Value, len(t.Columns)), set: make([]bool, len(t.Columns))}
 }
 
-// scan fills sc.raws from the record value b when it is a plain JSON
-// object whose every field names an insertable column, and reports
-// whether it did. Everything else (tombstones, envelopes, unknown or
-// escaped names, invalid text) is left to decodeValue, which decides it
-// the same way and words the error.
-func (sc *slots) scan(b []byte) bool {
-	if sc.noScan || len(b) == 0 || !utf8.Valid(b) {
-		return false
-	}
-	var ok bool
-	if sc.members, ok = jsonscan.Object(b, sc.members[:0]); !ok {
-		return false
-	}
-	if len(sc.members) == 2 && isEnvelopeKey(sc.members[0].Key) && isEnvelopeKey(sc.members[1].Key) {
-		return false
-	}
-	for _, m := range sc.members {
-		i, ok := sc.pos[string(m.Key)]
-		if !ok || m.Escaped {
-			return false
+// fill maps the fields of a struct onto the insertable columns of t, the
+// last of duplicate names winning; only names in keep, when set, are
+// taken. A field without an insertable column is an error naming the first
+// such field in sorted order.
+func (sc *slots) fill(t *table, v record.Value, keep []string) error {
+	sc.unknown = sc.unknown[:0]
+	err := v.Range(func(name []byte, fv record.Value) error {
+		if len(keep) > 0 && !slices.Contains(keep, string(name)) {
+			return nil
 		}
-		sc.raws[i] = m.Value // the last of duplicate keys wins, as in a map
+		i, ok := t.pos[string(name)]
+		if !ok {
+			sc.unknown = append(sc.unknown, string(name))
+			return nil
+		}
+		sc.vals[i], sc.set[i] = fv, true
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	return true
+	if len(sc.unknown) == 0 {
+		return nil
+	}
+	slices.Sort(sc.unknown)
+	first := sc.unknown[0]
+	return record.FieldErrorf(first, record.ErrUnknownField, "table %s has no insertable column %q (%d unknown field(s))",
+		t.Ident, record.Truncate(first, 63), len(slices.Compact(sc.unknown)))
 }
 
-func isEnvelopeKey(k []byte) bool { return string(k) == "schema" || string(k) == "payload" }
+// fillKey maps a tombstone's key onto the key columns: a struct key's
+// fields (those of KeyFields when set), or a primitive key into the first
+// of KeyFields.
+func (sc *slots) fillKey(t *table, m mapping, key record.Value) error {
+	switch {
+	case key.Kind() == record.KindStruct:
+		for _, k := range m.KeyFields {
+			if _, ok := key.Get(k); !ok {
+				return record.FieldErrorf(k, record.ErrMissingKey, "the key has no field %q", k)
+			}
+		}
+		return sc.fill(t, key, m.KeyFields)
+	case !key.IsNull() && len(m.KeyFields) > 0:
+		i, ok := t.pos[m.KeyFields[0]]
+		if !ok {
+			return record.FieldErrorf(m.KeyFields[0], record.ErrUnknownField, "table %s has no insertable column %q", t.Ident, m.KeyFields[0])
+		}
+		sc.vals[i], sc.set[i] = key, true
+		return nil
+	}
+	return record.Errorf(record.ErrMissingKey, "a tombstone needs a key (a struct, or a primitive with pk.fields)")
+}
 
-func mapRecord(t *table, m mapping, r *kgo.Record, sc *slots) (cols []*column, vals []any, shape string, err error) {
-	clear(sc.raws)
+func mapRecord(ctx context.Context, pipe *convert.Pipeline, t *table, m mapping, r *kgo.Record, sc *slots) (cols []*column, vals []any, shape string, err error) {
+	rec, err := pipe.Convert(ctx, r, &sc.conv, false)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	clear(sc.set)
 	deleted := false
-	if !sc.scan(r.Value) {
-		if deleted, err = slowFields(t, m, r, sc); err != nil {
+	switch value := rec.Value; {
+	case value.IsNull():
+		if !m.DeleteEnabled {
+			return nil, nil, "", record.ErrTombstone
+		}
+		key, err := pipe.ConvertKey(ctx, r, &sc.conv)
+		if err != nil {
+			return nil, nil, "", err
+		}
+		if err := sc.fillKey(t, m, key); err != nil {
+			return nil, nil, "", err
+		}
+		deleted = true
+	case value.Kind() != record.KindStruct:
+		return nil, nil, "", record.Errorf(record.ErrDecode, "value must be a struct (a JSON object), got %s", value.Describe())
+	default:
+		if err := sc.fill(t, value, nil); err != nil {
 			return nil, nil, "", err
 		}
 	}
@@ -237,26 +297,26 @@ func mapRecord(t *table, m mapping, r *kgo.Record, sc *slots) (cols []*column, v
 		if !c.Insertable {
 			continue
 		}
-		var raw json.RawMessage
+		var v record.Value
 		set := true
 		switch c.Name {
 		case ColTopic:
-			raw = jsonString(r.Topic)
+			v = record.String(r.Topic)
 		case ColPartition:
-			raw = jsonInt(int64(r.Partition))
+			v = record.Int(int64(r.Partition))
 		case ColOffset, m.VersionColumn:
-			raw = jsonInt(r.Offset)
+			v = record.Int(r.Offset)
 		case m.DeletedColumn:
 			if m.DeleteEnabled {
-				raw = json.RawMessage("0")
+				v = record.Int(0)
 				if deleted {
-					raw = json.RawMessage("1")
+					v = record.Int(1)
 				}
 				break
 			}
-			raw, set = sc.raws[i], sc.raws[i] != nil
+			v, set = sc.vals[i], sc.set[i]
 		default:
-			raw, set = sc.raws[i], sc.raws[i] != nil
+			v, set = sc.vals[i], sc.set[i]
 		}
 		if !set {
 			if c.HasDefault {
@@ -269,73 +329,18 @@ func mapRecord(t *table, m mapping, r *kgo.Record, sc *slots) (cols []*column, v
 		if !c.Type.supported() {
 			return nil, nil, "", fmt.Errorf("column %s %s: %w", c.Name, c.Type.Name, ErrUnsupportedColumn)
 		}
-		v, err := coerce(c.Type, raw)
+		x, err := coerce(c.Type, v)
 		if err != nil {
-			return nil, nil, "", &fieldError{c.Name, err}
+			return nil, nil, "", record.InField(c.Name, err)
 		}
 		cols = append(cols, c)
-		vals = append(vals, v)
+		vals = append(vals, x)
 		if c.HasDefault {
 			sb.WriteString(strconv.Itoa(i))
 			sb.WriteByte(',')
 		}
 	}
 	return cols, vals, sb.String(), nil
-}
-
-// slowFields decodes a record the scanner left alone (a tombstone becomes
-// its key's fields) into sc.raws, refusing fields without an insertable
-// column; deleted reports a tombstone.
-func slowFields(t *table, m mapping, r *kgo.Record, sc *slots) (deleted bool, err error) {
-	value, err := decodeValue(r.Value)
-	if err != nil {
-		return false, err
-	}
-	fields := value.Fields
-	if value.Null {
-		if !m.DeleteEnabled {
-			return false, ErrTombstone
-		}
-		key, err := decodeDocument(r.Key, true)
-		if err != nil {
-			return false, err
-		}
-		fields = map[string]json.RawMessage{}
-		switch {
-		case key.Fields != nil:
-			for _, k := range m.KeyFields {
-				v, ok := key.Fields[k]
-				if !ok {
-					return false, &fieldError{k, fmt.Errorf("%w: the key has no field %q", ErrMissingKey, k)}
-				}
-				fields[k] = v
-			}
-			if len(m.KeyFields) == 0 {
-				fields = key.Fields
-			}
-		case key.Scalar != nil && len(m.KeyFields) > 0:
-			fields[m.KeyFields[0]] = key.Scalar
-		default:
-			return false, fmt.Errorf("%w: a tombstone needs a key (an object, or a primitive with pk.fields)", ErrMissingKey)
-		}
-		deleted = true
-	}
-	for name := range fields {
-		if c := t.column(name); c == nil || !c.Insertable {
-			var unknown []string
-			for n := range fields {
-				if c := t.column(n); c == nil || !c.Insertable {
-					unknown = append(unknown, n)
-				}
-			}
-			sort.Strings(unknown)
-			return false, &fieldError{unknown[0], fmt.Errorf("%w: table %s has no insertable column %q (%d unknown field(s))", ErrUnknownField, t.Ident, truncate(unknown[0], 63), len(unknown))}
-		}
-	}
-	for name, raw := range fields {
-		sc.raws[sc.pos[name]] = raw
-	}
-	return deleted, nil
 }
 
 // blocks cuts groups into blocks of at most blockRows rows, in group order.
@@ -360,23 +365,77 @@ func insertSQL(ident string, cols []*column) string {
 	return "INSERT INTO " + ident + " (" + strings.Join(names, ", ") + ")"
 }
 
-// inferType is the column type auto.create gives a JSON value.
-func inferType(raw json.RawMessage) string {
-	if len(raw) == 0 {
-		return "Nullable(String)"
+// inferType is the column type auto.create gives a value: from its schema
+// when it has one, else from the schemaless JSON value. modern is true on
+// servers with Bool, Date32, DateTime64 and Map (ClickHouse 21.12+).
+func inferType(v record.Value, modern bool) string {
+	if s := v.Schema(); s != nil {
+		return inferFromSchema(s, modern, 0)
 	}
-	switch raw[0] {
-	case '"', '{', '[':
-		return "String"
-	case 't', 'f':
+	switch v.Kind() {
+	case record.KindNull:
+		return "Nullable(String)"
+	case record.KindBool:
 		return "UInt8"
-	case 'n':
-		return "Nullable(String)"
+	case record.KindNumber, record.KindInt:
+		if _, err := v.AsInt64(); err == nil {
+			if text, _ := v.AsText(); !strings.ContainsAny(text, ".eE") {
+				return "Int64"
+			}
+		}
+		return "Float64"
+	case record.KindFloat:
+		return "Float64"
 	}
-	if _, err := strconv.ParseInt(string(raw), 10, 64); err == nil {
-		return "Int64"
+	return "String"
+}
+
+// inferFromSchema maps a Kafka Connect schema to a ClickHouse type.
+func inferFromSchema(s *record.Schema, modern bool, depth int) string {
+	t := "String"
+	switch s.Name {
+	case record.LogicalDecimal:
+		scale, _ := strconv.Atoi(s.Params[record.DecimalScaleParam])
+		t = fmt.Sprintf("Decimal(38, %d)", min(max(scale, 0), 38))
+	case record.LogicalDate, record.DebeziumDate:
+		t = "Date"
+		if modern {
+			t = "Date32"
+		}
+	case record.LogicalTimestamp, record.DebeziumTimestamp, record.DebeziumMicroTimestamp, record.DebeziumNanoTimestamp:
+		t = "DateTime"
+		if modern {
+			t = "DateTime64(6, 'UTC')"
+		}
+	case record.LogicalTime, record.DebeziumTime, record.DebeziumMicroTime, record.DebeziumNanoTime:
+		t = "String"
+	default:
+		switch s.Type {
+		case record.TypeInt8, record.TypeInt16, record.TypeInt32, record.TypeInt64:
+			t = "Int" + strings.TrimPrefix(s.Type.String(), "int")
+		case record.TypeFloat32:
+			t = "Float32"
+		case record.TypeFloat64:
+			t = "Float64"
+		case record.TypeBoolean:
+			t = "UInt8"
+			if modern {
+				t = "Bool"
+			}
+		case record.TypeArray:
+			if s.Elem != nil && depth < 8 {
+				t = "Array(" + inferFromSchema(s.Elem, modern, depth+1) + ")"
+			}
+		case record.TypeMap:
+			if modern && s.Key != nil && s.Key.Type == record.TypeString && s.Elem != nil && depth < 8 {
+				t = "Map(String, " + inferFromSchema(s.Elem, modern, depth+1) + ")"
+			}
+		}
 	}
-	return "Float64"
+	if s.Optional && !strings.HasPrefix(t, "Array(") && !strings.HasPrefix(t, "Map(") {
+		t = "Nullable(" + t + ")"
+	}
+	return t
 }
 
 // createTableSQL is auto.create's DDL for the first record of a topic: one
@@ -384,13 +443,16 @@ func inferType(raw json.RawMessage) string {
 // when coords, the version and deleted columns when set, ORDER BY orderBy
 // (or tuple()), and engine (a complete ENGINE clause body with its
 // arguments, such as "MergeTree" or "ReplicatedMergeTree('/p', '{replica}')").
-func createTableSQL(ident string, first *kgo.Record, m mapping, coords bool, orderBy []string, engine, settings string) (string, error) {
-	value, err := decodeValue(first.Value)
-	if err != nil {
-		return "", err
-	}
-	if value.Null {
+func createTableSQL(ident string, value record.Value, modern bool, m mapping, coords bool, orderBy []string, engine, settings string) (string, error) {
+	if value.IsNull() {
 		return "", fmt.Errorf("auto.create: the first record is a tombstone; cannot infer columns")
+	}
+	if value.Kind() != record.KindStruct {
+		return "", fmt.Errorf("auto.create: the first record's value is %s, not a struct", value.Describe())
+	}
+	fields := map[string]record.Value{}
+	if err := value.Range(func(name []byte, fv record.Value) error { fields[string(name)] = fv; return nil }); err != nil {
+		return "", err
 	}
 	type col struct{ name, typ string }
 	var cols []col
@@ -399,8 +461,8 @@ func createTableSQL(ident string, first *kgo.Record, m mapping, coords bool, ord
 		cols = append(cols, col{ColTopic, "String"}, col{ColPartition, "Int32"}, col{ColOffset, "Int64"})
 		seen[ColTopic], seen[ColPartition], seen[ColOffset] = true, true, true
 	}
-	names := make([]string, 0, len(value.Fields))
-	for k := range value.Fields {
+	names := make([]string, 0, len(fields))
+	for k := range fields {
 		names = append(names, k)
 	}
 	sort.Strings(names)
@@ -408,7 +470,7 @@ func createTableSQL(ident string, first *kgo.Record, m mapping, coords bool, ord
 		if seen[k] {
 			continue
 		}
-		typ := inferType(value.Fields[k])
+		typ := inferType(fields[k], modern)
 		for _, key := range orderBy {
 			if key == k {
 				typ = strings.TrimSuffix(strings.TrimPrefix(typ, "Nullable("), ")")

@@ -1,8 +1,7 @@
 package clickhouse
 
 import (
-	"bytes"
-	"encoding/json"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"math/big"
@@ -10,9 +9,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	chcol "github.com/ClickHouse/clickhouse-go/v2/lib/column"
+
+	"github.com/txsink/txsink/connectors/record"
 )
 
 // kind is the family of a ClickHouse type the sink can fill.
@@ -270,7 +270,7 @@ func (t *chType) nullable() bool {
 }
 
 func coerceErr(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrCoerce}, args...)...)
+	return record.Errorf(record.ErrCoerce, format, args...)
 }
 
 // zero returns the value of a column a record does not set: NULL for
@@ -308,29 +308,30 @@ func zero(t *chType) any {
 	return nil
 }
 
-// coerce converts one JSON value to the Go value clickhouse-go appends to a
-// column of type t. The accepted inputs:
+// coerce converts one record value to the Go value clickhouse-go appends
+// to a column of type t. The record package's As… conversions decide what
+// each value kind may become (the same for both sinks); this adds
+// ClickHouse's ranges:
 //
-//	Int8…Int64, UInt8…UInt64   integer number or numeric string (1, "1", 1.0, 1e3), range-checked; true/false as 1/0
-//	Float32, Float64           number or numeric string; "NaN", "Infinity", "-Infinity"
-//	Decimal(P, S)              number or numeric string, exact; at most P-S integer digits, rounded to S places refused
-//	String                     string; any other JSON value as its JSON text (objects and arrays: JSON text into String)
-//	FixedString(N)             string of at most N bytes
-//	UUID                       string
-//	Date                       "YYYY-MM-DD" or RFC 3339; integer days since the epoch
-//	DateTime, DateTime64       RFC 3339 (a missing offset means UTC) or "YYYY-MM-DD hh:mm:ss"; integer epoch milliseconds
-//	Bool                       true/false
+//	Int8…Int64, UInt8…UInt64   AsInt64 / AsUint64, range-checked; booleans as 1/0
+//	Float32, Float64           AsFloat
+//	Decimal(P, S)              AsDecimal, exact: at most P-S integer digits, more than S places refused
+//	String                     text; bytes as they are; structs, maps and arrays as JSON text
+//	FixedString(N)             a string or bytes of at most N bytes
+//	UUID                       AsUUID
+//	Date, Date32               AsDate, in the type's range
+//	DateTime, DateTime64       AsTimestamp, in the type's range (DateTime: whole seconds)
+//	Bool                       AsBool
 //	Enum8/16                   the label as a string
 //	Nullable(T)                null or T
 //	LowCardinality(T)          as T
-//	Array(T)                   JSON array of T
-//	Map(String, T)             JSON object of T (written in key order, so a redo is byte-identical)
+//	Array(T)                   an array of T
+//	Map(String, T)             a map or struct of T, written in key order (so a redo is byte-identical)
 //
-// Every conversion is deterministic: the same JSON gives the same value,
-// which a redo's de-duplication needs.
-func coerce(t *chType, raw json.RawMessage) (any, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
+// Every conversion is deterministic: the same value gives the same column
+// value, which a redo's de-duplication needs.
+func coerce(t *chType, v record.Value) (any, error) {
+	if v.IsNull() {
 		if t.nullable() {
 			return nil, nil
 		}
@@ -338,23 +339,41 @@ func coerce(t *chType, raw json.RawMessage) (any, error) {
 	}
 	switch t.Kind {
 	case kindNullable, kindLowCardinality:
-		return coerce(t.Elem, raw)
-	case kindInt, kindUint:
-		s, err := numberText(raw, true)
+		return coerce(t.Elem, v)
+	case kindInt:
+		n, err := intOrBool(v)
 		if err != nil {
 			return nil, err
 		}
-		return parseIntValue(t, s)
+		if t.Bits < 64 && (n < -1<<(t.Bits-1) || n >= 1<<(t.Bits-1)) {
+			return nil, coerceErr("%d is out of range for %s", n, t.Name)
+		}
+		return intOfBits(n, t.Bits), nil
+	case kindUint:
+		var n uint64
+		var err error
+		if v.Kind() == record.KindBool {
+			var b bool
+			b, err = v.AsBool()
+			if b {
+				n = 1
+			}
+		} else {
+			n, err = v.AsUint64()
+		}
+		if err != nil {
+			return nil, err
+		}
+		if t.Bits < 64 && n >= 1<<t.Bits {
+			return nil, coerceErr("%d is out of range for %s", n, t.Name)
+		}
+		return uintOfBits(n, t.Bits), nil
 	case kindFloat32, kindFloat64:
-		s, err := numberText(raw, false)
-		if err != nil {
-			return nil, err
-		}
 		bits := 64
 		if t.Kind == kindFloat32 {
 			bits = 32
 		}
-		f, err := parseFloat(s, bits)
+		f, err := v.AsFloat(bits)
 		if err != nil {
 			return nil, err
 		}
@@ -363,86 +382,180 @@ func coerce(t *chType, raw json.RawMessage) (any, error) {
 		}
 		return f, nil
 	case kindDecimal:
-		s, err := numberText(raw, false)
+		d, err := v.AsDecimal()
 		if err != nil {
 			return nil, err
 		}
-		return decimalValue(t, s)
+		if d.Special != "" {
+			return nil, coerceErr("%s does not fit %s", d.Special, t.Name)
+		}
+		unscaled, ok := d.AtScale(int32(t.Scale))
+		if !ok {
+			return nil, coerceErr("%s has more than %d decimal places (%s)", record.Truncate(d.Text(), 40), t.Scale, t.Name)
+		}
+		if new(big.Int).Abs(unscaled).Cmp(new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(t.Prec)), nil)) >= 0 {
+			return nil, coerceErr("%s does not fit %s", record.Truncate(d.Text(), 40), t.Name)
+		}
+		return record.DecimalText(unscaled, int32(t.Scale)), nil
 	case kindString:
-		if raw[0] == '"' {
-			return stringOf(raw)
-		}
-		return string(raw), nil // JSON text into String
+		return stringOf(v)
 	case kindFixedString:
-		s, err := stringOf(raw)
-		if err != nil {
-			return nil, err
-		}
-		if len(s) > t.Size {
-			return nil, coerceErr("%d bytes do not fit %s", len(s), t.Name)
-		}
-		return s, nil
-	case kindEnum:
-		return stringOf(raw)
-	case kindUUID:
-		s, err := stringOf(raw)
-		if err != nil {
-			return nil, err
-		}
-		return parseUUID(s)
-	case kindBool:
-		switch string(raw) {
-		case "true":
-			return true, nil
-		case "false":
-			return false, nil
-		}
-		return nil, coerceErr("want true or false, got %s", jsonKind(raw))
-	case kindDate:
-		return parseDate(raw)
-	case kindDateTime, kindDateTime64:
-		return parseDateTime(t, raw)
-	case kindArray:
-		if raw[0] != '[' {
-			return nil, coerceErr("want a JSON array, got %s", jsonKind(raw))
-		}
-		var elems []json.RawMessage
-		if err := json.Unmarshal(raw, &elems); err != nil {
-			return nil, coerceErr("%v", err)
-		}
-		out := make([]any, len(elems))
-		for i, e := range elems {
-			v, err := coerce(t.Elem, e)
+		var b []byte
+		switch v.Kind() {
+		case record.KindBytes:
+			b, _ = v.AsBytes()
+		default:
+			s, err := v.AsString()
 			if err != nil {
-				return nil, fmt.Errorf("element %d: %w", i, err)
+				return nil, err
 			}
-			out[i] = v
+			b = []byte(s)
+		}
+		if len(b) > t.Size {
+			return nil, coerceErr("%d bytes do not fit %s", len(b), t.Name)
+		}
+		return string(b), nil
+	case kindEnum:
+		return v.AsString()
+	case kindUUID:
+		u, err := v.AsUUID()
+		if err != nil {
+			return nil, err
+		}
+		h := hex.EncodeToString(u[:])
+		return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:], nil
+	case kindBool:
+		return v.AsBool()
+	case kindDate:
+		d, err := v.AsDate()
+		if err != nil {
+			return nil, err
+		}
+		lo, hi := dateRange(t)
+		if d.Inf != 0 || d.Time.Before(lo) || d.Time.After(hi) {
+			return nil, coerceErr("%s is out of range for %s", dateText(d), t.Name)
+		}
+		return d.Time, nil
+	case kindDateTime, kindDateTime64:
+		ts, err := v.AsTimestamp()
+		if err != nil {
+			return nil, err
+		}
+		if ts.Inf != 0 {
+			return nil, coerceErr("%s is out of range for %s", dateText(ts), t.Name)
+		}
+		if t.Kind == kindDateTime {
+			if ts.Time.Unix() < 0 || ts.Time.Unix() > math.MaxUint32 {
+				return nil, coerceErr("%s is out of range for %s", ts.Time.Format(time.RFC3339), t.Name)
+			}
+			return ts.Time.Truncate(time.Second), nil
+		}
+		if ts.Time.Before(minDateTime64) || ts.Time.After(maxDateTime64) {
+			return nil, coerceErr("%s is out of range for %s", ts.Time.Format(time.RFC3339Nano), t.Name)
+		}
+		return ts.Time, nil
+	case kindArray:
+		out := []any{}
+		err := v.Elems(func(i int, e record.Value) error {
+			x, err := coerce(t.Elem, e)
+			if err != nil {
+				return fmt.Errorf("element %d: %w", i, err)
+			}
+			out = append(out, x)
+			return nil
+		})
+		if err != nil {
+			return nil, err
 		}
 		return out, nil
 	case kindMap:
-		if raw[0] != '{' {
-			return nil, coerceErr("want a JSON object, got %s", jsonKind(raw))
+		type entry struct {
+			k string
+			v any
 		}
-		var fields map[string]json.RawMessage
-		if err := json.Unmarshal(raw, &fields); err != nil {
-			return nil, coerceErr("%v", err)
-		}
-		m := &orderedMap{}
-		keys := make([]string, 0, len(fields))
-		for k := range fields {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			v, err := coerce(t.Elem, fields[k])
+		var entries []entry
+		err := v.Entries(func(k, e record.Value) error {
+			ks, err := k.AsText()
 			if err != nil {
-				return nil, fmt.Errorf("key %q: %w", k, err)
+				return fmt.Errorf("key: %w", err)
 			}
-			m.Put(k, v)
+			x, err := coerce(t.Elem, e)
+			if err != nil {
+				return fmt.Errorf("key %q: %w", ks, err)
+			}
+			entries = append(entries, entry{ks, x})
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		// Key order, the last of duplicate keys winning, as a JSON object
+		// decoded into a map: the same bytes always give the same block.
+		sort.SliceStable(entries, func(i, j int) bool { return entries[i].k < entries[j].k })
+		m := &orderedMap{}
+		for i, e := range entries {
+			if i+1 < len(entries) && entries[i+1].k == e.k {
+				continue
+			}
+			m.Put(e.k, e.v)
 		}
 		return m, nil
 	}
 	return nil, fmt.Errorf("%w: %s", ErrUnsupportedColumn, t.Name)
+}
+
+// intOrBool reads an integer, taking booleans as 1 and 0.
+func intOrBool(v record.Value) (int64, error) {
+	if v.Kind() == record.KindBool {
+		b, err := v.AsBool()
+		if b {
+			return 1, err
+		}
+		return 0, err
+	}
+	return v.AsInt64()
+}
+
+// stringOf is a value's text for a String column: strings as they are,
+// bytes as they are (a String holds bytes), structs, maps and arrays as
+// JSON text, other scalars as their text.
+func stringOf(v record.Value) (string, error) {
+	switch v.Kind() {
+	case record.KindBytes:
+		b, _ := v.AsBytes()
+		return string(b), nil
+	case record.KindStruct, record.KindArray, record.KindMap:
+		b, err := v.JSONText()
+		return string(b), err
+	}
+	return v.AsText()
+}
+
+// Ranges of ClickHouse's date and time types.
+var (
+	minDate       = time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC)
+	maxDate       = time.Date(2149, 6, 6, 0, 0, 0, 0, time.UTC)
+	minDate32     = time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC)
+	maxDate32     = time.Date(2299, 12, 31, 0, 0, 0, 0, time.UTC)
+	minDateTime64 = time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC)
+	maxDateTime64 = time.Date(2299, 12, 31, 23, 59, 59, 999999999, time.UTC)
+)
+
+func dateRange(t *chType) (time.Time, time.Time) {
+	if strings.HasPrefix(t.Name, "Date32") {
+		return minDate32, maxDate32
+	}
+	return minDate, maxDate
+}
+
+func dateText(i record.Instant) string {
+	switch i.Inf {
+	case 1:
+		return "infinity"
+	case -1:
+		return "-infinity"
+	}
+	return i.Time.Format(time.DateOnly)
 }
 
 // orderedMap is a Map value written in key order (clickhouse-go's
@@ -490,214 +603,4 @@ func uintOfBits(n uint64, bits int) any {
 		return uint32(n)
 	}
 	return n
-}
-
-func parseIntValue(t *chType, s string) (any, error) {
-	if t.Bits <= 64 {
-		// Plain decimal integers (the usual case) without big.Rat; the
-		// rest (exponents, fractions, out of range) goes the exact way.
-		if t.Kind == kindInt {
-			if n, err := strconv.ParseInt(s, 10, 64); err == nil && (t.Bits == 64 || (n >= -1<<(t.Bits-1) && n < 1<<(t.Bits-1))) {
-				return intOfBits(n, t.Bits), nil
-			}
-		} else if n, err := strconv.ParseUint(s, 10, 64); err == nil && (t.Bits == 64 || n < 1<<t.Bits) {
-			return uintOfBits(n, t.Bits), nil
-		}
-	}
-	r, ok := new(big.Rat).SetString(s)
-	if !ok || !r.IsInt() {
-		return nil, coerceErr("%q is not an integer", truncate(s, 40))
-	}
-	n := r.Num()
-	if t.Kind == kindInt {
-		lo := new(big.Int).Neg(new(big.Int).Lsh(big.NewInt(1), uint(t.Bits-1)))
-		hi := new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), uint(t.Bits-1)), big.NewInt(1))
-		if n.Cmp(lo) < 0 || n.Cmp(hi) > 0 {
-			return nil, coerceErr("%s is out of range for %s", truncate(s, 40), t.Name)
-		}
-		return intOfBits(n.Int64(), t.Bits), nil
-	}
-	hi := new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), uint(t.Bits)), big.NewInt(1))
-	if n.Sign() < 0 || n.Cmp(hi) > 0 {
-		return nil, coerceErr("%s is out of range for %s", truncate(s, 40), t.Name)
-	}
-	return uintOfBits(n.Uint64(), t.Bits), nil
-}
-
-func parseFloat(s string, bits int) (float64, error) {
-	switch s {
-	case "NaN":
-		return math.NaN(), nil
-	case "Infinity":
-		return math.Inf(1), nil
-	case "-Infinity":
-		return math.Inf(-1), nil
-	}
-	f, err := strconv.ParseFloat(s, bits)
-	if err != nil {
-		return 0, coerceErr("%q is not a %d-bit float", truncate(s, 40), bits)
-	}
-	return f, nil
-}
-
-// decimalValue checks s against Decimal(P, S) and returns its exact text.
-func decimalValue(t *chType, s string) (string, error) {
-	r, ok := new(big.Rat).SetString(s)
-	if !ok {
-		return "", coerceErr("%q is not a decimal number", truncate(s, 40))
-	}
-	scaled := new(big.Rat).Mul(r, new(big.Rat).SetInt(new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(t.Scale)), nil)))
-	if !scaled.IsInt() {
-		return "", coerceErr("%s has more than %d decimal places (%s)", truncate(s, 40), t.Scale, t.Name)
-	}
-	limit := new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(t.Prec)), nil)
-	if new(big.Int).Abs(scaled.Num()).Cmp(limit) >= 0 {
-		return "", coerceErr("%s does not fit %s", truncate(s, 40), t.Name)
-	}
-	return r.FloatString(t.Scale), nil
-}
-
-func parseUUID(s string) (string, error) {
-	h := strings.ToLower(strings.NewReplacer("-", "", "{", "", "}", "").Replace(s))
-	if len(h) != 32 {
-		return "", coerceErr("%q is not a UUID", truncate(s, 40))
-	}
-	for _, c := range h {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return "", coerceErr("%q is not a UUID", truncate(s, 40))
-		}
-	}
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:], nil
-}
-
-func parseDate(raw json.RawMessage) (time.Time, error) {
-	if raw[0] != '"' {
-		n, err := strconv.ParseInt(string(raw), 10, 64)
-		if err != nil || n < 0 || n > 65535 {
-			return time.Time{}, coerceErr("want a date string or days since the epoch (0..65535), got %s", truncate(string(raw), 40))
-		}
-		return time.Unix(0, 0).UTC().AddDate(0, 0, int(n)), nil
-	}
-	s, err := stringOf(raw)
-	if err != nil {
-		return time.Time{}, err
-	}
-	if d, err := time.Parse(time.DateOnly, s); err == nil {
-		return d, nil
-	}
-	if ts, err := parseTimestampText(s); err == nil {
-		y, m, d := ts.Date()
-		return time.Date(y, m, d, 0, 0, 0, 0, time.UTC), nil
-	}
-	return time.Time{}, coerceErr("%q is not a date", truncate(s, 40))
-}
-
-func parseDateTime(t *chType, raw json.RawMessage) (time.Time, error) {
-	var ts time.Time
-	if raw[0] != '"' {
-		n, err := strconv.ParseInt(string(raw), 10, 64)
-		if err != nil {
-			return time.Time{}, coerceErr("want a timestamp string or epoch milliseconds, got %s", truncate(string(raw), 40))
-		}
-		ts = time.UnixMilli(n).UTC()
-	} else {
-		s, err := stringOf(raw)
-		if err != nil {
-			return time.Time{}, err
-		}
-		if ts, err = parseTimestampText(s); err != nil {
-			return time.Time{}, coerceErr("%q is not a timestamp", truncate(s, 40))
-		}
-	}
-	if t.Kind == kindDateTime {
-		if ts.Unix() < 0 || ts.Unix() > math.MaxUint32 {
-			return time.Time{}, coerceErr("%s is out of range for %s", ts.Format(time.RFC3339), t.Name)
-		}
-		ts = ts.Truncate(time.Second)
-	}
-	return ts, nil
-}
-
-func parseTimestampText(s string) (time.Time, error) {
-	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05.999999999", "2006-01-02 15:04:05.999999999Z07:00", "2006-01-02 15:04:05.999999999"} {
-		if ts, err := time.Parse(layout, s); err == nil {
-			return ts.UTC(), nil
-		}
-	}
-	return time.Time{}, fmt.Errorf("not a timestamp")
-}
-
-// stringOf unquotes a JSON string.
-func stringOf(raw json.RawMessage) (string, error) {
-	if raw[0] != '"' {
-		return "", coerceErr("want a string, got %s", jsonKind(raw))
-	}
-	if bytes.IndexByte(raw, '\\') < 0 && len(raw) >= 2 && raw[len(raw)-1] == '"' && utf8.Valid(raw) {
-		// Nothing to unescape. raw comes from a validated document, so
-		// there is no control character either.
-		return string(raw[1 : len(raw)-1]), nil
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return "", coerceErr("%v", err)
-	}
-	return s, nil
-}
-
-// numberText accepts a JSON number or a string holding one (and, for
-// integers, true/false as 1/0), returning the number's text.
-func numberText(raw json.RawMessage, boolOK bool) (string, error) {
-	switch {
-	case raw[0] == '"':
-		s, err := stringOf(raw)
-		if err != nil {
-			return "", err
-		}
-		s = strings.TrimSpace(s)
-		switch s {
-		case "NaN", "Infinity", "-Infinity":
-			return s, nil
-		}
-		if _, ok := new(big.Rat).SetString(s); !ok || strings.ContainsAny(s, "/") {
-			return "", coerceErr("%q is not a number", truncate(s, 40))
-		}
-		return s, nil
-	case boolOK && string(raw) == "true":
-		return "1", nil
-	case boolOK && string(raw) == "false":
-		return "0", nil
-	case raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9':
-		return string(raw), nil
-	}
-	return "", coerceErr("want a number, got %s", jsonKind(raw))
-}
-
-// jsonKind names the JSON type of raw for error messages.
-func jsonKind(raw json.RawMessage) string {
-	if len(raw) == 0 {
-		return "nothing"
-	}
-	switch raw[0] {
-	case '{':
-		return "an object"
-	case '[':
-		return "an array"
-	case '"':
-		return "a string"
-	case 't', 'f':
-		return "a boolean"
-	case 'n':
-		return "null"
-	}
-	return "a number"
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
 }

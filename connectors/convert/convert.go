@@ -53,8 +53,8 @@ type Scratch struct {
 // Factory builds a converter from its settings: the connector settings
 // under the converter's prefix, with the prefix removed
 // ("value.converter.schemas.enable" arrives as "schemas.enable"). isKey
-// says whether it converts keys. Errors name the offending setting by its
-// name under the prefix; the caller adds the prefix.
+// says whether it converts keys. A bad setting is a config.FieldError
+// naming the setting under the prefix; the caller adds the prefix.
 type Factory func(settings map[string]string, isKey bool) (Converter, error)
 
 // Plugin describes a converter class for the registry and for the

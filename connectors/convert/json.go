@@ -1,7 +1,6 @@
 package convert
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors/internal/jsonscan"
 	"github.com/txsink/txsink/connectors/record"
 )
@@ -71,7 +71,7 @@ func newJSONFromSettings(settings map[string]string, _ bool) (Converter, error) 
 	if v, ok := settings["schemas.enable"]; ok {
 		b, err := strconv.ParseBool(strings.TrimSpace(v))
 		if err != nil {
-			return nil, fmt.Errorf("schemas.enable: invalid value %q: must be true or false", v)
+			return nil, config.FieldError{Name: SettingSchemasEnable, Msg: fmt.Sprintf("invalid value %q: must be true or false", v)}
 		}
 		if !b {
 			c.mode = envelopeNever
@@ -82,7 +82,7 @@ func newJSONFromSettings(settings map[string]string, _ bool) (Converter, error) 
 		switch strings.ToUpper(strings.TrimSpace(v)) {
 		case "BASE64", "NUMERIC":
 		default:
-			return nil, fmt.Errorf("decimal.format: invalid value %q: must be BASE64 or NUMERIC", v)
+			return nil, config.FieldError{Name: "decimal.format", Msg: fmt.Sprintf("invalid value %q: must be BASE64 or NUMERIC", v)}
 		}
 	}
 	return c, nil
@@ -99,7 +99,7 @@ func (c *JSON) Convert(_ context.Context, _ string, _ []kgo.RecordHeader, data [
 		}
 		return record.Value{}, record.Errorf(record.ErrDecode, "not valid UTF-8")
 	}
-	trimmed := bytes.TrimSpace(data)
+	trimmed := record.TrimJSONSpace(data)
 	if len(trimmed) > 0 && trimmed[0] == '{' {
 		members, ok := jsonscan.Object(trimmed, buf.members[:0])
 		buf.members = members
@@ -214,7 +214,7 @@ func (c *JSON) fromEnvelope(sch *record.Schema, payload []byte) (record.Value, e
 	if sch.Type == record.TypeUnknown {
 		return record.Value{}, record.Errorf(record.ErrDecode, "envelope schema: %s", sch.Doc)
 	}
-	if string(bytes.TrimSpace(payload)) == "null" {
+	if string(record.TrimJSONSpace(payload)) == "null" {
 		// A null payload is a tombstone, whatever the schema says.
 		return record.Null(sch), nil
 	}
@@ -324,7 +324,7 @@ func decimalScale(s *record.Schema) (int32, error) {
 // missing or null optional field is null, and logical types become their
 // kinds. path names the field for errors.
 func FromConnectJSON(raw []byte, s *record.Schema, path string) (record.Value, error) {
-	raw = bytes.TrimSpace(raw)
+	raw = record.TrimJSONSpace(raw)
 	bad := func(format string, args ...any) (record.Value, error) {
 		err := record.Errorf(record.ErrDecode, format, args...)
 		if path != "" {

@@ -83,7 +83,8 @@ type Pipeline struct {
 }
 
 // NewPipeline builds the pipeline of a connector from its validated
-// settings. Errors name the offending setting.
+// settings. Its errors are config.FieldErrors naming the offending
+// setting.
 func NewPipeline(v config.Values) (*Pipeline, error) {
 	p := &Pipeline{}
 	var err error
@@ -119,7 +120,7 @@ func converterFor(v config.Values, prefix string, isKey bool) (Converter, error)
 		if errors.As(err, &fe) {
 			return nil, config.FieldError{Name: prefix + "." + fe.Name, Msg: fe.Msg}
 		}
-		return nil, fmt.Errorf("%s: %w", prefix, err)
+		return nil, config.FieldError{Name: prefix, Msg: err.Error()}
 	}
 	return c, nil
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/txsink/txsink/connectors/record"
 )
 
 func TestIsBadRecord(t *testing.T) {
@@ -25,7 +27,7 @@ func TestIsBadRecord(t *testing.T) {
 			t.Errorf("IsRetryable(%s) = %v, want %v", code, got, retry)
 		}
 	}
-	re := &RecordError{Topic: "t", Partition: 3, Offset: 9, Field: "f", Err: errors.Join(ErrCoerce)}
+	re := &record.Error{Topic: "t", Partition: 3, Offset: 9, Field: "f", Err: errors.Join(record.ErrCoerce)}
 	if !IsBadRecord(re) || IsRetryable(re) {
 		t.Error("RecordError misclassified")
 	}
@@ -59,20 +61,6 @@ func TestValidate(t *testing.T) {
 			t.Errorf("%+v: unexpected %v", c.cfg, err)
 		case c.want != "" && (err == nil || len(err.Error()) < len(c.want) || err.Error()[:len(c.want)] != c.want):
 			t.Errorf("%+v: got %v, want an error starting with %q", c.cfg, err, c.want)
-		}
-	}
-}
-
-func TestParseInteger(t *testing.T) {
-	for in, want := range map[string]int64{"0": 0, "-0": 0, "1.000": 1, "1e3": 1000, "12.5e1": 125, "-9223372036854775808": -9223372036854775808, "0.0e5": 0} {
-		got, err := parseInteger(in)
-		if err != nil || got != want {
-			t.Errorf("parseInteger(%s) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"1.5", "1e-1", "9223372036854775808", "1e19", "1e999999999999", "x", "--1"} {
-		if _, err := parseInteger(in); err == nil {
-			t.Errorf("parseInteger(%s) succeeded", in)
 		}
 	}
 }

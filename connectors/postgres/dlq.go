@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/txsink/txsink/connectors/record"
 )
 
 // ErrDeadLetter wraps a failure to write the dead-letter table. It is never
@@ -50,7 +52,7 @@ ON CONFLICT DO NOTHING`
 
 // deadLetter writes the bad records to the dead-letter table in tx,
 // creating the table first if it is missing.
-func (w *Writer) deadLetter(ctx context.Context, tx pgx.Tx, byOffset map[int64]*kgo.Record, bad []*RecordError) error {
+func (w *Writer) deadLetter(ctx context.Context, tx pgx.Tx, byOffset map[int64]*kgo.Record, bad []*record.Error) error {
 	schema, name := w.cfg.dlqName()
 	ident := pgx.Identifier{schema, name}.Sanitize()
 	if err := ensureDLQ(ctx, tx, schema, name); err != nil {

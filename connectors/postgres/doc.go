@@ -12,7 +12,7 @@
 //
 // Bad records (undecodable, not convertible, or rejected by the database
 // with a data or constraint error, see IsBadRecord) either stop the batch
-// with a *RecordError at the lowest bad offset (errors.tolerance=none) or go
+// with a *record.Error at the lowest bad offset (errors.tolerance=none) or go
 // to the dead-letter table in the same transaction (errors.tolerance=all),
 // found by savepoints and bisection so the good records are still written in
 // bulk. Any other error fails the whole batch; IsRetryable tells transient

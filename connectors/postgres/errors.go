@@ -2,10 +2,10 @@ package postgres
 
 import (
 	"errors"
-	"fmt"
-	"strconv"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/txsink/txsink/connectors/record"
 )
 
 // Sentinels wrapped by the errors of this package. Match them with
@@ -22,53 +22,17 @@ var (
 	// exactly the pk columns. Not a bad record.
 	ErrNoConflictTarget = errors.New("no unique index on the primary key columns")
 
-	// The following mark bad records (see IsBadRecord).
+	// Bad records wrap the sentinels of package record (record.ErrDecode,
+	// record.ErrCoerce, …) and, when the database rejected the record,
+	// ErrRejected.
 
-	// ErrDecode: the key or value is not the JSON the writer expects.
-	ErrDecode = errors.New("cannot decode record")
-	// ErrUnknownField: the value has a field for which the table has no
-	// column (no automatic schema evolution, as Kafka Connect's JDBC sink
-	// without auto.evolve).
-	ErrUnknownField = errors.New("no column for field")
-	// ErrCoerce: a field's value cannot be converted to its column's type
-	// (wrong JSON type, out of range, too long, NUL byte in text, …).
-	ErrCoerce = errors.New("cannot convert value")
-	// ErrMissingKey: a pk column (or a tombstone's key) is missing.
-	ErrMissingKey = errors.New("missing primary key")
-	// ErrTombstone: a record with a null value arrived while delete.enabled
-	// is false.
-	ErrTombstone = errors.New("tombstone record but delete.enabled=false")
 	// ErrRejected: the database rejected the record (see IsBadRecord for the
 	// SQLSTATEs). The *pgconn.PgError is wrapped as well.
 	ErrRejected = errors.New("rejected by the database")
 )
 
-// RecordError is a bad record: one that cannot be decoded, converted or
-// written whatever the retries. With errors.tolerance=none Write returns the
-// RecordError of the lowest bad offset; with errors.tolerance=all the error's
-// text goes to the dead-letter table.
-type RecordError struct {
-	Topic     string
-	Partition int32
-	Offset    int64
-	Field     string // column or JSON field, "" if not applicable
-	Err       error  // wraps one of the bad-record sentinels, and *pgconn.PgError when the database rejected the record
-}
-
-// Error names the record's coordinates, the field and the cause.
-func (e *RecordError) Error() string {
-	s := "bad record " + e.Topic + "[" + strconv.Itoa(int(e.Partition)) + "]@" + strconv.FormatInt(e.Offset, 10)
-	if e.Field != "" {
-		s += " field " + strconv.Quote(e.Field)
-	}
-	return s + ": " + e.Err.Error()
-}
-
-// Unwrap returns the cause.
-func (e *RecordError) Unwrap() error { return e.Err }
-
 // IsBadRecord reports whether err is the fault of one record, that is a
-// *RecordError or a PostgreSQL error whose SQLSTATE says the data is at
+// *record.Error or a PostgreSQL error whose SQLSTATE says the data is at
 // fault:
 //
 //   - class 22, data exception (22001 value too long, 22003 numeric out of
@@ -92,8 +56,7 @@ func IsBadRecord(err error) bool {
 	if errors.Is(err, ErrDeadLetter) {
 		return false
 	}
-	var re *RecordError
-	if errors.As(err, &re) {
+	if record.IsBadRecord(err) {
 		return true
 	}
 	var pe *pgconn.PgError
@@ -159,17 +122,3 @@ type rejected struct{ pg error }
 
 func (r rejected) Error() string   { return ErrRejected.Error() + ": " + r.pg.Error() }
 func (r rejected) Unwrap() []error { return []error{ErrRejected, r.pg} }
-
-// fieldError is a bad-record cause tied to one field; recordError turns it
-// into a RecordError.
-type fieldError struct {
-	field string
-	err   error
-}
-
-func (e *fieldError) Error() string { return fmt.Sprintf("field %q: %v", e.field, e.err) }
-func (e *fieldError) Unwrap() error { return e.err }
-
-func errField(field string, sentinel error, format string, args ...any) error {
-	return &fieldError{field: field, err: fmt.Errorf("%w: "+format, append([]any{sentinel}, args...)...)}
-}

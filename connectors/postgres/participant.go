@@ -17,6 +17,7 @@ import (
 
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/record"
 	"github.com/txsink/txsink/internal/failpoint"
 	"github.com/txsink/txsink/offsets"
 	"github.com/txsink/txsink/twophase"
@@ -26,14 +27,9 @@ import (
 var (
 	_ connectors.Sink              = (*Sink)(nil)
 	_ twophase.Participant         = (*Sink)(nil)
-	_ connectors.RecordLocator     = (*RecordError)(nil)
+	_ connectors.RecordLocator     = (*record.Error)(nil)
 	_ connectors.DeadLetterCounter = (*Sink)(nil)
 )
-
-// RecordCoordinates locates the bad record for the runtime.
-func (e *RecordError) RecordCoordinates() (string, int32, int64) {
-	return e.Topic, e.Partition, e.Offset
-}
 
 // GIDPrefix starts the global id of every prepared transaction txsink
 // creates, so recovery (and a DBA reading pg_prepared_xacts) can tell ours

@@ -164,7 +164,9 @@ func open(ctx context.Context, env connectors.Env, c config.Connector, v config.
 		pool.Close()
 		return nil, fmt.Errorf("connect to PostgreSQL at %s: %w", u.Redacted(), err)
 	}
-	w, err := NewWriter(writerConfig(c, v))
+	wc := writerConfig(c, v)
+	wc.Pipeline = env.Pipeline
+	w, err := NewWriter(wc)
 	if err != nil {
 		pool.Close()
 		return nil, err

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,14 +9,13 @@ import (
 	"strconv"
 	"strings"
 
-	"unicode/utf8"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/txsink/txsink/connectors/internal/jsonscan"
+	"github.com/txsink/txsink/connectors/convert"
+	"github.com/txsink/txsink/connectors/record"
 )
 
 // Insert modes, pk modes and error tolerances of WriterConfig.
@@ -55,6 +53,9 @@ type WriterConfig struct {
 	DeleteEnabled   bool     // "delete.enabled": tombstone with a key → DELETE by pk; requires pk.mode=record_key
 	ErrorsTolerance string   // "errors.tolerance": "none" | "all"
 	DLQTable        string   // "errors.deadletterqueue.table.name": "table" (in Schema) or "schema.table"; required when tolerance=all; created if missing
+	// Pipeline converts records (the connector's converters); nil: txsink's
+	// default JSON converter.
+	Pipeline *convert.Pipeline
 }
 
 func (c WriterConfig) withDefaults() WriterConfig {
@@ -171,6 +172,7 @@ func (c WriterConfig) dlqName() (schema, name string) {
 // is safe for concurrent use by different transactions.
 type Writer struct {
 	cfg    WriterConfig
+	pipe   *convert.Pipeline
 	tables tableCache
 }
 
@@ -179,7 +181,11 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Writer{cfg: cfg.withDefaults()}, nil
+	pipe := cfg.Pipeline
+	if pipe == nil {
+		pipe = convert.DefaultPipeline()
+	}
+	return &Writer{cfg: cfg.withDefaults(), pipe: pipe}, nil
 }
 
 // Config returns the writer's configuration with defaults applied.
@@ -227,10 +233,10 @@ type plan struct {
 //
 // errors.tolerance=all: bad records go to the dead-letter table in tx, once
 // each (a redo cannot duplicate them), and the rest of the batch is written.
-// errors.tolerance=none: Write returns the *RecordError of the lowest bad
+// errors.tolerance=none: Write returns the *record.Error of the lowest bad
 // offset and tx must be rolled back.
 //
-// Any error that is not a *RecordError (connection loss, serialization
+// Any error that is not a *record.Error (connection loss, serialization
 // failure, missing table or column, …) means the batch was not written: tx
 // must be rolled back and the batch retried or stopped (see IsRetryable).
 // Cancelling ctx aborts the statement in progress; tx must then be rolled
@@ -248,7 +254,7 @@ func (w *Writer) Write(ctx context.Context, tx pgx.Tx, records []*kgo.Record) (W
 	if err != nil {
 		return stats, err
 	}
-	ops, bad, err := w.prepare(p, records)
+	ops, bad, err := w.prepare(ctx, p, records)
 	if err != nil {
 		return stats, err
 	}
@@ -258,7 +264,7 @@ func (w *Writer) Write(ctx context.Context, tx pgx.Tx, records []*kgo.Record) (W
 		if p, _, err = w.plan(ctx, tx, name); err != nil {
 			return stats, err
 		}
-		if ops, bad, err = w.prepare(p, records); err != nil {
+		if ops, bad, err = w.prepare(ctx, p, records); err != nil {
 			return stats, err
 		}
 	}
@@ -268,7 +274,7 @@ func (w *Writer) Write(ctx context.Context, tx pgx.Tx, records []*kgo.Record) (W
 		ops = slices.DeleteFunc(ops, func(o *op) bool { return o.rec.Offset >= first })
 	}
 
-	var dbBad []*RecordError
+	var dbBad []*record.Error
 	if w.cfg.InsertMode == InsertModeUpsert {
 		dbBad, err = w.applyKeyed(ctx, tx, p, ops, &stats)
 	} else {
@@ -299,9 +305,9 @@ func (w *Writer) Write(ctx context.Context, tx pgx.Tx, records []*kgo.Record) (W
 	return stats, nil
 }
 
-func hasUnknownField(bad []*RecordError) bool {
+func hasUnknownField(bad []*record.Error) bool {
 	for _, b := range bad {
-		if errors.Is(b.Err, ErrUnknownField) {
+		if errors.Is(b.Err, record.ErrUnknownField) {
 			return true
 		}
 	}
@@ -355,19 +361,24 @@ func (w *Writer) plan(ctx context.Context, tx pgx.Tx, name string) (*plan, bool,
 	return p, fresh, nil
 }
 
-// prepare decodes and converts every record. Bad records come back as
-// RecordErrors in offset order; err is only for problems that are not the
-// record's fault (an unsupported column type).
-func (w *Writer) prepare(p *plan, records []*kgo.Record) (ops []*op, bad []*RecordError, err error) {
+// prepare converts every record through the pipeline and maps it to its
+// columns. Bad records come back as record errors in offset order; err is
+// only for problems that are not a record's fault (an unsupported column
+// type, an unavailable schema registry).
+func (w *Writer) prepare(ctx context.Context, p *plan, records []*kgo.Record) (ops []*op, bad []*record.Error, err error) {
 	ops = make([]*op, 0, len(records))
 	sc := newScratch(p.t)
 	for _, r := range records {
-		o, err := w.prepareOne(p, r, sc)
+		o, err := w.prepareOne(ctx, p, r, sc)
 		if errors.Is(err, ErrUnsupportedColumn) {
 			return nil, nil, fmt.Errorf("postgres: table %s: %w", p.t.Ident, err)
 		}
 		if err != nil {
-			bad = append(bad, recordError(r, err))
+			var re *record.Error
+			if !errors.As(err, &re) && !isRecordCause(err) {
+				return nil, nil, err
+			}
+			bad = append(bad, badRecord(r, err))
 			continue
 		}
 		ops = append(ops, o)
@@ -375,12 +386,25 @@ func (w *Writer) prepare(p *plan, records []*kgo.Record) (ops []*op, bad []*Reco
 	return ops, bad, nil
 }
 
-func recordError(r *kgo.Record, err error) *RecordError {
-	re := &RecordError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Err: err}
-	var fe *fieldError
-	if errors.As(err, &fe) {
-		re.Field, re.Err = fe.field, fe.err
+// isRecordCause reports whether err is a record's fault found while
+// mapping it (a conversion or mapping failure not yet tied to the record).
+func isRecordCause(err error) bool {
+	for _, s := range []error{record.ErrDecode, record.ErrCoerce, record.ErrUnknownField, record.ErrMissingKey, record.ErrTombstone} {
+		if errors.Is(err, s) {
+			return true
+		}
 	}
+	return false
+}
+
+// badRecord is the bad-record error of r for cause err; a database
+// rejection names the column the server reported.
+func badRecord(r *kgo.Record, err error) *record.Error {
+	var re *record.Error
+	if errors.As(err, &re) {
+		return re
+	}
+	re = record.NewError(r, err)
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && re.Field == "" {
 		re.Field = pe.ColumnName
@@ -390,18 +414,19 @@ func recordError(r *kgo.Record, err error) *RecordError {
 
 // scratch is what prepare reuses from one record to the next.
 type scratch struct {
-	members []jsonscan.Member
-	raws    []json.RawMessage // the value's field per column (t.Columns order); nil: absent
-	shape   []byte
-	cols    []*column
-	shapes  map[string]shape // interned shapes: most batches have one
-	vals    []any            // carved into ops' vals
-	// mapOnly skips the scanner (tests compare both paths).
-	mapOnly bool
+	conv   convert.Scratch
+	slots  []record.Value // the value's field per column (t.Columns order)
+	set    []bool         // whether the value sets the column
+	shape  []byte
+	cols   []*column
+	shapes map[string]shape // interned shapes: most batches have one
+	vals   []any            // carved into ops' vals
+	// unknown collects field names without a column.
+	unknown []string
 }
 
 func newScratch(t *table) *scratch {
-	return &scratch{raws: make([]json.RawMessage, len(t.Columns)), shapes: map[string]shape{}}
+	return &scratch{slots: make([]record.Value, len(t.Columns)), set: make([]bool, len(t.Columns)), shapes: map[string]shape{}}
 }
 
 // shape is a column set: its key and its columns (shared by the ops).
@@ -421,40 +446,6 @@ func (sc *scratch) valSlice(n int) []any {
 	return v
 }
 
-// valueFields fills sc.raws with the fields of the record value b, which
-// must be a JSON object whose every field names a column of t, and reports
-// whether it did. Anything else (a tombstone, an envelope, an unknown or
-// escaped field name, invalid text) is left to decodeValue, which gives
-// the verdict and the error: fields and verdicts are the same either way,
-// this only skips building a map.
-func (sc *scratch) valueFields(t *table, b []byte) bool {
-	clear(sc.raws)
-	if sc.mapOnly || len(b) == 0 || !utf8.Valid(b) {
-		return false
-	}
-	var ok bool
-	sc.members, ok = jsonscan.Object(b, sc.members[:0])
-	if !ok {
-		return false
-	}
-	if len(sc.members) == 2 && isEnvelopeKey(sc.members[0].Key) && isEnvelopeKey(sc.members[1].Key) {
-		return false
-	}
-	for _, m := range sc.members {
-		if m.Escaped {
-			return false
-		}
-		c := t.byName[string(m.Key)]
-		if c == nil {
-			return false
-		}
-		sc.raws[c.Index] = m.Value // the last of duplicate keys wins, as in a map
-	}
-	return true
-}
-
-func isEnvelopeKey(k []byte) bool { return string(k) == "schema" || string(k) == "payload" }
-
 // intern returns the shape of sc.shape and sc.cols, allocating once per
 // distinct shape.
 func (sc *scratch) intern() (string, []*column) {
@@ -466,55 +457,84 @@ func (sc *scratch) intern() (string, []*column) {
 	return s.key, s.cols
 }
 
-func (w *Writer) prepareOne(p *plan, r *kgo.Record, sc *scratch) (*op, error) {
-	t := p.t
-	var value document
-	slow := !sc.valueFields(t, r.Value)
-	if slow {
-		var err error
-		if value, err = decodeValue(r.Value); err != nil {
-			return nil, err
+// fill maps the fields of a struct value onto sc.slots by column name,
+// the last of duplicate names winning. A field without a column is an
+// error naming the first unknown field in sorted order.
+func (sc *scratch) fill(t *table, value record.Value) error {
+	clear(sc.set)
+	sc.unknown = sc.unknown[:0]
+	err := value.Range(func(name []byte, fv record.Value) error {
+		c := t.byName[string(name)]
+		if c == nil {
+			sc.unknown = append(sc.unknown, string(name))
+			return nil
 		}
+		sc.slots[c.Index], sc.set[c.Index] = fv, true
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if len(sc.unknown) == 0 {
+		return nil
+	}
+	slices.Sort(sc.unknown)
+	first := sc.unknown[0]
+	return record.FieldErrorf(first, record.ErrUnknownField, "table %s has no column %q (txsink does not add columns; %d unknown field(s))",
+		t.Ident, record.Truncate(first, 63), len(slices.Compact(sc.unknown)))
+}
+
+// keyColumns reads the pk columns a record key supplies: the fields of a
+// struct key, or a primitive key for a single pk column.
+func keyColumns(p *plan, key record.Value) (map[string]record.Value, error) {
+	if key.IsNull() {
+		return nil, record.Errorf(record.ErrMissingKey, "pk.mode=record_key but the record has no key")
+	}
+	out := make(map[string]record.Value, len(p.pkCols))
+	if key.Kind() != record.KindStruct {
+		if len(p.pkCols) != 1 {
+			return nil, record.Errorf(record.ErrMissingKey, "primitive key but %d pk columns (%s): use a struct (JSON object) key", len(p.pkCols), pkNames(p))
+		}
+		out[p.pkCols[0].Name] = key
+		return out, nil
+	}
+	for _, c := range p.pkCols {
+		v, ok := key.Get(c.Name)
+		if !ok {
+			return nil, record.FieldErrorf(c.Name, record.ErrMissingKey, "the key has no field %q", c.Name)
+		}
+		out[c.Name] = v
+	}
+	return out, nil
+}
+
+func (w *Writer) prepareOne(ctx context.Context, p *plan, r *kgo.Record, sc *scratch) (*op, error) {
+	t := p.t
+	rec, err := w.pipe.Convert(ctx, r, &sc.conv, w.cfg.PKMode == PKModeRecordKey)
+	if err != nil {
+		return nil, err
 	}
 	o := &op{rec: r}
 
 	// The pk columns that do not come from the value.
-	var fromKey map[string]json.RawMessage
+	var fromKey map[string]record.Value
 	switch w.cfg.PKMode {
 	case PKModeRecordKey:
-		key, err := decodeKey(r.Key)
-		if err != nil {
+		if fromKey, err = keyColumns(p, rec.Key); err != nil {
 			return nil, err
 		}
-		if key.Null {
-			return nil, fmt.Errorf("%w: pk.mode=record_key but the record has no key", ErrMissingKey)
-		}
-		fromKey = make(map[string]json.RawMessage, len(p.pkCols))
-		if key.Fields == nil {
-			if len(p.pkCols) != 1 {
-				return nil, fmt.Errorf("%w: primitive key but %d pk columns (%s): use a JSON object key", ErrMissingKey, len(p.pkCols), pkNames(p))
-			}
-			fromKey[p.pkCols[0].Name] = key.Scalar
-		} else {
-			for _, c := range p.pkCols {
-				raw, ok := key.Fields[c.Name]
-				if !ok {
-					return nil, errField(c.Name, ErrMissingKey, "the key has no field %q", c.Name)
-				}
-				fromKey[c.Name] = raw
-			}
-		}
 	case PKModeKafka:
-		fromKey = map[string]json.RawMessage{
-			p.pkCols[0].Name: quote(r.Topic),
-			p.pkCols[1].Name: json.RawMessage(strconv.Itoa(int(r.Partition))),
-			p.pkCols[2].Name: json.RawMessage(strconv.FormatInt(r.Offset, 10)),
+		fromKey = map[string]record.Value{
+			p.pkCols[0].Name: record.String(r.Topic),
+			p.pkCols[1].Name: record.Int(int64(r.Partition)),
+			p.pkCols[2].Name: record.Int(r.Offset),
 		}
 	}
 
-	if value.Null {
+	value := rec.Value
+	if value.IsNull() {
 		if !w.cfg.DeleteEnabled {
-			return nil, ErrTombstone
+			return nil, record.ErrTombstone
 		}
 		o.del = true
 		for _, c := range p.pkCols {
@@ -523,7 +543,7 @@ func (w *Writer) prepareOne(p *plan, r *kgo.Record, sc *scratch) (*op, error) {
 				return nil, err
 			}
 			if v == nil {
-				return nil, errField(c.Name, ErrMissingKey, "null key column")
+				return nil, record.FieldErrorf(c.Name, record.ErrMissingKey, "null key column")
 			}
 			o.cols = append(o.cols, c)
 			o.vals = append(o.vals, v)
@@ -531,45 +551,41 @@ func (w *Writer) prepareOne(p *plan, r *kgo.Record, sc *scratch) (*op, error) {
 		o.key = keyString(o.vals)
 		return o, nil
 	}
-
-	if slow {
-		if err := checkFields(t, value.Fields); err != nil {
-			return nil, err
-		}
-		for name, raw := range value.Fields {
-			sc.raws[t.byName[name].Index] = raw
-		}
+	if value.Kind() != record.KindStruct {
+		return nil, record.Errorf(record.ErrDecode, "value must be a struct (a JSON object), got %s", value.Describe())
+	}
+	if err := sc.fill(t, value); err != nil {
+		return nil, err
 	}
 
 	sc.shape = sc.shape[:0]
 	sc.cols = sc.cols[:0]
 	o.vals = sc.valSlice(len(t.Columns))
 	for _, c := range t.Columns {
-		raw, ok := fromKey[c.Name]
+		v, ok := fromKey[c.Name]
 		if !ok {
-			raw = sc.raws[c.Index]
-			ok = raw != nil
+			v, ok = sc.slots[c.Index], sc.set[c.Index]
 		}
 		if !ok {
 			if c.NotNull && !c.HasDef {
-				return nil, errField(c.Name, ErrCoerce, "no value for NOT NULL column %q, which has no default", c.Name)
+				return nil, record.FieldErrorf(c.Name, record.ErrCoerce, "no value for NOT NULL column %q, which has no default", c.Name)
 			}
 			continue
 		}
 		if c.Generated {
-			return nil, errField(c.Name, ErrCoerce, "column %q is generated and cannot be written", c.Name)
+			return nil, record.FieldErrorf(c.Name, record.ErrCoerce, "column %q is generated and cannot be written", c.Name)
 		}
-		v, err := coerce(c, raw)
+		x, err := coerce(c, v)
 		if err != nil {
 			return nil, err
 		}
 		sc.cols = append(sc.cols, c)
-		o.vals = append(o.vals, v)
+		o.vals = append(o.vals, x)
 		sc.shape = strconv.AppendInt(sc.shape, int64(c.Index), 10)
 		sc.shape = append(sc.shape, ',')
 	}
 	if len(sc.cols) == 0 {
-		return nil, fmt.Errorf("%w: the value sets no column", ErrDecode)
+		return nil, record.Errorf(record.ErrDecode, "the value sets no column")
 	}
 	o.shape, o.cols = sc.intern()
 	if p.pkCols != nil && w.cfg.InsertMode == InsertModeUpsert {
@@ -577,30 +593,13 @@ func (w *Writer) prepareOne(p *plan, r *kgo.Record, sc *scratch) (*op, error) {
 		for _, c := range p.pkCols {
 			i := slices.Index(o.cols, c)
 			if i < 0 || o.vals[i] == nil {
-				return nil, errField(c.Name, ErrMissingKey, "no value for pk column %q", c.Name)
+				return nil, record.FieldErrorf(c.Name, record.ErrMissingKey, "no value for pk column %q", c.Name)
 			}
 			keyVals = append(keyVals, o.vals[i])
 		}
 		o.key = keyString(keyVals)
 	}
 	return o, nil
-}
-
-// checkFields refuses fields without a column (txsink does not evolve the
-// schema), naming the first unknown one in sorted order.
-func checkFields(t *table, fields map[string]json.RawMessage) error {
-	var unknown []string
-	for name := range fields {
-		if t.column(name) == nil {
-			unknown = append(unknown, name)
-		}
-	}
-	if len(unknown) == 0 {
-		return nil
-	}
-	slices.Sort(unknown)
-	return errField(unknown[0], ErrUnknownField, "table %s has no column %q (txsink does not add columns; %d unknown field(s))",
-		t.Ident, truncate(unknown[0], 63), len(unknown))
 }
 
 func pkNames(p *plan) string {
@@ -667,8 +666,8 @@ func numericKey(n pgtype.Numeric) string {
 // applyOrdered applies ops in offset order (insert mode): runs of inserts
 // between tombstones go in with COPY, one per column set, runs of tombstones
 // with one DELETE.
-func (w *Writer) applyOrdered(ctx context.Context, tx pgx.Tx, p *plan, ops []*op, stats *WriteStats) ([]*RecordError, error) {
-	var bad []*RecordError
+func (w *Writer) applyOrdered(ctx context.Context, tx pgx.Tx, p *plan, ops []*op, stats *WriteStats) ([]*record.Error, error) {
+	var bad []*record.Error
 	for len(ops) > 0 {
 		n := 1
 		for n < len(ops) && ops[n].del == ops[0].del {
@@ -702,7 +701,7 @@ func (w *Writer) applyOrdered(ctx context.Context, tx pgx.Tx, p *plan, ops []*op
 // When the database rejects a key's last op, the key's previous op is tried
 // in the next round, so the table ends as if the records had been applied
 // one by one, skipping the bad ones.
-func (w *Writer) applyKeyed(ctx context.Context, tx pgx.Tx, p *plan, ops []*op, stats *WriteStats) ([]*RecordError, error) {
+func (w *Writer) applyKeyed(ctx context.Context, tx pgx.Tx, p *plan, ops []*op, stats *WriteStats) ([]*record.Error, error) {
 	history := make(map[string][]*op) // per key, its ops in offset order
 	var keys []string                 // in order of first appearance
 	for _, o := range ops {
@@ -711,7 +710,7 @@ func (w *Writer) applyKeyed(ctx context.Context, tx pgx.Tx, p *plan, ops []*op, 
 		}
 		history[o.key] = append(history[o.key], o)
 	}
-	var bad []*RecordError
+	var bad []*record.Error
 	pending := keys
 	for len(pending) > 0 {
 		var dels, ups []*op
@@ -800,11 +799,11 @@ func groupByShape(ops []*op) [][]*op {
 // failure is an op the database rejected.
 type failure struct {
 	op  *op
-	err *RecordError
+	err *record.Error
 }
 
-func failureErrors(fs []failure) []*RecordError {
-	out := make([]*RecordError, len(fs))
+func failureErrors(fs []failure) []*record.Error {
+	out := make([]*record.Error, len(fs))
 	for i, f := range fs {
 		out[i] = f.err
 	}
@@ -813,7 +812,7 @@ func failureErrors(fs []failure) []*RecordError {
 
 // bisect runs exec on ops under a savepoint. When the database rejects a
 // record, it rolls back to the savepoint and splits ops in halves until the
-// bad records are isolated; those come back as RecordErrors. Any other
+// bad records are isolated; those come back as record errors. Any other
 // error is returned as is: the batch fails.
 func (w *Writer) bisect(ctx context.Context, tx pgx.Tx, ops []*op, exec func([]*op) error) ([]failure, error) {
 	sp, err := tx.Begin(ctx)
@@ -832,7 +831,7 @@ func (w *Writer) bisect(ctx context.Context, tx pgx.Tx, ops []*op, exec func([]*
 		return nil, rerr
 	}
 	if len(ops) == 1 {
-		return []failure{{op: ops[0], err: recordError(ops[0].rec, rejected{pg: err})}}, nil
+		return []failure{{op: ops[0], err: badRecord(ops[0].rec, rejected{pg: err})}}, nil
 	}
 	mid := len(ops) / 2
 	left, err := w.bisect(ctx, tx, ops[:mid], exec)

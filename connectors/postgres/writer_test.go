@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/txsink/txsink/connectors/record"
 	"github.com/txsink/txsink/internal/pgtest"
 )
 
@@ -86,9 +87,9 @@ func testCoercions(t *testing.T, d *testDB) {
 		id := int64(i + 1)
 		_, err := d.write(w, []*kgo.Record{rec("c", id, nil, js(`{"id":%d,%q:%s}`, id, c.col, c.in))})
 		if c.want == "ERR" {
-			var re *RecordError
+			var re *record.Error
 			if !errors.As(err, &re) || !IsBadRecord(err) || re.Offset != id {
-				t.Errorf("%s = %s: got %v, want a *RecordError at offset %d", c.col, c.in, err, id)
+				t.Errorf("%s = %s: got %v, want a *record.Error at offset %d", c.col, c.in, err, id)
 				continue
 			}
 			if pgCode(err) == "" && re.Field != c.col {
@@ -372,7 +373,7 @@ func testToleranceNone(t *testing.T, d *testDB) {
 		}
 		for _, c := range []struct{ dbBad, decodeBad, want int64 }{{10, 20, 1010}, {30, 5, 1005}, {99, -1, 1099}} {
 			_, err := d.write(w, batch(c.dbBad, c.decodeBad))
-			var re *RecordError
+			var re *record.Error
 			if !errors.As(err, &re) || re.Offset != c.want || !IsBadRecord(err) {
 				t.Errorf("%s: db-bad %d, decode-bad %d: got %v, want a RecordError at %d", mode, c.dbBad, c.decodeBad, err, c.want)
 			}
@@ -435,7 +436,7 @@ func testSchemaErrors(t *testing.T, d *testDB) {
 	}
 	// A tombstone without delete.enabled is a bad record, as in Kafka Connect.
 	wn := mustWriter(t, WriterConfig{TableNameFormat: "grows"})
-	if _, err := d.write(wn, []*kgo.Record{rec("x", 5, nil, nil)}); !errors.Is(err, ErrTombstone) {
+	if _, err := d.write(wn, []*kgo.Record{rec("x", 5, nil, nil)}); !errors.Is(err, record.ErrTombstone) {
 		t.Errorf("tombstone: %v", err)
 	}
 	// A cancelled context is not a bad record.

@@ -175,7 +175,7 @@ func (v Value) WithSchema(s *Schema) Value {
 // strings, numbers (exact, as text), booleans and null become scalars,
 // objects structs and arrays arrays, all decoded lazily.
 func JSON(raw []byte) Value {
-	raw = bytes.TrimSpace(raw)
+	raw = TrimJSONSpace(raw)
 	if len(raw) == 0 {
 		return Value{}
 	}
@@ -200,6 +200,19 @@ func JSON(raw []byte) Value {
 		v.kind = KindNumber
 	}
 	return v
+}
+
+// TrimJSONSpace removes JSON's whitespace (space, tab, line feed, carriage
+// return) around b; other Unicode spaces are not JSON whitespace.
+func TrimJSONSpace(b []byte) []byte {
+	isWS := func(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+	for len(b) > 0 && isWS(b[0]) {
+		b = b[1:]
+	}
+	for len(b) > 0 && isWS(b[len(b)-1]) {
+		b = b[:len(b)-1]
+	}
+	return b
 }
 
 // JSONObject returns the schemaless object raw whose members a scan
