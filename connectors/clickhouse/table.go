@@ -291,34 +291,36 @@ func mapRecord(ctx context.Context, pipe *convert.Pipeline, t *table, m mapping,
 		}
 	}
 	var sb strings.Builder
+	var fixed record.Value // a column filled from the record's coordinates
 	cols = make([]*column, 0, len(t.Columns))
 	vals = make([]any, 0, len(t.Columns))
 	for i, c := range t.Columns {
 		if !c.Insertable {
 			continue
 		}
-		var v record.Value
-		set := true
+		var v *record.Value
 		switch c.Name {
 		case ColTopic:
-			v = record.String(r.Topic)
+			fixed, v = record.String(r.Topic), &fixed
 		case ColPartition:
-			v = record.Int(int64(r.Partition))
+			fixed, v = record.Int(int64(r.Partition)), &fixed
 		case ColOffset, m.VersionColumn:
-			v = record.Int(r.Offset)
+			fixed, v = record.Int(r.Offset), &fixed
 		case m.DeletedColumn:
 			if m.DeleteEnabled {
-				v = record.Int(0)
+				fixed, v = record.Int(0), &fixed
 				if deleted {
-					v = record.Int(1)
+					fixed = record.Int(1)
 				}
 				break
 			}
-			v, set = sc.vals[i], sc.set[i]
+			fallthrough
 		default:
-			v, set = sc.vals[i], sc.set[i]
+			if sc.set[i] {
+				v = &sc.vals[i]
+			}
 		}
-		if !set {
+		if v == nil {
 			if c.HasDefault {
 				continue
 			}

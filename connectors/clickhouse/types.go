@@ -330,7 +330,7 @@ func zero(t *chType) any {
 //
 // Every conversion is deterministic: the same value gives the same column
 // value, which a redo's de-duplication needs.
-func coerce(t *chType, v record.Value) (any, error) {
+func coerce(t *chType, v *record.Value) (any, error) {
 	if v.IsNull() {
 		if t.nullable() {
 			return nil, nil
@@ -457,7 +457,7 @@ func coerce(t *chType, v record.Value) (any, error) {
 	case kindArray:
 		out := []any{}
 		err := v.Elems(func(i int, e record.Value) error {
-			x, err := coerce(t.Elem, e)
+			x, err := coerce(t.Elem, &e)
 			if err != nil {
 				return fmt.Errorf("element %d: %w", i, err)
 			}
@@ -479,7 +479,7 @@ func coerce(t *chType, v record.Value) (any, error) {
 			if err != nil {
 				return fmt.Errorf("key: %w", err)
 			}
-			x, err := coerce(t.Elem, e)
+			x, err := coerce(t.Elem, &e)
 			if err != nil {
 				return fmt.Errorf("key %q: %w", ks, err)
 			}
@@ -505,7 +505,7 @@ func coerce(t *chType, v record.Value) (any, error) {
 }
 
 // intOrBool reads an integer, taking booleans as 1 and 0.
-func intOrBool(v record.Value) (int64, error) {
+func intOrBool(v *record.Value) (int64, error) {
 	if v.Kind() == record.KindBool {
 		b, err := v.AsBool()
 		if b {
@@ -519,7 +519,7 @@ func intOrBool(v record.Value) (int64, error) {
 // stringOf is a value's text for a String column: strings as they are,
 // bytes as they are (a String holds bytes), structs, maps and arrays as
 // JSON text, other scalars as their text.
-func stringOf(v record.Value) (string, error) {
+func stringOf(v *record.Value) (string, error) {
 	switch v.Kind() {
 	case record.KindBytes:
 		b, _ := v.AsBytes()

@@ -42,12 +42,14 @@ type Converter interface {
 // goroutine; the zero value is ready.
 type Buffer struct {
 	members []jsonscan.Member
+	object  record.ObjectBuffer
 }
 
 // Scratch holds a Pipeline's buffers for one goroutine: one for keys, one
 // for values. The zero value is ready.
 type Scratch struct {
 	key, value Buffer
+	rec        record.Record
 }
 
 // Factory builds a converter from its settings: the connector settings

@@ -112,7 +112,7 @@ func (c *JSON) Convert(_ context.Context, _ string, _ []kgo.RecordHeader, data [
 					return record.Value{}, errNotEnvelope
 				}
 			}
-			return record.JSONObject(trimmed, members), nil
+			return buf.object.Object(trimmed, members), nil
 		}
 	}
 	if !jsonscan.Valid(trimmed) && !json.Valid(trimmed) {

@@ -126,19 +126,20 @@ func converterFor(v config.Values, prefix string, isKey bool) (Converter, error)
 }
 
 // Convert converts r's value, and its key when withKey is set, into a
-// Record. Bad data returns a *record.Error naming r's coordinates; a
-// failure of the environment returns an error wrapping
+// Record held in sc. Bad data returns a *record.Error naming r's
+// coordinates; a failure of the environment returns an error wrapping
 // record.ErrUnavailable (retry later, never skip). The result may refer to
-// r's bytes and to sc until sc's next use.
-func (p *Pipeline) Convert(ctx context.Context, r *kgo.Record, sc *Scratch, withKey bool) (record.Record, error) {
-	out := record.Record{Topic: r.Topic, Timestamp: r.Timestamp, Headers: r.Headers, Raw: r}
+// r's bytes and is valid until sc's next use.
+func (p *Pipeline) Convert(ctx context.Context, r *kgo.Record, sc *Scratch, withKey bool) (*record.Record, error) {
+	out := &sc.rec
+	*out = record.Record{Topic: r.Topic, Timestamp: r.Timestamp, Headers: r.Headers, Raw: r}
 	var err error
 	if out.Value, err = p.value.Convert(ctx, r.Topic, r.Headers, r.Value, &sc.value); err != nil {
-		return out, p.fail(r, err, "")
+		return nil, p.fail(r, err, "")
 	}
 	if withKey {
 		if out.Key, err = p.key.Convert(ctx, r.Topic, r.Headers, r.Key, &sc.key); err != nil {
-			return out, p.fail(r, err, "key: ")
+			return nil, p.fail(r, err, "key: ")
 		}
 	}
 	return out, nil

@@ -38,7 +38,7 @@ import (
 // Null is NULL, refused for NOT NULL columns.
 
 // coerce converts v to the column's type.
-func coerce(c *column, v record.Value) (any, error) {
+func coerce(c *column, v *record.Value) (any, error) {
 	if v.IsNull() {
 		if c.NotNull {
 			return nil, record.FieldErrorf(c.Name, record.ErrCoerce, "null in NOT NULL column")
@@ -56,7 +56,7 @@ func coerceErr(format string, args ...any) error {
 	return record.Errorf(record.ErrCoerce, format, args...)
 }
 
-func coerceType(t *pgType, maxLen int, v record.Value) (any, error) {
+func coerceType(t *pgType, maxLen int, v *record.Value) (any, error) {
 	switch t.Kind {
 	case kindText, kindEnum:
 		s, err := v.AsText()
@@ -145,7 +145,7 @@ func coerceType(t *pgType, maxLen int, v record.Value) (any, error) {
 	case kindUUID:
 		return v.AsUUID()
 	case kindJSON, kindJSONB:
-		b, err := jsonText(v)
+		b, err := jsonText(*v)
 		if err != nil {
 			return nil, err
 		}
@@ -178,7 +178,7 @@ func coerceType(t *pgType, maxLen int, v record.Value) (any, error) {
 			if e.Kind() == record.KindArray && t.Elem.Kind != kindJSON && t.Elem.Kind != kindJSONB {
 				return coerceErr("multidimensional arrays are not supported (element %d)", i)
 			}
-			x, err := coerceType(t.Elem, -1, e)
+			x, err := coerceType(t.Elem, -1, &e)
 			if err != nil {
 				return fmt.Errorf("element %d: %w", i, err)
 			}

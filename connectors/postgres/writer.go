@@ -538,7 +538,8 @@ func (w *Writer) prepareOne(ctx context.Context, p *plan, r *kgo.Record, sc *scr
 		}
 		o.del = true
 		for _, c := range p.pkCols {
-			v, err := coerce(c, fromKey[c.Name])
+			kv := fromKey[c.Name]
+			v, err := coerce(c, &kv)
 			if err != nil {
 				return nil, err
 			}
@@ -562,11 +563,16 @@ func (w *Writer) prepareOne(ctx context.Context, p *plan, r *kgo.Record, sc *scr
 	sc.cols = sc.cols[:0]
 	o.vals = sc.valSlice(len(t.Columns))
 	for _, c := range t.Columns {
-		v, ok := fromKey[c.Name]
-		if !ok {
-			v, ok = sc.slots[c.Index], sc.set[c.Index]
+		var v *record.Value
+		if fromKey != nil {
+			if kv, ok := fromKey[c.Name]; ok {
+				v = &kv
+			}
 		}
-		if !ok {
+		if v == nil && sc.set[c.Index] {
+			v = &sc.slots[c.Index]
+		}
+		if v == nil {
 			if c.NotNull && !c.HasDef {
 				return nil, record.FieldErrorf(c.Name, record.ErrCoerce, "no value for NOT NULL column %q, which has no default", c.Name)
 			}

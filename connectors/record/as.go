@@ -1,6 +1,7 @@
 package record
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -45,11 +46,11 @@ func (v Value) AsString() (string, error) {
 // str returns a string value's text.
 func (v Value) str() (string, error) {
 	switch {
-	case v.flags&flagJSON == 0 && v.b == nil:
-		return v.s, nil
+	case v.flags&flagJSON == 0 && v.x != nil:
+		return v.x.s, nil
 	case v.flags&flagJSON == 0:
 		return string(v.b), nil
-	case v.flags&flagEscaped == 0:
+	case bytes.IndexByte(v.b, '\\') < 0:
 		return string(v.b[1 : len(v.b)-1]), nil
 	}
 	var s string
@@ -65,13 +66,12 @@ func (v Value) StringLen() int {
 	switch {
 	case v.kind != KindString:
 		return 0
-	case v.flags&flagJSON == 0 && v.b == nil:
-		return len(v.s)
-	case v.flags&flagJSON == 0 || v.flags&flagEscaped == 0:
-		if v.flags&flagJSON != 0 {
-			return len(v.b) - 2
-		}
+	case v.flags&flagJSON == 0 && v.x != nil:
+		return len(v.x.s)
+	case v.flags&flagJSON == 0:
 		return len(v.b)
+	case bytes.IndexByte(v.b, '\\') < 0:
+		return len(v.b) - 2
 	}
 	s, _ := v.str()
 	return len(s)
@@ -302,7 +302,7 @@ func (v Value) AsDecimal() (Dec, error) {
 		if v.flags&flagSmall != 0 {
 			return Dec{Unscaled: big.NewInt(int64(v.n)), Exp: -v.aux}, nil
 		}
-		return Dec{Unscaled: new(big.Int).Set(v.big), Exp: -v.aux}, nil
+		return Dec{Unscaled: new(big.Int).Set(v.x.big), Exp: -v.aux}, nil
 	case KindInt:
 		return Dec{Unscaled: big.NewInt(int64(v.n))}, nil
 	case KindUint:
@@ -352,7 +352,7 @@ func (v Value) decimalText() string {
 	if v.flags&flagSmall != 0 {
 		return DecimalText(big.NewInt(int64(v.n)), v.aux)
 	}
-	return DecimalText(v.big, v.aux)
+	return DecimalText(v.x.big, v.aux)
 }
 
 // DecimalText formats unscaled × 10^-scale exactly, without an exponent.

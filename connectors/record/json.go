@@ -53,6 +53,7 @@ func (v Value) AppendJSON(dst []byte) ([]byte, error) {
 	case KindTimestamp:
 		return appendJSONString(dst, v.timestamp().Format(time.RFC3339Nano)), nil
 	case KindStruct:
+		elems := v.elems()
 		dst = append(dst, '{')
 		for i, f := range v.sch.Fields {
 			if i > 0 {
@@ -61,14 +62,14 @@ func (v Value) AppendJSON(dst []byte) ([]byte, error) {
 			dst = appendJSONString(dst, f.Name)
 			dst = append(dst, ':')
 			var err error
-			if dst, err = v.elems[i].AppendJSON(dst); err != nil {
+			if dst, err = elems[i].AppendJSON(dst); err != nil {
 				return nil, err
 			}
 		}
 		return append(dst, '}'), nil
 	case KindArray:
 		dst = append(dst, '[')
-		for i, e := range v.elems {
+		for i, e := range v.elems() {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
@@ -79,9 +80,10 @@ func (v Value) AppendJSON(dst []byte) ([]byte, error) {
 		}
 		return append(dst, ']'), nil
 	case KindMap:
+		kv := v.elems()
 		stringKeys := true
-		for i := 0; i < len(v.elems); i += 2 {
-			if v.elems[i].kind != KindString {
+		for i := 0; i < len(kv); i += 2 {
+			if kv[i].kind != KindString {
 				stringKeys = false
 				break
 			}
@@ -91,7 +93,7 @@ func (v Value) AppendJSON(dst []byte) ([]byte, error) {
 			open, close = '[', ']'
 		}
 		dst = append(dst, open)
-		for i := 0; i+1 < len(v.elems); i += 2 {
+		for i := 0; i+1 < len(kv); i += 2 {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
@@ -99,7 +101,7 @@ func (v Value) AppendJSON(dst []byte) ([]byte, error) {
 			if !stringKeys {
 				dst = append(dst, '[')
 			}
-			if dst, err = v.elems[i].AppendJSON(dst); err != nil {
+			if dst, err = kv[i].AppendJSON(dst); err != nil {
 				return nil, err
 			}
 			if stringKeys {
@@ -107,7 +109,7 @@ func (v Value) AppendJSON(dst []byte) ([]byte, error) {
 			} else {
 				dst = append(dst, ',')
 			}
-			if dst, err = v.elems[i+1].AppendJSON(dst); err != nil {
+			if dst, err = kv[i+1].AppendJSON(dst); err != nil {
 				return nil, err
 			}
 			if !stringKeys {

@@ -46,7 +46,6 @@ func (k Kind) String() string {
 
 const (
 	flagJSON    uint8 = 1 << iota // b holds JSON text (schemaless JSON)
-	flagEscaped                   // a JSON string holding backslash escapes
 	flagFloat32                   // a float of 32 bits
 	flagLocal                     // a timestamp without a zone
 	flagSmall                     // a decimal whose unscaled value is in n
@@ -63,17 +62,39 @@ const (
 // record bytes (and, for a top-level object, the Scratch) it came from.
 //
 // The zero Value is a schemaless null.
+//
+// A Value is kept small (56 bytes, three pointers), since the sinks copy
+// one per field of every record: what few values need lives behind x.
 type Value struct {
 	kind  Kind
 	flags uint8
-	aux   int32    // Decimal: scale; Timestamp and Duration: nanoseconds
-	n     uint64   // Bool, Int, Uint, Float bits, Date days, Time nanos, Timestamp and Duration seconds, small Decimal
-	b     []byte   // JSON text (flagJSON); Bytes; String bytes
-	s     string   // String from a Go string
-	big   *big.Int // Decimal unscaled value (unless flagSmall)
-	elems []Value  // Array elements; Struct fields in schema order; Map keys and values interleaved
+	aux   int32  // Decimal: scale; Timestamp and Duration: nanoseconds
+	n     uint64 // Bool, Int, Uint, Float bits, Date days, Time nanos, Timestamp and Duration seconds, small Decimal
+	b     []byte // JSON text (flagJSON); Bytes; String bytes
 	sch   *Schema
+	x     *ext
+}
+
+// ext holds the parts of a value that only some kinds have.
+type ext struct {
+	s     string            // String from a Go string
+	big   *big.Int          // Decimal unscaled value (unless flagSmall)
+	elems []Value           // Array elements; Struct fields in schema order; Map keys and values interleaved
 	obj   []jsonscan.Member // a schemaless JSON object's members, already scanned
+}
+
+func (v Value) elems() []Value {
+	if v.x == nil {
+		return nil
+	}
+	return v.x.elems
+}
+
+func (v Value) members() []jsonscan.Member {
+	if v.x == nil {
+		return nil
+	}
+	return v.x.obj
 }
 
 // Null returns a null value of schema s (nil: schemaless).
@@ -107,7 +128,7 @@ func Decimal(unscaled *big.Int, scale int32) Value {
 	if unscaled.IsInt64() {
 		return Value{kind: KindDecimal, flags: flagSmall, n: uint64(unscaled.Int64()), aux: scale}
 	}
-	return Value{kind: KindDecimal, big: unscaled, aux: scale}
+	return Value{kind: KindDecimal, x: &ext{big: unscaled}, aux: scale}
 }
 
 // DecimalInt returns unscaled × 10^-scale for an int64 unscaled value.
@@ -116,7 +137,7 @@ func DecimalInt(unscaled int64, scale int32) Value {
 }
 
 // String returns a string value.
-func String(s string) Value { return Value{kind: KindString, s: s} }
+func String(s string) Value { return Value{kind: KindString, x: &ext{s: s}} }
 
 // StringBytes returns a string value held in b, which must be valid UTF-8
 // and must not change while the value is used.
@@ -153,16 +174,18 @@ func Duration(sec int64, nanos int32) Value {
 // Struct returns a struct of schema s (which must be a struct schema)
 // with one value per field, in field order.
 func Struct(s *Schema, fields []Value) Value {
-	return Value{kind: KindStruct, sch: s, elems: fields}
+	return Value{kind: KindStruct, sch: s, x: &ext{elems: fields}}
 }
 
 // Array returns an array.
-func Array(s *Schema, elems []Value) Value { return Value{kind: KindArray, sch: s, elems: elems} }
+func Array(s *Schema, elems []Value) Value {
+	return Value{kind: KindArray, sch: s, x: &ext{elems: elems}}
+}
 
 // Map returns a map whose keys and values alternate in kv. The order is
 // kept: converters give it deterministically (as the bytes had it, or
 // sorted).
-func Map(s *Schema, kv []Value) Value { return Value{kind: KindMap, sch: s, elems: kv} }
+func Map(s *Schema, kv []Value) Value { return Value{kind: KindMap, sch: s, x: &ext{elems: kv}} }
 
 // WithSchema returns v described by schema s.
 func (v Value) WithSchema(s *Schema) Value {
@@ -174,8 +197,11 @@ func (v Value) WithSchema(s *Schema) Value {
 // valid JSON value (the caller validated it; use ParseJSON otherwise):
 // strings, numbers (exact, as text), booleans and null become scalars,
 // objects structs and arrays arrays, all decoded lazily.
-func JSON(raw []byte) Value {
-	raw = TrimJSONSpace(raw)
+func JSON(raw []byte) Value { return jsonValue(TrimJSONSpace(raw)) }
+
+// jsonValue is JSON for text without surrounding whitespace (a scanner's
+// member or element).
+func jsonValue(raw []byte) Value {
 	if len(raw) == 0 {
 		return Value{}
 	}
@@ -183,9 +209,6 @@ func JSON(raw []byte) Value {
 	switch raw[0] {
 	case '"':
 		v.kind = KindString
-		if bytes.IndexByte(raw, '\\') >= 0 {
-			v.flags |= flagEscaped
-		}
 	case '{':
 		v.kind = KindStruct
 	case '[':
@@ -219,7 +242,19 @@ func TrimJSONSpace(b []byte) []byte {
 // already found (jsonscan.Object): a sink's fast path reads them without
 // scanning again. members must stay unchanged while the value is used.
 func JSONObject(raw []byte, members []jsonscan.Member) Value {
-	return Value{kind: KindStruct, flags: flagJSON, b: raw, obj: members}
+	return Value{kind: KindStruct, flags: flagJSON, b: raw, x: &ext{obj: members}}
+}
+
+// ObjectBuffer is JSONObject without an allocation, for a converter that
+// converts one record after another on one goroutine: the value it
+// returns is valid until its next use. The zero value is ready.
+type ObjectBuffer struct{ x ext }
+
+// Object returns the schemaless object raw with its scanned members, as
+// JSONObject does, held in o.
+func (o *ObjectBuffer) Object(raw []byte, members []jsonscan.Member) Value {
+	o.x = ext{obj: members}
+	return Value{kind: KindStruct, flags: flagJSON, b: raw, x: &o.x}
 }
 
 // ParseJSON validates raw (UTF-8 and JSON) and returns its schemaless
@@ -302,7 +337,7 @@ func (v Value) Range(fn func(name []byte, fv Value) error) error {
 		return Errorf(ErrDecode, "want an object, got %s", v.Describe())
 	}
 	if v.flags&flagJSON != 0 {
-		members := v.obj
+		members := v.members()
 		if members == nil {
 			var ok bool
 			if members, ok = jsonscan.Object(v.b, nil); !ok {
@@ -314,14 +349,15 @@ func (v Value) Range(fn func(name []byte, fv Value) error) error {
 			if m.Escaped {
 				name = unescapeKey(m.Key)
 			}
-			if err := fn(name, JSON(m.Value)); err != nil {
+			if err := fn(name, jsonValue(m.Value)); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
+	elems := v.elems()
 	for i, f := range v.sch.Fields {
-		if err := fn(f.name, v.elems[i]); err != nil {
+		if err := fn(f.name, elems[i]); err != nil {
 			return err
 		}
 	}
@@ -371,7 +407,7 @@ func (v Value) Get(name string) (Value, bool) {
 		if f == nil {
 			return Value{}, false
 		}
-		return v.elems[f.Index], true
+		return v.elems()[f.Index], true
 	}
 	var out Value
 	found := false
@@ -392,7 +428,7 @@ func (v Value) Elems(fn func(i int, e Value) error) error {
 		return coerceErr("want an array, got %s", v.Describe())
 	}
 	if v.flags&flagJSON == 0 {
-		for i, e := range v.elems {
+		for i, e := range v.elems() {
 			if err := fn(i, e); err != nil {
 				return err
 			}
@@ -413,7 +449,7 @@ func (v Value) Elems(fn func(i int, e Value) error) error {
 		return nil
 	}
 	for i, e := range elems {
-		if err := fn(i, JSON(e)); err != nil {
+		if err := fn(i, jsonValue(e)); err != nil {
 			return err
 		}
 	}
@@ -426,8 +462,9 @@ func (v Value) Elems(fn func(i int, e Value) error) error {
 func (v Value) Entries(fn func(k, e Value) error) error {
 	switch v.kind {
 	case KindMap:
-		for i := 0; i+1 < len(v.elems); i += 2 {
-			if err := fn(v.elems[i], v.elems[i+1]); err != nil {
+		kv := v.elems()
+		for i := 0; i+1 < len(kv); i += 2 {
+			if err := fn(kv[i], kv[i+1]); err != nil {
 				return err
 			}
 		}
@@ -448,19 +485,19 @@ func (v Value) Len() int {
 			_ = v.Elems(func(int, Value) error { n++; return nil })
 			return n
 		}
-		return len(v.elems)
+		return len(v.elems())
 	case KindMap:
-		return len(v.elems) / 2
+		return len(v.elems()) / 2
 	case KindStruct:
 		if v.flags&flagJSON != 0 {
-			if v.obj != nil {
-				return len(v.obj)
+			if m := v.members(); m != nil {
+				return len(m)
 			}
 			n := 0
 			_ = v.Range(func([]byte, Value) error { n++; return nil })
 			return n
 		}
-		return len(v.elems)
+		return len(v.elems())
 	}
 	return 0
 }
