@@ -79,8 +79,16 @@ type taskExt struct {
 	InDoubt           []inDoubtBatch    `json:"in_doubt"`
 	LastFenceConflict *fenceConflict    `json:"last_fence_conflict"`
 	LastRound         *roundSummary     `json:"last_round"`
+	Waiting           *waiting          `json:"waiting,omitempty"`
 	Restarts          int               `json:"restarts"`
 	NextRestart       *time.Time        `json:"next_restart"`
+}
+
+// waiting: the task's rounds fail because a dependency of the record
+// pipeline (a schema registry) is unavailable; it retries with backoff.
+type waiting struct {
+	Since time.Time `json:"since"`
+	Error string    `json:"error"`
 }
 
 type partitionStatus struct {
@@ -215,6 +223,9 @@ func toTaskState(t connectors.TaskStatus) taskState {
 	}
 	if r := t.LastRound; r != nil {
 		ext.LastRound = &roundSummary{At: r.At, Outcome: r.Outcome, Records: r.Records, Batches: r.Batches, TotalMs: float64(r.Total.Microseconds()) / 1000}
+	}
+	if w := t.Waiting; w != nil {
+		ext.Waiting = &waiting{Since: w.Since, Error: w.Error}
 	}
 	if !t.RestartAt.IsZero() {
 		n := t.RestartAt.UTC()

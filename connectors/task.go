@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/txsink/txsink/config"
+	"github.com/txsink/txsink/connectors/record"
 	"github.com/txsink/txsink/internal/failpoint"
 	"github.com/txsink/txsink/offsets"
 	"github.com/txsink/txsink/twophase"
@@ -45,6 +46,10 @@ type Observer interface {
 	Round(task int, r RoundStats)
 	// FenceConflict reports that a commit was fenced.
 	FenceConflict(task int, err error)
+	// Waiting reports that rounds fail because something the pipeline
+	// depends on is unavailable (a schema registry), with the error; nil
+	// once a round commits again.
+	Waiting(task int, err error)
 }
 
 // RoundStats describes one round.
@@ -104,6 +109,9 @@ type Task struct {
 
 	// hard is the context rounds run with (see RunGraceful).
 	hard context.Context
+	// unavailable counts consecutive rounds that failed on an unavailable
+	// dependency (backoff); only the task's goroutine uses it.
+	unavailable int
 }
 
 // NewTask returns a task; Run starts it.
@@ -258,6 +266,7 @@ func (t *Task) runTransactional(ctx context.Context) error {
 		switch res.Outcome {
 		case twophase.OutcomeCommitted:
 			stats.Outcome = "committed"
+			t.available()
 			stats.Positions = t.advance(batches)
 			stats.DeadLettered = t.deadLettered(batches)
 			t.observeRound(stats)
@@ -296,9 +305,15 @@ func (t *Task) runTransactional(ctx context.Context) error {
 			}
 			// A clean abort: a rebalance or KIP-447 generation fencing
 			// (err == nil), or a participant failed to prepare (a lost
-			// connection): the decision was abort, so retry from the
-			// stored offsets.
+			// connection, an unavailable schema registry): the decision
+			// was abort, so retry from the stored offsets.
 			t.rewind(sess.Client())
+			if errors.Is(err, record.ErrUnavailable) {
+				if t.waitUnavailable(ctx, err) != nil {
+					return nil
+				}
+				continue
+			}
 			if err == nil {
 				t.log.Info("round aborted by the decision (rebalance or KIP-447 generation fencing); continuing from the stored offsets", "batches", len(batches))
 			} else {
@@ -407,6 +422,7 @@ func (t *Task) localRound(ctx context.Context, cl *kgo.Client, recs []*kgo.Recor
 		cl.CommitOffsets(ctx, mirror, nil)
 	}
 	if firstErr == nil {
+		t.available()
 		return t.stoppedError()
 	}
 	if ctx.Err() != nil {
@@ -422,6 +438,11 @@ func (t *Task) localRound(ctx context.Context, cl *kgo.Client, recs []*kgo.Recor
 	}
 	if IsTerminal(firstErr) {
 		return firstErr
+	}
+	if errors.Is(firstErr, record.ErrUnavailable) {
+		t.rewind(cl)
+		_ = t.waitUnavailable(ctx, firstErr)
+		return nil
 	}
 	t.log.Warn("local write failed; retrying from the stored offsets", "err", firstErr)
 	t.rewind(cl)
@@ -762,6 +783,34 @@ func (t *Task) observeRound(s RoundStats) {
 		"prepare", s.Prepare, "decide", s.Decide, "commit", s.Commit, "total", s.Total)
 	if t.opt.Observer != nil {
 		t.opt.Observer.Round(t.id, s)
+	}
+}
+
+// waitUnavailable waits before the next attempt after a round failed
+// because a dependency of the pipeline is unavailable: exponential backoff
+// from 500 ms to 30 s, reported to the observer. Nothing was written and
+// nothing is skipped: the next round starts again from the stored offsets.
+// It returns ctx's error when ctx ends first.
+func (t *Task) waitUnavailable(ctx context.Context, err error) error {
+	t.unavailable++
+	d := min(500*time.Millisecond<<min(t.unavailable-1, 6), 30*time.Second)
+	t.log.Warn("a dependency of the record pipeline is unavailable; waiting before retrying from the stored offsets (no record is skipped)",
+		"err", err, "attempt", t.unavailable, "backoff", d)
+	if t.opt.Observer != nil {
+		t.opt.Observer.Waiting(t.id, err)
+	}
+	return sleepCtx(ctx, d)
+}
+
+// available ends a wait for an unavailable dependency.
+func (t *Task) available() {
+	if t.unavailable == 0 {
+		return
+	}
+	t.log.Info("the record pipeline's dependencies are available again", "failed_attempts", t.unavailable)
+	t.unavailable = 0
+	if t.opt.Observer != nil {
+		t.opt.Observer.Waiting(t.id, nil)
 	}
 }
 

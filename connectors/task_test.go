@@ -7,12 +7,14 @@ package connectors_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,10 +22,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
 	"github.com/txsink/txsink/connectors/postgres"
+	"github.com/txsink/txsink/connectors/record"
 	"github.com/txsink/txsink/internal/pgtest"
 	"github.com/txsink/txsink/offsets"
+	"github.com/txsink/txsink/twophase"
 )
 
 // kfakeAndTable starts an in-memory Kafka with the topic (partitions
@@ -215,6 +220,7 @@ type roundObserver struct {
 func (o *roundObserver) Assigned(int, []offsets.Position) {}
 func (o *roundObserver) Revoked(int, string, []int32)     {}
 func (o *roundObserver) FenceConflict(int, error)         {}
+func (o *roundObserver) Waiting(int, error)               {}
 func (o *roundObserver) Round(_ int, r connectors.RoundStats) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -343,5 +349,137 @@ func TestTaskInitialLatest(t *testing.T) {
 	}
 	if total != 30 || fresh != 30 || distinct != 30 {
 		t.Fatalf("rows: %d, of them %d produced after the start, %d distinct; want 30 new rows once each", total, fresh, distinct)
+	}
+}
+
+// flakySink refuses rounds as if a schema registry were down until up is
+// set: its Prepare and WriteLocal fail with an error wrapping
+// record.ErrUnavailable before writing anything.
+type flakySink struct {
+	connectors.Sink
+	up      *atomic.Bool
+	refused *atomic.Int64
+}
+
+func (s flakySink) down() error {
+	if s.up.Load() {
+		return nil
+	}
+	s.refused.Add(1)
+	return fmt.Errorf("schema registry at 127.0.0.1:1: connection refused: %w", record.ErrUnavailable)
+}
+
+// Prepare fails as a sink does when its records cannot be converted: before
+// anything is durable, so nothing is prepared.
+func (s flakySink) Prepare(ctx context.Context, b *twophase.Batch) error {
+	if err := s.down(); err != nil {
+		return fmt.Errorf("%w: %w", twophase.ErrNothingPrepared, err)
+	}
+	return s.Sink.Prepare(ctx, b)
+}
+
+func (s flakySink) WriteLocal(ctx context.Context, b *twophase.Batch, g offsets.Guard, o connectors.Order) error {
+	if err := s.down(); err != nil {
+		return err
+	}
+	return s.Sink.WriteLocal(ctx, b, g, o)
+}
+
+// waitObserver records the task's Waiting events.
+type waitObserver struct {
+	roundObserver
+	mu      sync.Mutex
+	waits   int
+	cleared int
+}
+
+func (o *waitObserver) Waiting(_ int, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err != nil && errors.Is(err, record.ErrUnavailable) {
+		o.waits++
+	} else if err == nil {
+		o.cleared++
+	}
+}
+
+// TestTaskWaitsForUnavailableDependency: while the record pipeline's
+// dependency is down, rounds fail without writing, the task keeps running,
+// retries with backoff and says so; once it is back every record is
+// written exactly once and the wait is cleared. Both commit paths.
+func TestTaskWaitsForUnavailableDependency(t *testing.T) {
+	for _, delivery := range []string{"exactly_once", "exactly_once_sink"} {
+		t.Run(delivery, func(t *testing.T) {
+			c, db, pool := kfakeAndTable(t, "flaky", 2, `CREATE TABLE flaky (id text)`)
+			ctx := context.Background()
+			prod, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("flaky"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer prod.Close()
+			var recs []*kgo.Record
+			for i := range 200 {
+				recs = append(recs, &kgo.Record{Value: fmt.Appendf(nil, `{"id":"r%d"}`, i)})
+			}
+			if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+			var up atomic.Bool
+			var refused atomic.Int64
+			spec := postgres.Spec()
+			spec.Name, spec.Class = "flaky", "flaky"
+			open := spec.New
+			spec.New = func(ctx context.Context, env connectors.Env, c config.Connector, v config.Values) (connectors.Sink, error) {
+				s, err := open(ctx, env, c, v)
+				if err != nil {
+					return nil, err
+				}
+				return flakySink{Sink: s, up: &up, refused: &refused}, nil
+			}
+			reg := &connectors.Registry{}
+			if err := reg.Register(spec); err != nil {
+				t.Fatal(err)
+			}
+			obs := &waitObserver{}
+			conn, err := connectors.Open(ctx, reg, map[string]string{
+				"name": "flaky", "connector.class": "flaky", "topics": "flaky", "connection.url": db,
+				"delivery.guarantee": delivery, "batch.linger.ms": "5", "session.timeout.ms": "3000",
+			}, connectors.TaskOptions{Bootstrap: c.ListenAddrs(), InstanceID: "t", Observer: obs,
+				Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			exits := make(chan error, 1)
+			conn.Start(func(_ int, err error) { exits <- err })
+			defer conn.Stop()
+			deadline := time.Now().Add(30 * time.Second)
+			for refused.Load() < 3 {
+				if time.Now().After(deadline) {
+					t.Fatalf("only %d refused rounds after 30s", refused.Load())
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			var rows int
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM flaky`).Scan(&rows); err != nil || rows != 0 {
+				t.Fatalf("%d rows written while the dependency was down (err %v)", rows, err)
+			}
+			select {
+			case err := <-exits:
+				t.Fatalf("task exited while waiting: %v", err)
+			default:
+			}
+			up.Store(true)
+			waitCount(t, pool, `SELECT count(DISTINCT id) FROM flaky`, 200)
+			time.Sleep(300 * time.Millisecond)
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM flaky`).Scan(&rows); err != nil || rows != 200 {
+				t.Fatalf("%d rows, want each of the 200 records once (err %v)", rows, err)
+			}
+			obs.mu.Lock()
+			waits, cleared := obs.waits, obs.cleared
+			obs.mu.Unlock()
+			if waits < 3 || cleared < 1 {
+				t.Fatalf("observer saw %d waits and %d clears; want a wait per refused round and a clear", waits, cleared)
+			}
+		})
 	}
 }

@@ -24,6 +24,7 @@ type workerMetrics struct {
 	taskFailures      *prometheus.CounterVec
 	taskRestarts      *prometheus.CounterVec
 	connectorFailures *prometheus.CounterVec
+	unavailable       *prometheus.CounterVec
 
 	nextDesc, lagDesc, inDoubtDesc, inDoubtAgeDesc, stateDesc, taskStateDesc *prometheus.Desc
 }
@@ -43,6 +44,7 @@ func newWorkerMetrics(w *Worker) *workerMetrics {
 		taskFailures:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "txsink_task_failures_total", Help: "Tasks that stopped with an error."}, conn),
 		taskRestarts:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "txsink_task_restarts_total", Help: "Automatic restarts of failed tasks."}, conn),
 		connectorFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "txsink_connector_failures_total", Help: "Failures to open a connector's sink or pass its preflight check."}, conn),
+		unavailable:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "txsink_dependency_unavailable_total", Help: "Rounds that failed because a dependency of the record pipeline (a schema registry) was unavailable; the task retried them with backoff and skipped nothing."}, conn),
 		nextDesc:          prometheus.NewDesc("txsink_partition_next_offset", "Stored next_offset of an owned partition (the offset of the next record to write).", []string{"connector", "topic", "partition"}, nil),
 		lagDesc:           prometheus.NewDesc("txsink_partition_lag", "Kafka end offset minus the stored next_offset of an owned partition.", []string{"connector", "topic", "partition"}, nil),
 		inDoubtDesc:       prometheus.NewDesc("txsink_in_doubt_batches", "Prepared batches awaiting a decision.", conn, nil),
@@ -86,7 +88,7 @@ func (sm sinkMetrics) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (m *workerMetrics) register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.consumed, m.written, m.deadLettered, m.rounds, m.batches, m.fenced, m.phase, m.taskFailures, m.taskRestarts, m.connectorFailures, m, sinkMetrics{m.w}} {
+	for _, c := range []prometheus.Collector{m.consumed, m.written, m.deadLettered, m.rounds, m.batches, m.fenced, m.phase, m.taskFailures, m.taskRestarts, m.connectorFailures, m.unavailable, m, sinkMetrics{m.w}} {
 		if err := r.Register(c); err != nil {
 			return err
 		}
@@ -119,7 +121,7 @@ func (m *workerMetrics) round(name string, r RoundStats) {
 // forget drops a deleted connector's series.
 func (m *workerMetrics) forget(name string) {
 	l := prometheus.Labels{"connector": name}
-	for _, v := range []*prometheus.MetricVec{m.consumed.MetricVec, m.written.MetricVec, m.deadLettered.MetricVec, m.rounds.MetricVec, m.batches.MetricVec, m.fenced.MetricVec, m.phase.MetricVec, m.taskFailures.MetricVec, m.taskRestarts.MetricVec, m.connectorFailures.MetricVec} {
+	for _, v := range []*prometheus.MetricVec{m.consumed.MetricVec, m.written.MetricVec, m.deadLettered.MetricVec, m.rounds.MetricVec, m.batches.MetricVec, m.fenced.MetricVec, m.phase.MetricVec, m.taskFailures.MetricVec, m.taskRestarts.MetricVec, m.connectorFailures.MetricVec, m.unavailable.MetricVec} {
 		v.DeletePartialMatch(l)
 	}
 }

@@ -48,6 +48,10 @@ type TaskStatus struct {
 	LastFenceConflict *FenceConflict
 	// LastRound summarizes the task's last round, if any.
 	LastRound *RoundSummary
+	// Waiting is set while the task's rounds fail because a dependency of
+	// the record pipeline (a schema registry) is unavailable; the task
+	// retries with backoff and skips nothing.
+	Waiting *Waiting
 	// Restarts counts consecutive automatic restarts; RestartAt is the
 	// next one when scheduled.
 	Restarts  int
@@ -76,6 +80,12 @@ type InDoubtBatch struct {
 // FenceConflict is a commit that was fenced by another owner.
 type FenceConflict struct {
 	At    time.Time
+	Error string
+}
+
+// Waiting says since when and why a task waits for a dependency.
+type Waiting struct {
+	Since time.Time
 	Error string
 }
 
@@ -222,9 +232,10 @@ type observer struct {
 }
 
 type taskObs struct {
-	parts map[tp]offsets.Position
-	fence *FenceConflict
-	round *RoundSummary
+	parts   map[tp]offsets.Position
+	fence   *FenceConflict
+	round   *RoundSummary
+	waiting *Waiting
 }
 
 var _ Observer = (*observer)(nil)
@@ -294,6 +305,30 @@ func (o *observer) FenceConflict(task int, err error) {
 	o.w.metrics.fenced.WithLabelValues(o.name).Inc()
 }
 
+// Waiting implements Observer.
+func (o *observer) Waiting(task int, err error) {
+	o.mu.Lock()
+	t := o.task(task)
+	if err == nil {
+		t.waiting = nil
+		o.mu.Unlock()
+		return
+	}
+	o.w.mu.Lock()
+	var secrets []string
+	if m := o.w.conns[o.name]; m != nil {
+		secrets = m.secrets
+	}
+	o.w.mu.Unlock()
+	w := &Waiting{Since: time.Now().UTC(), Error: ScrubString(fmt.Sprint(err), secrets)}
+	if t.waiting != nil {
+		w.Since = t.waiting.Since
+	}
+	t.waiting = w
+	o.mu.Unlock()
+	o.w.metrics.unavailable.WithLabelValues(o.name).Inc()
+}
+
 // clearTask forgets a task's partitions (it exited).
 func (o *observer) clearTask(id int) {
 	o.mu.Lock()
@@ -303,6 +338,7 @@ func (o *observer) clearTask(id int) {
 			o.w.metrics.forgetPartition(o.name, k.topic, k.partition)
 		}
 		t.parts = map[tp]offsets.Position{}
+		t.waiting = nil
 	}
 }
 
@@ -345,6 +381,10 @@ func (o *observer) fill(ts []TaskStatus) {
 		if t.round != nil {
 			r := *t.round
 			ts[i].LastRound = &r
+		}
+		if t.waiting != nil {
+			w := *t.waiting
+			ts[i].Waiting = &w
 		}
 	}
 }

@@ -70,6 +70,8 @@ type Participant interface {
 	// b.Fence) and its dead letters, and makes all of it durable but not
 	// yet visible. It returns an error wrapping ErrFenced when the
 	// compare-and-set or fence check fails; nothing is then left prepared.
+	// An error wrapping ErrNothingPrepared says Prepare failed before
+	// anything of the batch became durable, so it is not in doubt.
 	// Cancelling ctx before Prepare returns leaves either nothing or a
 	// prepared batch that InDoubt lists.
 	Prepare(ctx context.Context, b *Batch) error
@@ -114,4 +116,11 @@ var (
 	// ErrInDoubt means a round ended without a known outcome; recovery must
 	// run before new work on its partitions.
 	ErrInDoubt = errors.New("twophase: outcome unknown, batches in doubt")
+	// ErrNothingPrepared is wrapped by a Prepare error that happened before
+	// anything of the batch became durable (the batch's records could not
+	// be converted because a schema registry was unavailable, say): the
+	// batch is then known not to be prepared, is not in doubt, and the
+	// round aborts without recovery. A participant must only use it where
+	// no PREPARE (or durable intent) can have been sent.
+	ErrNothingPrepared = errors.New("twophase: nothing prepared")
 )

@@ -427,9 +427,13 @@ func (dr *driver) call(a Action) result {
 		b := dr.byID[a.ID]
 		if err = dr.p.Prepare(dr.ctx, b); err != nil {
 			err = fmt.Errorf("twophase: prepare %s: %w", a.ID, err)
-			ev.Type = EventPrepareErr
-			if errors.Is(err, ErrFenced) {
+			switch {
+			case errors.Is(err, ErrFenced):
 				ev.Type = EventPrepareFenced
+			case errors.Is(err, ErrNothingPrepared):
+				ev.Type = EventPrepareRefused
+			default:
+				ev.Type = EventPrepareErr
 			}
 		} else {
 			ev.Type = EventPrepareOK

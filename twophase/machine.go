@@ -121,10 +121,15 @@ const (
 	// EventOutcomeErr: Decider.Outcome failed for ID (recovery); ID stays
 	// in doubt, never guessed.
 	EventOutcomeErr
+	// EventPrepareRefused: Participant.Prepare failed before anything of
+	// ID became durable (its error wraps [ErrNothingPrepared]: an
+	// unavailable schema registry); nothing of ID is prepared, so it is
+	// not in doubt.
+	EventPrepareRefused
 )
 
 // eventTypeMax is the largest EventType, for tests and fuzzing.
-const eventTypeMax = EventOutcomeErr
+const eventTypeMax = EventPrepareRefused
 
 var eventNames = [...]string{
 	EventStart:            "Start",
@@ -143,6 +148,7 @@ var eventNames = [...]string{
 	EventOutcomeCommitted: "OutcomeCommitted",
 	EventOutcomeAborted:   "OutcomeAborted",
 	EventOutcomeErr:       "OutcomeErr",
+	EventPrepareRefused:   "PrepareRefused",
 }
 
 // String returns the event type's name.
@@ -274,6 +280,7 @@ const (
 	phasePrepared                // prepared, waiting for the decision
 	phaseFenced                  // prepare fenced: nothing prepared
 	phasePrepareErr              // prepare failed: maybe prepared (in doubt)
+	phaseRefused                 // prepare failed before anything was durable: nothing prepared
 	phaseCommitting              // Commit in flight
 	phaseCommitted               // committed
 	phaseAborting                // Abort in flight
@@ -481,7 +488,7 @@ func (m *Machine) Step(ev Event) ([]Action, error) {
 	case StatePreparing:
 		var acts []Action
 		switch ev.Type {
-		case EventPrepareOK, EventPrepareFenced, EventPrepareErr:
+		case EventPrepareOK, EventPrepareFenced, EventPrepareErr, EventPrepareRefused:
 			if cur != phasePreparing {
 				return illegal("batch is not being prepared")
 			}
@@ -496,6 +503,8 @@ func (m *Machine) Step(ev Event) ([]Action, error) {
 			acts = append(acts, Action{Type: ActionReportFenced, ID: ev.ID})
 		case EventPrepareErr:
 			m.phases[ev.ID] = phasePrepareErr
+		case EventPrepareRefused:
+			m.phases[ev.ID] = phaseRefused
 		}
 		if len(m.inPhase(phasePreparing)) > 0 {
 			return acts, nil

@@ -411,7 +411,7 @@ func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) error {
 	}
 	t, err := s.table(ctx, s.tableName(b.ID.Topic), b.Records)
 	if err != nil {
-		return err
+		return nothingPrepared(err)
 	}
 	mech, why := s.mechanismFor(t)
 	if mech == MechNone && !s.cfg.UnsafeNoFencing {
@@ -419,7 +419,7 @@ func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) error {
 	}
 	p, err := s.build(ctx, t, b.Records, s.cfg.BlockRows)
 	if err != nil {
-		return err
+		return nothingPrepared(err)
 	}
 	if !s.cfg.UnsafeNoFencing {
 		pos, ok, err := s.st.lookup(ctx, b.ID.Connector, b.ID.Topic, b.ID.Partition)
@@ -440,6 +440,16 @@ func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) error {
 	s.mechs[p.t.Name] = mech
 	s.mu.Unlock()
 	return nil
+}
+
+// nothingPrepared marks a failure of the record pipeline's environment
+// (an unavailable schema registry), met before the intent is written, as
+// leaving nothing prepared.
+func nothingPrepared(err error) error {
+	if errors.Is(err, record.ErrUnavailable) {
+		return fmt.Errorf("%w: %w", twophase.ErrNothingPrepared, err)
+	}
+	return err
 }
 
 func (p *prepared) nblocks() int {

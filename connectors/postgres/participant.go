@@ -120,6 +120,12 @@ func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) error {
 			return err
 		}
 		st, err := s.w.Write(ctx, tx, b.Records)
+		if errors.Is(err, record.ErrUnavailable) {
+			// The record pipeline's environment failed before PREPARE
+			// was sent: the transaction rolls back, nothing is left
+			// prepared.
+			return fmt.Errorf("%w: %w", twophase.ErrNothingPrepared, err)
+		}
 		if err != nil {
 			return err
 		}

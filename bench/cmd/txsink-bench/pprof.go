@@ -24,6 +24,7 @@ type roundCounter struct{ committed atomic.Int64 }
 func (*roundCounter) Assigned(int, []offsets.Position) {}
 func (*roundCounter) Revoked(int, string, []int32)     {}
 func (*roundCounter) FenceConflict(int, error)         {}
+func (*roundCounter) Waiting(int, error)               {}
 func (c *roundCounter) Round(_ int, r connectors.RoundStats) {
 	if r.Outcome == "committed" {
 		c.committed.Add(int64(r.Records))
