@@ -44,8 +44,11 @@ func messageIndexes(rest []byte, dst []int) ([]int, []byte, error) {
 	if n == 0 {
 		return append(dst[:0], 0), rest, nil
 	}
-	if n < 0 || n > maxMessageIndexes || n > int64(len(rest)) {
+	if n < 0 || n > maxMessageIndexes {
 		return nil, nil, record.Errorf(record.ErrDecode, "invalid Protobuf message index count %d", n)
+	}
+	if n > int64(len(rest)) {
+		return nil, nil, record.Errorf(record.ErrDecode, "truncated Protobuf message indexes")
 	}
 	dst = dst[:0]
 	for range n {
