@@ -39,8 +39,9 @@ func newAvroConverter(settings map[string]string, _ bool) (Converter, error) {
 }
 
 // Convert decodes one record. See the type's documentation and Converter.
-// The result's strings and bytes refer to data.
-func (c *Avro) Convert(ctx context.Context, _ string, _ []kgo.RecordHeader, data []byte, _ *Buffer) (record.Value, error) {
+// The result's strings and bytes refer to data, and its records' fields
+// to buf: it is valid until buf's next use.
+func (c *Avro) Convert(ctx context.Context, _ string, _ []kgo.RecordHeader, data []byte, buf *Buffer) (record.Value, error) {
 	if data == nil {
 		return record.Value{}, nil
 	}
@@ -52,7 +53,12 @@ func (c *Avro) Convert(ctx context.Context, _ string, _ []kgo.RecordHeader, data
 	if err != nil {
 		return record.Value{}, err
 	}
-	return p.decode(payload)
+	var arena *valueArena
+	if buf != nil {
+		arena = &buf.arena
+		arena.reset()
+	}
+	return p.decode(payload, arena)
 }
 
 // avroProgram decodes the records of one writer schema.
@@ -61,8 +67,8 @@ type avroProgram struct {
 	root *avroNode
 }
 
-func (p *avroProgram) decode(payload []byte) (record.Value, error) {
-	r := avroReader{b: payload}
+func (p *avroProgram) decode(payload []byte, arena *valueArena) (record.Value, error) {
+	r := avroReader{b: payload, arena: arena}
 	v, err := p.root.decode(&r)
 	if err != nil {
 		return record.Value{}, err

@@ -36,8 +36,50 @@ func outOfDomain(format string, args ...any) error {
 const maxZeroByteItems = 4 << 10
 
 type avroReader struct {
-	b []byte
-	i int
+	b     []byte
+	i     int
+	arena *valueArena
+}
+
+// valueArena hands out the field slices of decoded records from chunks
+// reused record after record: a converter's result is valid until its
+// Buffer's next use (see Converter), so the next record may overwrite
+// them. It keeps the allocations and the garbage of the schema'd paths as
+// low as the lazy JSON path's. The zero value is ready; a nil arena
+// allocates.
+type valueArena struct {
+	chunks [][]record.Value
+	cur    int // chunk in use
+	used   int // values handed out of chunks[cur]
+}
+
+const arenaChunk = 512
+
+// reset makes every chunk reusable: the values of the previous record
+// are no longer used.
+func (a *valueArena) reset() {
+	if a != nil {
+		a.cur, a.used = 0, 0
+	}
+}
+
+// alloc returns n values (their previous contents are overwritten by the
+// caller).
+func (a *valueArena) alloc(n int) []record.Value {
+	if a == nil || n > arenaChunk/4 {
+		return make([]record.Value, n)
+	}
+	for {
+		if a.cur == len(a.chunks) {
+			a.chunks = append(a.chunks, make([]record.Value, arenaChunk))
+		}
+		if a.used+n <= arenaChunk {
+			s := a.chunks[a.cur][a.used : a.used+n : a.used+n]
+			a.used += n
+			return s
+		}
+		a.cur, a.used = a.cur+1, 0
+	}
 }
 
 func (r *avroReader) long() (int64, error) {
@@ -201,7 +243,7 @@ func (n *avroNode) decode(r *avroReader) (record.Value, error) {
 		}
 		return n.symbols[i], nil
 	case avroRecord:
-		fields := make([]record.Value, len(n.fields))
+		fields := r.arena.alloc(len(n.fields))
 		for i, f := range n.fields {
 			v, err := f.node.decode(r)
 			if err != nil {

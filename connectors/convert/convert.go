@@ -42,6 +42,7 @@ type Converter interface {
 // goroutine; the zero value is ready.
 type Buffer struct {
 	members []jsonscan.Member
+	arena   valueArena // the fields of records decoded with a schema (Avro)
 }
 
 // Scratch holds a Pipeline's buffers for one goroutine: one for keys, one
