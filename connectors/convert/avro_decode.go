@@ -185,7 +185,8 @@ func (n *avroNode) decode(r *avroReader) (record.Value, error) {
 			return record.Value{}, err
 		}
 		if b[0] > 1 {
-			return record.Value{}, record.Errorf(record.ErrDecode, "invalid Avro boolean byte 0x%02x", b[0])
+			// The specification allows 0 and 1 only.
+			return record.Value{}, outOfDomain("invalid Avro boolean byte 0x%02x", b[0])
 		}
 		return record.Bool(b[0] == 1).WithSchema(n.sch), nil
 	case avroInt:

@@ -70,10 +70,24 @@ func (c *Protobuf) Convert(ctx context.Context, _ string, _ []kgo.RecordHeader, 
 		return record.Value{}, err
 	}
 	msg := dynamicpb.NewMessage(plan.md)
-	if err := proto.Unmarshal(payload, msg); err != nil {
+	if err := unmarshalProto(payload, msg); err != nil {
 		return record.Value{}, record.Errorf(record.ErrDecode, "Protobuf payload does not parse as %s: %v", plan.md.FullName(), err)
 	}
 	return plan.value(msg.ProtoReflect())
+}
+
+// unmarshalProto is proto.Unmarshal, with a panic of the decoder turned
+// into an error: google.golang.org/protobuf v1.36.12 panics on some
+// malformed map entries of dynamicpb messages ("cannot convert nil to map
+// key", found by FuzzProtobuf), and a hostile record must not stop the
+// worker.
+func unmarshalProto(payload []byte, msg proto.Message) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("the decoder failed: %v", r)
+		}
+	}()
+	return proto.Unmarshal(payload, msg)
 }
 
 // protoSchema is one compiled registry schema.
