@@ -422,40 +422,31 @@ func (b *avroBuilder) logical(n *avro.SchemaNode, out *avroNode, connectName str
 			out.conv, out.scale = convDecimal, int32(scale)
 			sch.Name, sch.Params = record.LogicalDecimal, map[string]string{record.DecimalScaleParam: strconv.Itoa(scale)}
 		}
-	case record.LogicalDate, record.DebeziumDate:
-		if intish {
-			set(convDate, connectName)
-		}
-	case record.LogicalTime, record.DebeziumTime:
-		if intish {
-			set(convTimeMillis, connectName)
-		}
-	case record.DebeziumMicroTime:
-		if longish {
-			set(convTimeMicros, connectName)
-		}
-	case record.DebeziumNanoTime:
-		if longish {
-			set(convTimeNanos, connectName)
-		}
-	case record.LogicalTimestamp, record.DebeziumTimestamp:
-		if longish {
-			set(convTimestampMillis, connectName)
-		}
-	case record.DebeziumMicroTimestamp:
-		if longish {
-			set(convTimestampMicros, connectName)
-		}
-	case record.DebeziumNanoTimestamp:
-		if longish {
-			set(convTimestampNanos, connectName)
-		}
 	default:
+		if l, ok := connectIntLogical[connectName]; ok {
+			if (l.long && longish) || (!l.long && intish) {
+				set(l.conv, connectName)
+			}
+			return nil
+		}
 		if connectName != "" && sch.Name == "" {
 			sch.Name = connectName
 		}
 	}
 	return nil
+}
+
+// connectIntLogical maps Kafka Connect's and Debezium's logical names on
+// an int (long false) or a long to their conversions.
+var connectIntLogical = map[string]struct {
+	conv avroConv
+	long bool
+}{
+	record.LogicalDate: {convDate, false}, record.DebeziumDate: {convDate, false},
+	record.LogicalTime: {convTimeMillis, false}, record.DebeziumTime: {convTimeMillis, false},
+	record.DebeziumMicroTime: {convTimeMicros, true}, record.DebeziumNanoTime: {convTimeNanos, true},
+	record.LogicalTimestamp: {convTimestampMillis, true}, record.DebeziumTimestamp: {convTimestampMillis, true},
+	record.DebeziumMicroTimestamp: {convTimestampMicros, true}, record.DebeziumNanoTimestamp: {convTimestampNanos, true},
 }
 
 func fullName(n *avro.SchemaNode) string {

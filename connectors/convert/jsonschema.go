@@ -499,12 +499,8 @@ func (b *jsBuilder) node(raw any, base string, optional bool, depth int) (*jsNod
 		switch {
 		case name == record.LogicalDecimal:
 			n.kind, sch.Type, sch.Name = jsDecimal, record.TypeBytes, name
-			if s, ok := sch.Params[record.DecimalScaleParam]; ok {
-				v, err := strconv.Atoi(s)
-				if err != nil || v < -1000 || v > 1000 {
-					return nil, badSchema(b.id, "Decimal with an invalid scale %q", s)
-				}
-				n.scale, n.hasScale = int32(v), true
+			if err := b.decimalScale(n); err != nil {
+				return nil, err
 			}
 		case name == record.LogicalDate:
 			n.kind, sch.Type, sch.Name = jsDate, record.TypeInt32, name
@@ -536,12 +532,8 @@ func (b *jsBuilder) node(raw any, base string, optional bool, depth int) (*jsNod
 		}
 		if name == record.LogicalDecimal {
 			n.kind, sch.Type, sch.Name = jsDecimal, record.TypeBytes, name
-			if s, ok := sch.Params[record.DecimalScaleParam]; ok {
-				v, err := strconv.Atoi(s)
-				if err != nil || v < -1000 || v > 1000 {
-					return nil, badSchema(b.id, "Decimal with an invalid scale %q", s)
-				}
-				n.scale, n.hasScale = int32(v), true
+			if err := b.decimalScale(n); err != nil {
+				return nil, err
 			}
 		}
 	case "array":
@@ -617,6 +609,20 @@ func (b *jsBuilder) node(raw any, base string, optional bool, depth int) (*jsNod
 		sch.Name = name
 	}
 	return n, nil
+}
+
+// decimalScale reads a Decimal node's scale parameter.
+func (b *jsBuilder) decimalScale(n *jsNode) error {
+	s, ok := n.sch.Params[record.DecimalScaleParam]
+	if !ok {
+		return nil
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil || v < -1000 || v > 1000 {
+		return badSchema(b.id, "Decimal with an invalid scale %q", s)
+	}
+	n.scale, n.hasScale = int32(v), true
+	return nil
 }
 
 // sealAll indexes the struct schemas once, before the program is shared.
@@ -719,24 +725,22 @@ func (n *jsNode) convert(v record.Value, raw []byte) (record.Value, error) {
 			return bad("%s has more than %d decimal places", record.Truncate(string(raw), 40), scale)
 		}
 		return record.Decimal(unscaled, scale).WithSchema(n.sch), nil
-	case jsString:
+	case jsString, jsBytes:
 		if v.Kind() != record.KindString {
 			return want("a string")
+		}
+		if n.kind == jsBytes {
+			b, err := v.AsBytes()
+			if err != nil {
+				return bad("%v", err)
+			}
+			return record.Bytes(b).WithSchema(n.sch), nil
 		}
 		s, err := v.AsString()
 		if err != nil {
 			return bad("%v", err)
 		}
 		return record.String(s).WithSchema(n.sch), nil
-	case jsBytes:
-		if v.Kind() != record.KindString {
-			return want("a base64 string")
-		}
-		b, err := v.AsBytes()
-		if err != nil {
-			return bad("%v", err)
-		}
-		return record.Bytes(b).WithSchema(n.sch), nil
 	case jsArray:
 		if v.Kind() != record.KindArray {
 			return want("an array")
