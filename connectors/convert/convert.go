@@ -43,6 +43,7 @@ type Converter interface {
 type Buffer struct {
 	members []jsonscan.Member
 	object  record.ObjectBuffer
+	arena   valueArena // the fields of records decoded with a schema (Avro)
 }
 
 // Scratch holds a Pipeline's buffers for one goroutine: one for keys, one
