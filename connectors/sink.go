@@ -17,6 +17,7 @@ import (
 
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors/convert"
+	"github.com/txsink/txsink/connectors/transform"
 	"github.com/txsink/txsink/offsets"
 	"github.com/txsink/txsink/twophase"
 )
@@ -119,6 +120,7 @@ type Spec struct {
 func (s Spec) AllDefs() config.Defs {
 	out := append(config.Defs{}, config.ConnectorDefs...)
 	out = append(out, convert.Defs...)
+	out = append(out, transform.Defs...)
 	return append(out, s.Defs...)
 }
 

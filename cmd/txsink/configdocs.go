@@ -10,6 +10,7 @@ import (
 
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors/convert"
+	"github.com/txsink/txsink/connectors/transform"
 )
 
 // configDocsCommand regenerates the checked-in reference; the stale-file
@@ -70,6 +71,10 @@ func writeConfigDocs(w io.Writer) {
 	p("their type mapping. The settings under `key.converter.` and `value.converter.` are passed to the converter with\n")
 	p("the prefix removed.\n\n")
 	writeDefs(w, convert.Defs, false)
+
+	p("## Transforms\n\n")
+	p("Kafka Connect's single message transforms and predicates, by class name; see [transforms.md](transforms.md).\n\n")
+	writeDefs(w, transform.Defs, false)
 
 	for _, s := range registry().Specs() {
 		p("## Sink `%s`\n\n", s.Name)

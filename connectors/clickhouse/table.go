@@ -155,6 +155,9 @@ func mapRecords(ctx context.Context, pipe *convert.Pipeline, t *table, m mapping
 	sc := newSlots(t)
 	for _, r := range recs {
 		cols, vals, shape, rerr := mapRecord(ctx, pipe, t, m, r, sc)
+		if rerr == nil && cols == nil {
+			continue // dropped by a transform
+		}
 		if rerr != nil {
 			if errors.Is(rerr, ErrUnsupportedColumn) {
 				return nil, nil, fmt.Errorf("clickhouse: table %s: %w", t.Ident, rerr)
@@ -264,9 +267,11 @@ func (sc *slots) fillKey(t *table, m mapping, key record.Value) error {
 }
 
 func mapRecord(ctx context.Context, pipe *convert.Pipeline, t *table, m mapping, r *kgo.Record, sc *slots) (cols []*column, vals []any, shape string, err error) {
-	rec, err := pipe.Convert(ctx, r, &sc.conv, false)
-	if err != nil {
-		return nil, nil, "", err
+	// Keys are converted (and transformed) with the value when a tombstone
+	// may need them.
+	rec, err := pipe.Convert(ctx, r, &sc.conv, m.DeleteEnabled)
+	if err != nil || rec == nil {
+		return nil, nil, "", err // rec == nil: a transform dropped r
 	}
 	clear(sc.set)
 	deleted := false
@@ -275,11 +280,7 @@ func mapRecord(ctx context.Context, pipe *convert.Pipeline, t *table, m mapping,
 		if !m.DeleteEnabled {
 			return nil, nil, "", record.ErrTombstone
 		}
-		key, err := pipe.ConvertKey(ctx, r, &sc.conv)
-		if err != nil {
-			return nil, nil, "", err
-		}
-		if err := sc.fillKey(t, m, key); err != nil {
+		if err := sc.fillKey(t, m, rec.Key); err != nil {
 			return nil, nil, "", err
 		}
 		deleted = true

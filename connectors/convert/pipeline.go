@@ -10,6 +10,7 @@ import (
 
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors/record"
+	"github.com/txsink/txsink/connectors/transform"
 )
 
 // Setting names (Kafka Connect's).
@@ -59,6 +60,7 @@ var Defs = func() config.Defs {
 			config.Def{Name: p + "." + SettingKeystoreType, Type: config.String, Group: "Converters", Enum: []string{"PEM"}, Doc: "Registry TLS client certificate type: PEM, given inline in the two settings below."},
 			config.Def{Name: p + "." + SettingKeystoreCertChain, Type: config.String, Group: "Converters", Doc: "PEM client certificate chain for mutual TLS with the registry."},
 			config.Def{Name: p + "." + SettingKeystoreKey, Type: config.Password, Group: "Converters", Doc: "PEM private key of the client certificate."},
+			config.Def{Name: p + "." + SettingJSONSchemaValidate, Type: config.Boolean, Group: "Converters", Doc: "JsonSchemaConverter: true validates every payload against its JSON Schema; a payload that fails is a bad record naming the failing location."},
 		)
 	}
 	return ds
@@ -80,6 +82,7 @@ func checkClass(v string) error {
 // each goroutine brings its own Scratch.
 type Pipeline struct {
 	key, value Converter
+	chain      *transform.Chain
 }
 
 // NewPipeline builds the pipeline of a connector from its validated
@@ -92,6 +95,9 @@ func NewPipeline(v config.Values) (*Pipeline, error) {
 		return nil, err
 	}
 	if p.value, err = converterFor(v, KeyValueConverter, false); err != nil {
+		return nil, err
+	}
+	if p.chain, err = transform.NewChain(v); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -125,8 +131,10 @@ func converterFor(v config.Values, prefix string, isKey bool) (Converter, error)
 	return c, nil
 }
 
-// Convert converts r's value, and its key when withKey is set, into a
-// Record held in sc. Bad data returns a *record.Error naming r's
+// Convert converts r's value, and its key when withKey is set or a
+// transform needs it, and runs the connector's transforms, into a Record
+// held in sc. A nil Record and a nil error mean a transform dropped r: the
+// sink writes nothing for it. Bad data returns a *record.Error naming r's
 // coordinates; a failure of the environment returns an error wrapping
 // record.ErrUnavailable (retry later, never skip). The result may refer to
 // r's bytes and is valid until sc's next use.
@@ -137,25 +145,25 @@ func (p *Pipeline) Convert(ctx context.Context, r *kgo.Record, sc *Scratch, with
 	if out.Value, err = p.value.Convert(ctx, r.Topic, r.Headers, r.Value, &sc.value); err != nil {
 		return nil, p.fail(r, err, "")
 	}
-	if withKey {
+	if withKey || p.chain.NeedsKey() {
 		if out.Key, err = p.key.Convert(ctx, r.Topic, r.Headers, r.Key, &sc.key); err != nil {
 			return nil, p.fail(r, err, "key: ")
+		}
+	}
+	if p.chain != nil {
+		keep, err := p.chain.Apply(out)
+		if err != nil {
+			return nil, p.fail(r, err, "")
+		}
+		if !keep {
+			return nil, nil
 		}
 	}
 	return out, nil
 }
 
-// ConvertKey converts only r's key.
-func (p *Pipeline) ConvertKey(ctx context.Context, r *kgo.Record, sc *Scratch) (record.Value, error) {
-	v, err := p.key.Convert(ctx, r.Topic, r.Headers, r.Key, &sc.key)
-	if err != nil {
-		return v, p.fail(r, err, "key: ")
-	}
-	return v, nil
-}
-
 func (p *Pipeline) fail(r *kgo.Record, err error, what string) error {
-	if errors.Is(err, record.ErrUnavailable) || !errors.Is(err, record.ErrDecode) {
+	if errors.Is(err, record.ErrUnavailable) || !(errors.Is(err, record.ErrDecode) || errors.Is(err, record.ErrTransform)) {
 		return err
 	}
 	if what != "" {

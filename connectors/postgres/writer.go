@@ -197,12 +197,13 @@ func (w *Writer) TableName(topic string) string {
 }
 
 // WriteStats counts what one Write did with its records. Written, Deleted,
-// DeadLettered and Superseded add up to the number of records.
+// DeadLettered, Superseded and Dropped add up to the number of records.
 type WriteStats struct {
 	Written      int // records written as rows (COPY, insert or upsert)
 	Deleted      int // tombstones applied as DELETE by key (whether or not a row existed)
 	DeadLettered int // bad records written to the dead-letter table
 	Superseded   int // upsert mode: records replaced by a later record with the same key in the batch
+	Dropped      int // records a transform filtered out
 }
 
 // op is one record's pending change.
@@ -268,6 +269,7 @@ func (w *Writer) Write(ctx context.Context, tx pgx.Tx, records []*kgo.Record) (W
 			return stats, err
 		}
 	}
+	stats.Dropped = len(records) - len(ops) - len(bad)
 	if w.cfg.ErrorsTolerance == ToleranceNone && len(bad) > 0 {
 		// Nothing at or after the first bad offset matters.
 		first := bad[0].Offset
@@ -380,6 +382,9 @@ func (w *Writer) prepare(ctx context.Context, p *plan, records []*kgo.Record) (o
 			}
 			bad = append(bad, badRecord(r, err))
 			continue
+		}
+		if o == nil {
+			continue // dropped by a transform
 		}
 		ops = append(ops, o)
 	}
@@ -511,8 +516,8 @@ func keyColumns(p *plan, key record.Value) (map[string]record.Value, error) {
 func (w *Writer) prepareOne(ctx context.Context, p *plan, r *kgo.Record, sc *scratch) (*op, error) {
 	t := p.t
 	rec, err := w.pipe.Convert(ctx, r, &sc.conv, w.cfg.PKMode == PKModeRecordKey)
-	if err != nil {
-		return nil, err
+	if err != nil || rec == nil {
+		return nil, err // rec == nil: a transform dropped r
 	}
 	o := &op{rec: r}
 

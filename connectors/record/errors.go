@@ -26,6 +26,9 @@ var (
 	// ErrTombstone: a record with a null value arrived while deletes are
 	// off.
 	ErrTombstone = errors.New("tombstone record but delete.enabled=false")
+	// ErrTransform: a transform cannot apply to the record (a field it
+	// reads is missing or of the wrong type).
+	ErrTransform = errors.New("cannot transform record")
 )
 
 // ErrUnavailable marks failures of the environment the pipeline depends
