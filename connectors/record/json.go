@@ -55,11 +55,15 @@ func (v Value) AppendJSON(dst []byte) ([]byte, error) {
 	case KindStruct:
 		elems := v.elems()
 		dst = append(dst, '{')
-		for i, f := range v.sch.Fields {
+		for i := range elems {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			dst = appendJSONString(dst, f.Name)
+			if v.sch != nil {
+				dst = appendJSONString(dst, v.sch.Fields[i].Name)
+			} else {
+				dst = appendJSONString(dst, v.x.names[i])
+			}
 			dst = append(dst, ':')
 			var err error
 			if dst, err = elems[i].AppendJSON(dst); err != nil {

@@ -258,3 +258,18 @@ func FuzzJSONValue(f *testing.F) {
 		_ = v.Len()
 	})
 }
+
+func TestObject(t *testing.T) {
+	o := Object([]string{"a", "b", "a"}, []Value{Int(1), String("x"), Int(3)})
+	var names []string
+	_ = o.Range(func(n []byte, _ Value) error { names = append(names, string(n)); return nil })
+	if strings.Join(names, ",") != "a,b,a" || o.Len() != 3 {
+		t.Fatalf("Range: %v", names)
+	}
+	if a, _ := o.Get("a"); must(a.JSONText()) == nil || string(must(a.JSONText())) != "3" {
+		t.Errorf("Get(a) = %s, want the last", a.GoString())
+	}
+	if got := string(must(o.JSONText())); got != `{"a":1,"b":"x","a":3}` {
+		t.Errorf("JSON %s", got)
+	}
+}

@@ -78,6 +78,7 @@ type Value struct {
 // ext holds the parts of a value that only some kinds have.
 type ext struct {
 	s     string            // String from a Go string
+	names []string          // field names of a struct without a schema (Object)
 	big   *big.Int          // Decimal unscaled value (unless flagSmall)
 	elems []Value           // Array elements; Struct fields in schema order; Map keys and values interleaved
 	obj   []jsonscan.Member // a schemaless JSON object's members, already scanned
@@ -175,6 +176,14 @@ func Duration(sec int64, nanos int32) Value {
 // with one value per field, in field order.
 func Struct(s *Schema, fields []Value) Value {
 	return Value{kind: KindStruct, sch: s, x: &ext{elems: fields}}
+}
+
+// Object returns a struct without a schema, as a transform builds from a
+// schemaless value: fields named names, in that order, with values vals
+// (the same length). Range and Get see them as a struct's fields; it
+// renders as a JSON object.
+func Object(names []string, vals []Value) Value {
+	return Value{kind: KindStruct, x: &ext{names: names, elems: vals}}
 }
 
 // Array returns an array.
@@ -356,6 +365,18 @@ func (v Value) Range(fn func(name []byte, fv Value) error) error {
 		return nil
 	}
 	elems := v.elems()
+	if v.sch == nil {
+		var names []string
+		if v.x != nil {
+			names = v.x.names
+		}
+		for i, n := range names {
+			if err := fn([]byte(n), elems[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	for i, f := range v.sch.Fields {
 		if err := fn(f.name, elems[i]); err != nil {
 			return err
@@ -402,7 +423,7 @@ func (v Value) Get(name string) (Value, bool) {
 	if v.kind != KindStruct {
 		return Value{}, false
 	}
-	if v.flags&flagJSON == 0 {
+	if v.flags&flagJSON == 0 && v.sch != nil {
 		f := v.sch.Field(name)
 		if f == nil {
 			return Value{}, false
