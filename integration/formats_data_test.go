@@ -643,8 +643,8 @@ func jsonSchemaRecord(seq int, id string) ([]byte, map[string]any) {
 	bin := randBytes(r, r.IntN(12))
 	doc := map[string]any{
 		"id": id, "seq": seq, "n32": n32, "num": num, "flag": seq%2 == 0,
-		"dec":  json.Number(decText(dec, 2)),
-		"day":  days, "tod": tod.Milliseconds(), "ts": ts.UnixMilli(),
+		"dec": json.Number(decText(dec, 2)),
+		"day": days, "tod": tod.Milliseconds(), "ts": ts.UnixMilli(),
 		"sdate": sday.Format(time.DateOnly), "sts": sts.Format(time.RFC3339Nano),
 		"tags": textOrEmpty(tags), "obj": obj, "attrs": attrs,
 		"bin": base64.StdEncoding.EncodeToString(bin),
