@@ -244,7 +244,7 @@ func TestFormatsRegistryDown(t *testing.T) {
 	e.reg.Down()
 	downAt := time.Now()
 	t.Logf("registry down at %s", downAt.Format(time.TimeOnly))
-	produce(t, e.k.Bootstrap, e.topic, produceOpts{Records: 6000, Partitions: 3, AbortRatio: 0.15, MaxTxn: 60, Seed: 1521, Value: enc2}, &u)
+	produce(t, e.k.Bootstrap, e.topic, produceOpts{Records: u.total() + 3000, Partitions: 3, AbortRatio: 0.15, MaxTxn: 60, Seed: 1521, Value: enc2}, &u)
 	sawWaiting := false
 	for time.Since(downAt) < 30*time.Second {
 		st := w.taskStatus(t, name)
@@ -327,8 +327,8 @@ type poisonKind struct {
 var poisonKinds = []poisonKind{
 	{"wrong magic byte", "wrong magic byte 0x01"},
 	{"unknown schema id", "unknown schema id"},
-	{"truncated payload", `field "id"`},
-	{"value out of range for its column", `field "small"`},
+	{"truncated payload", `field "id": cannot decode record: truncated Avro payload`},
+	{"value out of range for its column", `field "small": cannot convert value: 40000 is out of range`},
 }
 
 // poisonTopic writes good Avro records with each poison record of
@@ -354,7 +354,7 @@ func poisonTopic(t *testing.T, k *harness.KafkaService, reg *harness.SchemaRegis
 	bad := []func(seq int, rid string) []byte{
 		func(seq int, rid string) []byte { b := good(seq, rid); b[0] = 1; return b },
 		func(seq int, rid string) []byte { return enc(0x7ff00000+seq, seq, rid, 1) },
-		func(seq int, rid string) []byte { return good(seq, rid)[:5+3] }, // the id string cut short
+		func(seq int, rid string) []byte { return good(seq, rid)[:5+3] },     // the id string cut short
 		func(seq int, rid string) []byte { return enc(id, seq, rid, 40000) }, // small is a smallint
 	}
 	u := &upstream{}
