@@ -344,30 +344,37 @@ func anySlice(s []string) []any {
 	return out
 }
 
+// avroEncoder registers the two versions (v1Text, v2Text) under subject
+// and returns the encoder of seq's record with its version's id.
+func avroEncoder(t testing.TB, reg schemaRegistrar, subject, v1Text, v2Text string) func(int, string) []byte {
+	t.Helper()
+	s1, err := avro.Parse(v1Text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := avro.Parse(v2Text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id1 := reg.Register(t, subject, sr.Schema{Schema: v1Text, Type: sr.TypeAvro})
+	id2 := reg.Register(t, subject, sr.Schema{Schema: v2Text, Type: sr.TypeAvro})
+	return func(seq int, id string) []byte {
+		native, _ := avroRecord(seq, id)
+		s, sid := s1, id1
+		if v2(seq) {
+			s, sid = s2, id2
+		}
+		b, err := sr.Encode(native, &sr.ConfluentHeader{}, sid, nil, func(v any) ([]byte, error) { return s.Encode(v) })
+		if err != nil {
+			panic(fmt.Sprintf("avro encode seq %d: %v", seq, err))
+		}
+		return b
+	}
+}
+
 func init() {
 	avroFormat.register = func(t testing.TB, reg schemaRegistrar, subject string) func(int, string) []byte {
-		s1, err := avro.Parse(avroEventV1Text)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s2, err := avro.Parse(avroEventV2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		id1 := reg.Register(t, subject, sr.Schema{Schema: avroEventV1Text, Type: sr.TypeAvro})
-		id2 := reg.Register(t, subject, sr.Schema{Schema: avroEventV2, Type: sr.TypeAvro})
-		return func(seq int, id string) []byte {
-			native, _ := avroRecord(seq, id)
-			s, sid := s1, id1
-			if v2(seq) {
-				s, sid = s2, id2
-			}
-			b, err := sr.Encode(native, &sr.ConfluentHeader{}, sid, nil, func(v any) ([]byte, error) { return s.Encode(v) })
-			if err != nil {
-				panic(fmt.Sprintf("avro encode seq %d: %v", seq, err))
-			}
-			return b
-		}
+		return avroEncoder(t, reg, subject, avroEventV1Text, avroEventV2)
 	}
 	avroFormat.want = func(seq int, id string) map[string]any { _, w := avroRecord(seq, id); return w }
 }

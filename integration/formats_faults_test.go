@@ -203,30 +203,7 @@ func TestFormatsRegistryDown(t *testing.T) {
 	const name = "fmtdown"
 	// Ids for the second part, registered now: the process has never
 	// fetched them when the registry goes down.
-	v1b := avroDocVariant(avroEventV1Text, "part 2")
-	v2b := avroDocVariant(avroEventV2, "part 2")
-	id1 := e.reg.Register(t, e.reg.Subject(e.topic+"-b"), sr.Schema{Schema: v1b, Type: sr.TypeAvro})
-	id2 := e.reg.Register(t, e.reg.Subject(e.topic+"-b"), sr.Schema{Schema: v2b, Type: sr.TypeAvro})
-	s1, err := avro.Parse(v1b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s2, err := avro.Parse(v2b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	enc2 := func(seq int, id string) []byte {
-		native, _ := avroRecord(seq, id)
-		s, sid := s1, id1
-		if v2(seq) {
-			s, sid = s2, id2
-		}
-		b, err := sr.Encode(native, &sr.ConfluentHeader{}, sid, nil, func(v any) ([]byte, error) { return s.Encode(v) })
-		if err != nil {
-			panic(err)
-		}
-		return b
-	}
+	enc2 := avroEncoder(t, e.reg, e.reg.Subject(e.topic+"-b"), avroDocVariant(avroEventV1Text, "part 2"), avroDocVariant(avroEventV2, "part 2"))
 
 	cfg := e.cfg
 	cfg["name"] = name
