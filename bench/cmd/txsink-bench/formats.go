@@ -129,21 +129,24 @@ func (b *bench) formats(ctx context.Context) error {
 		}})
 	}
 	rows := make([]*Row, len(list))
+	rounds := make([][]roundLine, len(list))
 	for i, f := range list {
 		rows[i] = &Row{System: "txsink", Mode: "exactly_once", Workload: f.w.Name, ValueBytes: f.w.ValueBytes, Partitions: f.w.Partitions, Records: f.w.Records}
 	}
 	for run := 0; run < b.o.Runs; run++ {
 		for i, f := range list {
-			res, _, err := b.runTxsink(ctx, f.w, "exactly_once", f.extra)
+			res, rl, err := b.runTxsink(ctx, f.w, "exactly_once", f.extra)
 			if err != nil {
 				return fmt.Errorf("format %s: %w", f.name, err)
 			}
 			rows[i].Runs = append(rows[i].Runs, res)
+			rounds[i] = append(rounds[i], rl...)
 			b.logf("%s run %d: txsink exactly_once %.0f rec/s, %.1f CPU s", f.w.Name, run+1, res.RPS, res.CPUSeconds)
 		}
 	}
 	for i, r := range rows {
 		r.finish()
+		r.Phases, r.Rounds = phases(rounds[i]), len(rounds[i])
 		if i > 0 && rows[0].MedianRPS > 0 {
 			r.Note = fmt.Sprintf("%.0f %% of the JSON row's records/s; %.2f× its CPU per record", 100*r.MedianRPS/rows[0].MedianRPS, r.CPUSecPerM/rows[0].CPUSecPerM)
 		}
