@@ -177,6 +177,18 @@ func (v Value) AsInt64() (int64, error) {
 		if v.flags&flagSmall != 0 && v.aux == 0 {
 			return int64(v.n), nil
 		}
+	case KindDuration:
+		// Whole milliseconds, the unit AsDuration reads integers in (the
+		// documented mapping of a Protobuf Duration to bigint and Int64
+		// columns); a fraction of a millisecond is refused, never dropped.
+		d, err := v.AsDuration()
+		if err != nil {
+			return 0, err
+		}
+		if d%time.Millisecond != 0 {
+			return 0, coerceErr("duration %s has a fraction of a millisecond: it does not fit an integer column of milliseconds", v.durationText())
+		}
+		return int64(d / time.Millisecond), nil
 	}
 	s, err := v.numberText()
 	if err != nil {

@@ -65,6 +65,14 @@ func TestConversions(t *testing.T) {
 			t.Errorf("%s: AsInt64 error %v, want ErrCoerce", name, err)
 		}
 	}
+	// A duration fills an integer column as whole milliseconds
+	// (docs/formats.md: Protobuf Duration → bigint, Int64).
+	if n, err := Duration(-90, -500_000_000).AsInt64(); err != nil || n != -90500 {
+		t.Errorf("Duration(-90.5 s).AsInt64 = %d, %v; want -90500", n, err)
+	}
+	if _, err := Duration(1, 1000).AsInt64(); !errors.Is(err, ErrCoerce) {
+		t.Errorf("Duration(1.000001 s).AsInt64 error %v, want ErrCoerce (a fraction of a millisecond is not dropped)", err)
+	}
 	if n, err := Uint(math.MaxUint64).AsUint64(); err != nil || n != math.MaxUint64 {
 		t.Errorf("AsUint64 = %d, %v", n, err)
 	}

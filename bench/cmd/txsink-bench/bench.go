@@ -35,6 +35,8 @@ type bench struct {
 	slowest float64
 	// mainWorkload is the 100-byte, 6-partition workload (or the first).
 	mainWorkload *workload
+	// formatTarget is the Avro-vs-JSON target, when -formats measured it.
+	formatTarget *Target
 }
 
 func (b *bench) logf(format string, args ...any) {
@@ -128,6 +130,9 @@ func runBench(ctx context.Context, o options, log io.Writer) (*Report, error) {
 		if r.System == "txsink" && r.MedianRPS > 0 && (b.slowest == 0 || r.MedianRPS < b.slowest) {
 			b.slowest = r.MedianRPS
 		}
+	}
+	if err := b.formats(ctx); err != nil {
+		return rep, err
 	}
 	if o.Pprof {
 		if err := b.profileInProcess(ctx, "exactly_once"); err != nil {

@@ -44,12 +44,15 @@ type options struct {
 	LatencyRate int // records/s of the latency runs; 0: half of exactly_once's drain rate
 	Growth      []int
 	ClickHouse  bool
-	Out         string
-	Repo        string
-	Timeout     time.Duration
-	Charts      bool
-	Pprof       bool
-	Command     string
+	// Formats are the Schema Registry formats (avro, protobuf) measured
+	// on the main workload's rows beside JSON.
+	Formats []string
+	Out     string
+	Repo    string
+	Timeout time.Duration
+	Charts  bool
+	Pprof   bool
+	Command string
 	// Settings are connector settings added to every txsink run (-set).
 	Settings map[string]string
 }
@@ -59,6 +62,7 @@ func profileOptions(name string) (options, error) {
 		Profile:  name,
 		Modes:    []string{"exactly_once", "exactly_once_sink", "at_least_once"},
 		LatModes: []string{"exactly_once", "exactly_once_sink"},
+		Formats:  []string{"avro", "protobuf"},
 		Charts:   true,
 	}
 	switch name {
@@ -121,6 +125,7 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	latModes := fs.String("latency-modes", strings.Join(o.LatModes, ","), "modes measured at a steady rate")
 	growth := fs.String("growth", joinInts(o.Growth), "record counts of the growth curve (empty: none)")
 	fs.BoolVar(&o.ClickHouse, "clickhouse", o.ClickHouse, "measure ClickHouse (raw insert, and txsink's sink if registered)")
+	formats := fs.String("formats", strings.Join(o.Formats, ","), "Schema Registry formats (avro, protobuf) whose converters are measured on the main workload's rows beside JSON; empty: none")
 	fs.StringVar(&o.Out, "out", "", "output directory (default bench/results/<profile>)")
 	fs.StringVar(&o.Repo, "repo", "", "repository root (default: found from the working directory)")
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "overall budget; remaining steps are skipped with the reason once it is spent")
@@ -156,6 +161,7 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	}
 	o.Settings = settings
 	o.Modes = splitList(*modes)
+	o.Formats = splitList(*formats)
 	o.LatModes = splitList(*latModes)
 	o.Command = "go run ./bench/cmd/txsink-bench " + strings.Join(args, " ")
 	if err := o.validate(); err != nil {
@@ -240,6 +246,11 @@ func (o options) validate() error {
 		case "exactly_once", "exactly_once_sink", "at_least_once", "at_most_once":
 		default:
 			return fmt.Errorf("-modes/-latency-modes: unknown delivery guarantee %q", m)
+		}
+	}
+	for _, f := range o.Formats {
+		if _, ok := formatConverters[f]; !ok {
+			return fmt.Errorf("-formats: unknown format %q (want avro or protobuf)", f)
 		}
 	}
 	for _, p := range o.Partitions {

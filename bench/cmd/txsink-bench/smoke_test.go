@@ -8,6 +8,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -60,6 +62,17 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("row %s on %s: %d runs, median %v records/s", r.label(), r.Workload, len(r.Runs), r.MedianRPS)
 		}
 		measured[r.System+" "+r.Mode] = true
+		if w := rep.Workloads; len(w) > 0 && strings.HasPrefix(r.Workload, w[0].Name+" ") {
+			measured["format"+strings.TrimPrefix(r.Workload, w[0].Name)] = true
+		}
+	}
+	for _, f := range append([]string{"json"}, o.Formats...) {
+		if !measured["format "+f] {
+			t.Errorf("no measurement of the %s row (-formats)", f)
+		}
+	}
+	if !slices.Contains(o.Formats, "avro") {
+		t.Error("the smoke profile must measure the Avro row")
 	}
 	for _, want := range []string{"raw-copy ×1", "raw-copy ×4", "raw-consume ", "txsink exactly_once", "txsink exactly_once_sink", "txsink at_least_once"} {
 		if !measured[want] {

@@ -62,6 +62,9 @@ func (b *bench) targets() {
 		}
 	}
 	b.rep.Targets = append(b.rep.Targets, t)
+	if b.formatTarget != nil {
+		b.rep.Targets = append(b.rep.Targets, *b.formatTarget)
+	}
 	for i := range b.rep.Targets {
 		if b.rep.Targets[i].Got == "" {
 			b.rep.Targets[i].Got = "not measured in this run"

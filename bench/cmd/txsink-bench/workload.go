@@ -112,6 +112,15 @@ func createTopic(ctx context.Context, bootstrap, topic string, partitions int) e
 // transactional producer, txnRecords records per transaction, record seq
 // into partition (seq-1) % partitions. It returns the per-partition ends.
 func preload(ctx context.Context, bootstrap, topic string, n, valueBytes, partitions int, envelope bool) (map[int32]int64, error) {
+	value := row.json
+	if envelope {
+		value = row.envelope
+	}
+	return preloadValues(ctx, bootstrap, topic, n, valueBytes, partitions, value)
+}
+
+// preloadValues is preload with each row's value made by value.
+func preloadValues(ctx context.Context, bootstrap, topic string, n, valueBytes, partitions int, value func(row) []byte) (map[int32]int64, error) {
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(bootstrap),
 		kgo.TransactionalID("bench-preload-"+topic),
@@ -135,12 +144,7 @@ func preload(ctx context.Context, bootstrap, topic string, n, valueBytes, partit
 		stop := min(start+txnRecords-1, n)
 		errc := make(chan error, 1)
 		for seq := start; seq <= stop; seq++ {
-			r := makeRow(int64(seq), valueBytes)
-			v := r.json()
-			if envelope {
-				v = r.envelope()
-			}
-			rec := &kgo.Record{Partition: int32((seq - 1) % partitions), Value: v}
+			rec := &kgo.Record{Partition: int32((seq - 1) % partitions), Value: value(makeRow(int64(seq), valueBytes))}
 			cl.Produce(ctx, rec, func(r *kgo.Record, err error) {
 				if err != nil {
 					select {

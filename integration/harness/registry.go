@@ -1,0 +1,228 @@
+package harness
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/sr"
+	"github.com/twmb/franz-go/pkg/sr/srfake"
+)
+
+// EnvSchemaRegistryURL names a running Confluent-API Schema Registry
+// (http://host:port, user information in the URL for basic
+// authentication) to use instead of franz-go's in-memory srfake.
+const EnvSchemaRegistryURL = "TXSINK_TEST_SCHEMA_REGISTRY_URL"
+
+// SchemaRegistryService is a Schema Registry that speaks Confluent's REST
+// API, behind a front on 127.0.0.1 that the test controls: separate txsink
+// processes reach it at URL, and Down/Up make it unreachable for a while.
+//
+// The registry is franz-go's srfake (an independent implementation of the
+// API, never a registry of ours), served over HTTP, or the registry named
+// by TXSINK_TEST_SCHEMA_REGISTRY_URL. Both are shared by the test binary;
+// tests keep apart by registering under subjects from Subject.
+type SchemaRegistryService struct {
+	// URL is the front's address, http://127.0.0.1:port.
+	URL string
+	// Client registers and looks up schemas through the front.
+	Client *sr.Client
+	// Real reports that a real registry is behind the front.
+	Real bool
+
+	f *registryFront
+}
+
+// SchemaRegistry returns the registry shared by the test binary (started
+// on first use). It needs neither Docker nor the network.
+func SchemaRegistry(t testing.TB) *SchemaRegistryService {
+	t.Helper()
+	return service(t, "schema-registry", startRegistry)
+}
+
+func startRegistry(tb testing.TB, sharedMode bool) (*SchemaRegistryService, error) {
+	var backend http.Handler
+	real := false
+	var closeBackend func()
+	if raw := os.Getenv(EnvSchemaRegistryURL); raw != "" {
+		u, err := url.Parse(raw)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", EnvSchemaRegistryURL, err)
+		}
+		real = true
+		proxy := httputil.NewSingleHostReverseProxy(u)
+		user := u.User
+		base := proxy.Director
+		proxy.Director = func(r *http.Request) {
+			base(r)
+			r.Host = u.Host
+			if user != nil {
+				p, _ := user.Password()
+				r.SetBasicAuth(user.Username(), p)
+			}
+		}
+		backend = proxy
+	} else {
+		// srfake served by its own HTTP server; the front proxies to it,
+		// so that closing the front's connections looks like a registry
+		// that went away.
+		srv := httptest.NewServer(srfake.NewRegistry().Handler())
+		closeBackend = srv.Close
+		u, _ := url.Parse(srv.URL)
+		backend = httputil.NewSingleHostReverseProxy(u)
+	}
+	f, err := newRegistryFront(backend)
+	if err != nil {
+		if closeBackend != nil {
+			closeBackend()
+		}
+		return nil, err
+	}
+	s := &SchemaRegistryService{URL: "http://" + f.addr, Real: real, f: f}
+	if s.Client, err = sr.NewClient(sr.URLs(s.URL)); err != nil {
+		f.close()
+		return nil, err
+	}
+	register(tb, sharedMode, resource{name: "schema registry front " + f.addr, terminate: func(context.Context) error {
+		f.close()
+		if closeBackend != nil {
+			closeBackend()
+		}
+		return nil
+	}})
+	return s, nil
+}
+
+// Subject returns name with a random suffix: a subject no other test (and,
+// on a real registry, no earlier run) uses.
+func (s *SchemaRegistryService) Subject(name string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return name + "-" + hex.EncodeToString(b[:])
+}
+
+// Register registers schema under subject and returns its id.
+func (s *SchemaRegistryService) Register(t testing.TB, subject string, schema sr.Schema) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ss, err := s.Client.CreateSchema(ctx, subject, schema)
+	if err != nil {
+		t.Fatalf("register %s: %v", subject, err)
+	}
+	return ss.ID
+}
+
+// Down makes the registry unreachable: the front stops listening (new
+// connections are refused) and closes the connections it holds. It stays
+// down until Up.
+func (s *SchemaRegistryService) Down() { s.f.down() }
+
+// Up makes the registry reachable again at the same URL.
+func (s *SchemaRegistryService) Up(t testing.TB) {
+	t.Helper()
+	if err := s.f.up(); err != nil {
+		t.Fatalf("schema registry front: listen again on %s: %v", s.f.addr, err)
+	}
+}
+
+// registryFront serves the backend on a fixed 127.0.0.1 address and can
+// stop listening and drop its connections for a while.
+type registryFront struct {
+	addr string
+	srv  *http.Server
+
+	mu    sync.Mutex
+	ln    net.Listener // nil while down
+	conns map[net.Conn]struct{}
+}
+
+func newRegistryFront(backend http.Handler) (*registryFront, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	f := &registryFront{addr: ln.Addr().String(), conns: map[net.Conn]struct{}{}}
+	f.srv = &http.Server{
+		Handler:           backend,
+		ReadHeaderTimeout: 10 * time.Second,
+		ConnState: func(c net.Conn, st http.ConnState) {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			switch st {
+			case http.StateNew:
+				if f.ln == nil {
+					c.Close() // accepted just before going down
+					return
+				}
+				f.conns[c] = struct{}{}
+			case http.StateClosed, http.StateHijacked:
+				delete(f.conns, c)
+			}
+		},
+	}
+	f.serve(ln)
+	return f, nil
+}
+
+func (f *registryFront) serve(ln net.Listener) {
+	f.mu.Lock()
+	f.ln = ln
+	f.mu.Unlock()
+	go func() {
+		// Serve returns when down (or close) closes the listener.
+		if err := f.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+			fmt.Fprintf(os.Stderr, "harness: schema registry front: %v\n", err)
+		}
+	}()
+}
+
+func (f *registryFront) down() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ln != nil {
+		f.ln.Close()
+		f.ln = nil
+	}
+	for c := range f.conns {
+		c.Close()
+		delete(f.conns, c)
+	}
+}
+
+func (f *registryFront) up() error {
+	f.mu.Lock()
+	if f.ln != nil {
+		f.mu.Unlock()
+		return nil
+	}
+	f.mu.Unlock()
+	var ln net.Listener
+	var err error
+	// The port was ours a moment ago; retry briefly while the kernel lets
+	// it go.
+	for i := 0; i < 50; i++ {
+		if ln, err = net.Listen("tcp", f.addr); err == nil {
+			f.serve(ln)
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return err
+}
+
+func (f *registryFront) close() {
+	f.down()
+	_ = f.srv.Close()
+}
