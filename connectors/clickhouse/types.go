@@ -320,7 +320,7 @@ func zero(t *chType) any {
 //	FixedString(N)             a string or bytes of at most N bytes
 //	UUID                       AsUUID
 //	Date, Date32               AsDate, in the type's range
-//	DateTime, DateTime64       AsTimestamp, in the type's range (DateTime: whole seconds)
+//	DateTime, DateTime64       AsTimestamp, in the type's range; a fraction of a second the type cannot keep is refused
 //	Bool                       AsBool
 //	Enum8/16                   the label as a string
 //	Nullable(T)                null or T
@@ -448,7 +448,13 @@ func coerce(t *chType, v *record.Value) (any, error) {
 			if ts.Time.Unix() < 0 || ts.Time.Unix() > math.MaxUint32 {
 				return nil, coerceErr("%s is out of range for %s", ts.Time.Format(time.RFC3339), t.Name)
 			}
-			return ts.Time.Truncate(time.Second), nil
+			if ts.Time.Nanosecond() != 0 {
+				return nil, coerceErr("%s has a fraction of a second, which %s cannot keep: use DateTime64", ts.Time.Format(time.RFC3339Nano), t.Name)
+			}
+			return ts.Time, nil
+		}
+		if unit := int(math.Pow10(9 - min(max(t.Scale, 0), 9))); ts.Time.Nanosecond()%unit != 0 {
+			return nil, coerceErr("%s has more sub-second digits than %s keeps", ts.Time.Format(time.RFC3339Nano), t.Name)
 		}
 		if ts.Time.Before(minDateTime64) || ts.Time.After(maxDateTime64) {
 			return nil, coerceErr("%s is out of range for %s", ts.Time.Format(time.RFC3339Nano), t.Name)

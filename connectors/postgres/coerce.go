@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -24,9 +25,9 @@ import (
 //	numeric                      AsDecimal, exact; NaN and ±Infinity
 //	real, double precision       AsFloat
 //	boolean                      AsBool
-//	timestamptz, timestamp       AsTimestamp (timestamp stores the UTC wall time; a local timestamp its wall time)
+//	timestamptz, timestamp       AsTimestamp (timestamp stores the UTC wall time; a local timestamp its wall time); sub-microsecond digits refused
 //	date                         AsDate
-//	time                         AsTimeOfDay, rounded to microseconds
+//	time                         AsTimeOfDay; sub-microsecond digits refused
 //	uuid                         AsUUID
 //	json, jsonb                  any value as JSON text (jsonb refuses \u0000)
 //	bytea                        AsBytes
@@ -125,6 +126,9 @@ func coerceType(t *pgType, maxLen int, v *record.Value) (any, error) {
 		if err != nil {
 			return nil, err
 		}
+		if ts.Time.Nanosecond()%1000 != 0 {
+			return nil, coerceErr("%s has sub-microsecond digits, which PostgreSQL timestamps cannot keep", ts.Time.Format(time.RFC3339Nano))
+		}
 		inf := pgtype.InfinityModifier(ts.Inf)
 		if t.Kind == kindTimestamptz {
 			return pgtype.Timestamptz{Time: ts.Time, InfinityModifier: inf, Valid: true}, nil
@@ -141,7 +145,10 @@ func coerceType(t *pgType, maxLen int, v *record.Value) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return pgtype.Time{Microseconds: (int64(d) + 500) / 1000, Valid: true}, nil
+		if d%time.Microsecond != 0 {
+			return nil, coerceErr("%s has sub-microsecond digits, which a PostgreSQL time cannot keep", d)
+		}
+		return pgtype.Time{Microseconds: d.Microseconds(), Valid: true}, nil
 	case kindUUID:
 		return v.AsUUID()
 	case kindJSON, kindJSONB:

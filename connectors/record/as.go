@@ -28,7 +28,7 @@ import (
 //	AsBool       booleans; 0 and 1; "true"/"false"/"t"/"f"/"yes"/"no"/"y"/"n"/"on"/"off"/"1"/"0"
 //	AsTimestamp  timestamps; dates (midnight UTC); integers as epoch milliseconds; RFC 3339 strings
 //	             ("T" or " ", a missing offset means UTC); "infinity", "-infinity"
-//	AsDate       dates; timestamps (their UTC date); integers as days since the epoch; date or
+//	AsDate       dates; timestamps at midnight UTC; integers as days since the epoch; date or
 //	             RFC 3339 strings (the date as written); "infinity", "-infinity"
 //	AsTimeOfDay  times; integers as milliseconds since midnight; "HH:MM[:SS[.fffffffff]]"
 //	AsBytes      bytes; base64 strings (standard alphabet, padding optional)
@@ -526,8 +526,13 @@ func (v Value) AsDate() (Instant, error) {
 	case KindDate:
 		return day(int64(v.n))
 	case KindTimestamp:
-		y, m, d := v.timestamp().Date()
-		return Instant{Time: time.Date(y, m, d, 0, 0, 0, 0, time.UTC)}, nil
+		t := v.timestamp()
+		y, m, d := t.Date()
+		day := time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
+		if !t.Equal(day) {
+			return Instant{}, coerceErr("timestamp %s is not a whole day: a date column would lose its time", t.Format(time.RFC3339Nano))
+		}
+		return Instant{Time: day}, nil
 	case KindInt, KindNumber, KindUint:
 		n, err := v.AsInt64()
 		if err != nil {

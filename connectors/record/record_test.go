@@ -111,10 +111,13 @@ func TestConversions(t *testing.T) {
 		t.Errorf("infinity: %+v", got)
 	}
 	day := time.Date(2022, 1, 8, 0, 0, 0, 0, time.UTC)
-	for name, v := range map[string]Value{"typed": Date(19000), "days": j(`19000`), "text": j(`"2022-01-08"`), "timestamp": Timestamp(day.Add(5 * time.Hour))} {
+	for name, v := range map[string]Value{"typed": Date(19000), "days": j(`19000`), "text": j(`"2022-01-08"`), "timestamp": Timestamp(day)} {
 		if got, err := v.AsDate(); err != nil || !got.Time.Equal(day) {
 			t.Errorf("%s: AsDate = %v, %v", name, got, err)
 		}
+	}
+	if _, err := Timestamp(day.Add(5 * time.Hour)).AsDate(); !errors.Is(err, ErrCoerce) {
+		t.Errorf("a timestamp with a time of day became a date: %v", err)
 	}
 	want := 12*time.Hour + 34*time.Minute + 56*time.Second + 789*time.Millisecond
 	for name, v := range map[string]Value{"typed": TimeOfDay(int64(want)), "ms": j(`45296789`), "text": j(`"12:34:56.789"`)} {
