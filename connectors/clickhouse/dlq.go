@@ -2,10 +2,7 @@ package clickhouse
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"fmt"
-	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -70,35 +67,15 @@ func (s *Sink) dlqBlock(ctx context.Context, recs []*kgo.Record, bad []*record.E
 	}
 	for _, e := range bad {
 		r := byOffset[e.Offset]
-		row := []any{s.cfg.Connector, e.Topic, e.Partition, e.Offset, string(r.Key), string(r.Value), headersJSON(r.Headers), e.Error(), r.Timestamp.UnixMilli()}
+		row := []any{s.cfg.Connector, e.Topic, e.Partition, e.Offset, string(r.Key), string(r.Value), dlqHeaders(r.Headers), e.Error(), r.Timestamp.UnixMilli()}
 		b.Rows = append(b.Rows, row)
 		b.Offsets = append(b.Offsets, e.Offset)
 	}
 	return b, nil
 }
 
-// headersJSON renders record headers as a JSON array of {"key", "value"}
-// ("value_base64" for bytes that are not UTF-8); "" without headers.
-func headersJSON(hs []kgo.RecordHeader) string {
-	if len(hs) == 0 {
-		return ""
-	}
-	type header struct {
-		Key         string  `json:"key"`
-		Value       *string `json:"value,omitempty"`
-		ValueBase64 *string `json:"value_base64,omitempty"`
-	}
-	out := make([]header, len(hs))
-	for i, h := range hs {
-		out[i].Key = h.Key
-		if utf8.Valid(h.Value) {
-			v := string(h.Value)
-			out[i].Value = &v
-		} else {
-			v := base64.StdEncoding.EncodeToString(h.Value)
-			out[i].ValueBase64 = &v
-		}
-	}
-	b, _ := json.Marshal(out)
-	return string(b)
+// dlqHeaders is the headers column: record.HeadersJSON, "" without headers.
+func dlqHeaders(hs []kgo.RecordHeader) string {
+	h, _ := record.HeadersJSON(hs)
+	return h
 }

@@ -75,7 +75,7 @@ func mapBoth(t *testing.T, tb *table, m mapping, r *kgo.Record) {
 	ctx := context.Background()
 	pipe := convert.DefaultPipeline()
 	fc, fv, fs, ferr := mapRecord(ctx, pipe, tb, m, r, newSlots(tb))
-	if ferr != nil && !isRecordCause(ferr) && !record.IsBadRecord(ferr) {
+	if ferr != nil && !record.IsCause(ferr) {
 		t.Fatalf("value %q: %v is not a record's fault", r.Value, ferr)
 	}
 	canon, ok := canonical(r.Value)

@@ -162,11 +162,10 @@ func mapRecords(ctx context.Context, pipe *convert.Pipeline, t *table, m mapping
 			if errors.Is(rerr, ErrUnsupportedColumn) {
 				return nil, nil, fmt.Errorf("clickhouse: table %s: %w", t.Ident, rerr)
 			}
-			var re *record.Error
-			if !errors.As(rerr, &re) && !isRecordCause(rerr) {
+			if !record.IsCause(rerr) {
 				return nil, nil, rerr
 			}
-			bad = append(bad, badRecord(r, rerr))
+			bad = append(bad, record.Locate(r, rerr))
 			continue
 		}
 		g := byShape[shape]
@@ -179,25 +178,6 @@ func mapRecords(ctx context.Context, pipe *convert.Pipeline, t *table, m mapping
 		g.offs = append(g.offs, r.Offset)
 	}
 	return groups, bad, nil
-}
-
-// isRecordCause reports whether err is a record's fault found while
-// mapping it.
-func isRecordCause(err error) bool {
-	for _, s := range []error{record.ErrDecode, record.ErrCoerce, record.ErrUnknownField, record.ErrMissingKey, record.ErrTombstone} {
-		if errors.Is(err, s) {
-			return true
-		}
-	}
-	return false
-}
-
-func badRecord(r *kgo.Record, err error) *record.Error {
-	var re *record.Error
-	if errors.As(err, &re) {
-		return re
-	}
-	return record.NewError(r, err)
 }
 
 // slots hold a record's fields by column position, reused from one record

@@ -368,19 +368,10 @@ func coerce(t *chType, v *record.Value) (any, error) {
 			return nil, coerceErr("%d is out of range for %s", n, t.Name)
 		}
 		return uintOfBits(n, t.Bits), nil
-	case kindFloat32, kindFloat64:
-		bits := 64
-		if t.Kind == kindFloat32 {
-			bits = 32
-		}
-		f, err := v.AsFloat(bits)
-		if err != nil {
-			return nil, err
-		}
-		if bits == 32 {
-			return float32(f), nil
-		}
-		return f, nil
+	case kindFloat32:
+		return v.AsFloatOf(32)
+	case kindFloat64:
+		return v.AsFloatOf(64)
 	case kindDecimal:
 		d, err := v.AsDecimal()
 		if err != nil {

@@ -106,19 +106,10 @@ func coerceType(t *pgType, maxLen int, v *record.Value) (any, error) {
 			return pgtype.Numeric{InfinityModifier: pgtype.NegativeInfinity, Valid: true}, nil
 		}
 		return pgtype.Numeric{Int: d.Unscaled, Exp: d.Exp, Valid: true}, nil
-	case kindFloat4, kindFloat8:
-		bits := 64
-		if t.Kind == kindFloat4 {
-			bits = 32
-		}
-		f, err := v.AsFloat(bits)
-		if err != nil {
-			return nil, err
-		}
-		if bits == 32 {
-			return float32(f), nil
-		}
-		return f, nil
+	case kindFloat4:
+		return v.AsFloatOf(32)
+	case kindFloat8:
+		return v.AsFloatOf(64)
 	case kindBool:
 		return v.AsBool()
 	case kindTimestamptz, kindTimestamp:

@@ -2,12 +2,8 @@ package postgres
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -68,7 +64,7 @@ func (w *Writer) deadLetter(ctx context.Context, tx pgx.Tx, byOffset map[int64]*
 	msgs := make([]string, n)
 	for i, b := range bad {
 		topics[i], parts[i], offs[i] = b.Topic, b.Partition, b.Offset
-		msgs[i] = cleanText(b.Error())
+		msgs[i] = record.CleanText(b.Error())
 		if r := byOffset[b.Offset]; r != nil {
 			keys[i], values[i] = r.Key, r.Value
 			headers[i] = headersJSON(r.Headers)
@@ -101,36 +97,12 @@ func ensureDLQ(ctx context.Context, tx pgx.Tx, schema, name string) error {
 	return err
 }
 
-// headersJSON renders record headers as a JSON array of {"key", "value"}
-// objects; a value that is not valid UTF-8 (or holds NUL, which jsonb
-// refuses) is given as "value_base64" instead. No headers: NULL.
+// headersJSON is the headers column: record.HeadersJSON, NULL without
+// headers.
 func headersJSON(hs []kgo.RecordHeader) *string {
-	if len(hs) == 0 {
+	h, ok := record.HeadersJSON(hs)
+	if !ok {
 		return nil
 	}
-	type header struct {
-		Key         string  `json:"key"`
-		Value       *string `json:"value,omitempty"`
-		ValueBase64 *string `json:"value_base64,omitempty"`
-	}
-	out := make([]header, len(hs))
-	for i, h := range hs {
-		out[i].Key = cleanText(h.Key)
-		if utf8.Valid(h.Value) && !strings.ContainsRune(string(h.Value), 0) {
-			v := string(h.Value)
-			out[i].Value = &v
-		} else {
-			v := base64.StdEncoding.EncodeToString(h.Value)
-			out[i].ValueBase64 = &v
-		}
-	}
-	b, _ := json.Marshal(out)
-	s := string(b)
-	return &s
-}
-
-// cleanText makes s storable in a text column: valid UTF-8, no NUL.
-func cleanText(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	return strings.ReplaceAll(s, "\x00", `\0`)
+	return &h
 }

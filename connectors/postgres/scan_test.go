@@ -72,7 +72,7 @@ func prepareBoth(t *testing.T, w *Writer, p *plan, value []byte) {
 	ctx := context.Background()
 	r := &kgo.Record{Topic: "t", Partition: 1, Offset: 7, Value: value}
 	got, gerr := w.prepareOne(ctx, p, r, newScratch(p.t))
-	if gerr != nil && !isRecordCause(gerr) && !record.IsBadRecord(gerr) {
+	if gerr != nil && !record.IsCause(gerr) {
 		t.Fatalf("value %q: error %v is not a record's fault", value, gerr)
 	}
 	canon, ok := canonical(value)

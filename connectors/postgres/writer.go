@@ -376,8 +376,7 @@ func (w *Writer) prepare(ctx context.Context, p *plan, records []*kgo.Record) (o
 			return nil, nil, fmt.Errorf("postgres: table %s: %w", p.t.Ident, err)
 		}
 		if err != nil {
-			var re *record.Error
-			if !errors.As(err, &re) && !isRecordCause(err) {
+			if !record.IsCause(err) {
 				return nil, nil, err
 			}
 			bad = append(bad, badRecord(r, err))
@@ -391,25 +390,8 @@ func (w *Writer) prepare(ctx context.Context, p *plan, records []*kgo.Record) (o
 	return ops, bad, nil
 }
 
-// isRecordCause reports whether err is a record's fault found while
-// mapping it (a conversion or mapping failure not yet tied to the record).
-func isRecordCause(err error) bool {
-	for _, s := range []error{record.ErrDecode, record.ErrCoerce, record.ErrUnknownField, record.ErrMissingKey, record.ErrTombstone} {
-		if errors.Is(err, s) {
-			return true
-		}
-	}
-	return false
-}
-
-// badRecord is the bad-record error of r for cause err; a database
-// rejection names the column the server reported.
 func badRecord(r *kgo.Record, err error) *record.Error {
-	var re *record.Error
-	if errors.As(err, &re) {
-		return re
-	}
-	re = record.NewError(r, err)
+	re := record.Locate(r, err)
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && re.Field == "" {
 		re.Field = pe.ColumnName

@@ -263,6 +263,19 @@ func (v Value) AsFloat(bits int) (float64, error) {
 	return f, nil
 }
 
+// AsFloatOf returns a number as a float32 (bits 32) or a float64, for a
+// column of that width.
+func (v Value) AsFloatOf(bits int) (any, error) {
+	f, err := v.AsFloat(bits)
+	if err != nil {
+		return nil, err
+	}
+	if bits == 32 {
+		return float32(f), nil
+	}
+	return f, nil
+}
+
 // Dec is an exact decimal number: Unscaled × 10^Exp; or, when Special is
 // set, "NaN", "Infinity" or "-Infinity" (Unscaled nil).
 type Dec struct {

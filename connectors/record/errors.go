@@ -122,3 +122,28 @@ func InField(field string, err error) error {
 }
 
 func coerceErr(format string, args ...any) error { return Errorf(ErrCoerce, format, args...) }
+
+// IsCause reports whether err is a record's fault met while mapping it to
+// a row (a conversion or mapping failure not yet tied to the record, or
+// an Error already).
+func IsCause(err error) bool {
+	if IsBadRecord(err) {
+		return true
+	}
+	for _, s := range []error{ErrDecode, ErrCoerce, ErrUnknownField, ErrMissingKey, ErrTombstone, ErrTransform} {
+		if errors.Is(err, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// Locate returns the bad-record error of r for cause err: the *Error in
+// err's chain, or a new one.
+func Locate(r *kgo.Record, err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return NewError(r, err)
+}
