@@ -320,7 +320,7 @@ func zero(t *chType) any {
 //	FixedString(N)             a string or bytes of at most N bytes
 //	UUID                       AsUUID
 //	Date, Date32               AsDate, in the type's range
-//	DateTime, DateTime64       AsTimestamp, in the type's range; a fraction of a second the type cannot keep is refused
+//	DateTime, DateTime64       AsTimestamp, in the type's range; DateTime refuses a fraction of a second (use DateTime64), DateTime64(p) rounds to p digits
 //	Bool                       AsBool
 //	Enum8/16                   the label as a string
 //	Nullable(T)                null or T
@@ -444,9 +444,9 @@ func coerce(t *chType, v *record.Value) (any, error) {
 			}
 			return ts.Time, nil
 		}
-		if unit := int(math.Pow10(9 - min(max(t.Scale, 0), 9))); ts.Time.Nanosecond()%unit != 0 {
-			return nil, coerceErr("%s has more sub-second digits than %s keeps", ts.Time.Format(time.RFC3339Nano), t.Name)
-		}
+		// Round to the type's precision, as ClickHouse's own parsing of
+		// a longer fraction keeps its first digits within the unit.
+		ts.Time = ts.Time.Round(time.Duration(math.Pow10(9 - min(max(t.Scale, 0), 9))))
 		if ts.Time.Before(minDateTime64) || ts.Time.After(maxDateTime64) {
 			return nil, coerceErr("%s is out of range for %s", ts.Time.Format(time.RFC3339Nano), t.Name)
 		}

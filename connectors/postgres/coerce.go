@@ -25,9 +25,9 @@ import (
 //	numeric                      AsDecimal, exact; NaN and ±Infinity
 //	real, double precision       AsFloat
 //	boolean                      AsBool
-//	timestamptz, timestamp       AsTimestamp (timestamp stores the UTC wall time; a local timestamp its wall time); sub-microsecond digits refused
+//	timestamptz, timestamp       AsTimestamp (timestamp stores the UTC wall time; a local timestamp its wall time), rounded to microseconds as PostgreSQL rounds text
 //	date                         AsDate
-//	time                         AsTimeOfDay; sub-microsecond digits refused
+//	time                         AsTimeOfDay, rounded to microseconds
 //	uuid                         AsUUID
 //	json, jsonb                  any value as JSON text (jsonb refuses \u0000)
 //	bytea                        AsBytes
@@ -117,9 +117,9 @@ func coerceType(t *pgType, maxLen int, v *record.Value) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		if ts.Time.Nanosecond()%1000 != 0 {
-			return nil, coerceErr("%s has sub-microsecond digits, which PostgreSQL timestamps cannot keep", ts.Time.Format(time.RFC3339Nano))
-		}
+		// Round to microseconds, as PostgreSQL does with text input (pgx
+		// would truncate).
+		ts.Time = ts.Time.Round(time.Microsecond)
 		inf := pgtype.InfinityModifier(ts.Inf)
 		if t.Kind == kindTimestamptz {
 			return pgtype.Timestamptz{Time: ts.Time, InfinityModifier: inf, Valid: true}, nil
@@ -136,10 +136,7 @@ func coerceType(t *pgType, maxLen int, v *record.Value) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		if d%time.Microsecond != 0 {
-			return nil, coerceErr("%s has sub-microsecond digits, which a PostgreSQL time cannot keep", d)
-		}
-		return pgtype.Time{Microseconds: d.Microseconds(), Valid: true}, nil
+		return pgtype.Time{Microseconds: d.Round(time.Microsecond).Microseconds(), Valid: true}, nil
 	case kindUUID:
 		return v.AsUUID()
 	case kindJSON, kindJSONB:
