@@ -62,7 +62,7 @@ func Open(ctx context.Context, reg *Registry, raw map[string]string, opt TaskOpt
 	if opt.InstanceID == "" {
 		opt.InstanceID = NewInstanceID()
 	}
-	sink, err := spec.New(ctx, Env{Bootstrap: opt.Bootstrap, KafkaOpts: opt.KafkaOpts, Log: log.With("connector", c.Name)}, c, v)
+	sink, err := spec.New(ctx, Env{Bootstrap: opt.Bootstrap, KafkaOpts: opt.KafkaOpts, Log: log.With("connector", c.Name), Policy: reg.Policy()}, c, v)
 	if err != nil {
 		return nil, err
 	}
