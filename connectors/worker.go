@@ -584,13 +584,14 @@ func (w *Worker) bindSecrets(name string, old map[string]string, change configCh
 	}
 	maps.Copy(next, change.set)
 	defs := defsFor(w.reg, next)
-	oldSecrets := Secrets(w.reg, old)
 	// The identity is read with the placeholders taken back (a URL with
 	// "[hidden]" as its password may not even parse).
 	probe := maps.Clone(next)
 	for k, v := range next {
-		if ov, had := old[k]; had && strings.Contains(v, Hidden) && (v == Hidden || redactSetting(ov, oldSecrets) == v) {
+		if ov, had := old[k]; had && v == Hidden {
 			probe[k] = ov
+		} else if had && strings.Contains(v, Hidden) {
+			probe[k], _ = restoreURLPasswords(v, ov)
 		}
 	}
 	oldID, oldErr := w.identity(old)
@@ -616,12 +617,12 @@ func (w *Worker) bindSecrets(name string, old map[string]string, change configCh
 					dropped = append(dropped, k)
 				}
 			}
-		case had && v != ov && strings.Contains(v, Hidden) && redactSetting(ov, oldSecrets) == v:
+		case had && strings.Contains(v, Hidden) && len(urlSecrets(ov)) > 0:
 			// A URL sent back as shown, its password hidden.
-			if same {
-				next[k] = ov
-			} else {
-				dropped = append(dropped, k)
+			if !same {
+				dropped = append(dropped, k) // it keeps Hidden as its password
+			} else if r, ok := restoreURLPasswords(v, ov); ok {
+				next[k] = r
 			}
 		case !sent && !same && (secret || len(urlSecrets(v)) > 0):
 			if secret {

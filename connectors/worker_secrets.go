@@ -184,7 +184,7 @@ func hideSpans(v string, spans []span) string {
 	if len(spans) == 0 {
 		return v
 	}
-	sort.Slice(spans, func(i, j int) bool { return spans[i].start < spans[j].start })
+	sortSpans(spans)
 	var b strings.Builder
 	pos := 0
 	for i := 0; i < len(spans); {
@@ -212,6 +212,36 @@ func hideSpans(v string, spans []span) string {
 func RedactURL(v string) string {
 	wide, _ := credentialSpans(v, true)
 	return hideSpans(v, wide)
+}
+
+// restoreURLPasswords puts the passwords of old back into v where v shows
+// them as Hidden (a URL read from the API and sent back, perhaps edited
+// elsewhere). ok is false when v's hidden passwords do not match old's one
+// for one.
+func restoreURLPasswords(v, old string) (string, bool) {
+	vw, _ := credentialSpans(v, true)
+	ow, _ := credentialSpans(old, true)
+	if len(vw) == 0 || len(vw) != len(ow) {
+		return v, false
+	}
+	sortSpans(vw)
+	sortSpans(ow)
+	var b strings.Builder
+	pos := 0
+	for i, s := range vw {
+		if v[s.start:s.end] != Hidden {
+			return v, false
+		}
+		b.WriteString(v[pos:s.start])
+		b.WriteString(old[ow[i].start:ow[i].end])
+		pos = s.end
+	}
+	b.WriteString(v[pos:])
+	return b.String(), true
+}
+
+func sortSpans(spans []span) {
+	sort.Slice(spans, func(i, j int) bool { return spans[i].start < spans[j].start })
 }
 
 // urlSecrets returns the passwords a URL-like value holds, under every

@@ -58,3 +58,25 @@ func TestSecretsFromEveryReading(t *testing.T) {
 		}
 	}
 }
+
+// TestRestoreURLPasswords: a URL read from the API, edited elsewhere and
+// sent back gets its hidden passwords back, one for one.
+func TestRestoreURLPasswords(t *testing.T) {
+	for _, c := range []struct{ v, old, want string }{
+		{"postgres://u:[hidden]@h/db?sslmode=require", "postgres://u:p%40w@h/db?sslmode=disable", "postgres://u:p%40w@h/db?sslmode=require"},
+		{"jdbc:postgresql://h/db?user=u&password=[hidden]&ssl=true", "jdbc:postgresql://h/db?user=u&password=Pw1", "jdbc:postgresql://h/db?user=u&password=Pw1&ssl=true"},
+		{"u:[hidden]@h:9000", "u:Can@ry@h:9000", "u:Can@ry@h:9000"},
+	} {
+		if got, ok := restoreURLPasswords(c.v, c.old); !ok || got != c.want {
+			t.Errorf("restoreURLPasswords(%q, %q) = %q, %v; want %q", c.v, c.old, got, ok, c.want)
+		}
+	}
+	for _, c := range [][2]string{
+		{"postgres://u:[hidden]@h/db?password=[hidden]", "postgres://u:pw@h/db"},
+		{"postgres://u:typed@h/db", "postgres://u:pw@h/db"},
+	} {
+		if got, ok := restoreURLPasswords(c[0], c[1]); ok {
+			t.Errorf("restoreURLPasswords(%q, %q) = %q, want no match", c[0], c[1], got)
+		}
+	}
+}
