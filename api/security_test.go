@@ -1,29 +1,19 @@
 package api
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/internal/testpki"
 )
 
 // raw sends a request with exactly the headers given (Host among them; no
@@ -290,78 +280,15 @@ func TestSecretBoundToTarget(t *testing.T) {
 	e.waitState("c1", connectors.StateRunning, 1)
 }
 
-// testPKI writes a CA, a server certificate for 127.0.0.1 and a client
-// certificate signed by the CA, and a client certificate signed by another
-// CA, as PEM files.
-type testPKI struct {
-	dir                       string
-	caFile, certFile, keyFile string
-	client, otherClient       tls.Certificate
-	caPool                    *x509.CertPool
-}
-
-func newTestPKI(t *testing.T) *testPKI {
-	t.Helper()
-	p := &testPKI{dir: t.TempDir()}
-	ca, caKey := selfSigned(t, "txsink test CA")
-	other, otherKey := selfSigned(t, "another CA")
-	p.caPool = x509.NewCertPool()
-	p.caPool.AddCert(ca)
-	p.caFile = filepath.Join(p.dir, "ca.pem")
-	writePEM(t, p.caFile, "CERTIFICATE", ca.Raw)
-	srvDER, srvKey := issue(t, ca, caKey, "127.0.0.1", x509.ExtKeyUsageServerAuth)
-	p.certFile, p.keyFile = filepath.Join(p.dir, "server.pem"), filepath.Join(p.dir, "server-key.pem")
-	writePEM(t, p.certFile, "CERTIFICATE", srvDER)
-	kb, _ := x509.MarshalECPrivateKey(srvKey)
-	writePEM(t, p.keyFile, "EC PRIVATE KEY", kb)
-	cDER, cKey := issue(t, ca, caKey, "client", x509.ExtKeyUsageClientAuth)
-	p.client = tls.Certificate{Certificate: [][]byte{cDER}, PrivateKey: cKey}
-	oDER, oKey := issue(t, other, otherKey, "client", x509.ExtKeyUsageClientAuth)
-	p.otherClient = tls.Certificate{Certificate: [][]byte{oDER}, PrivateKey: oKey}
-	return p
-}
-
-func selfSigned(t *testing.T, cn string) (*x509.Certificate, *ecdsa.PrivateKey) {
-	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tpl, tpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, _ := x509.ParseCertificate(der)
-	return c, key
-}
-
-func issue(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey, cn string, usage x509.ExtKeyUsage) ([]byte, *ecdsa.PrivateKey) {
-	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}}
-	if ip := net.ParseIP(cn); ip != nil {
-		tpl.IPAddresses = []net.IP{ip}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return der, key
-}
-
-func writePEM(t *testing.T, path, typ string, b []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestMutualTLSExemptsHealth: with rest.tls.client.ca.file, GET /health
 // answers without a client certificate (probes), everything else needs
 // one, and a certificate of another CA is refused at the handshake.
 func TestMutualTLSExemptsHealth(t *testing.T) {
-	pki := newTestPKI(t)
-	wc, err := config.ParseWorker(map[string]string{config.KeyRESTTLSCertFile: pki.certFile, config.KeyRESTTLSKeyFile: pki.keyFile, config.KeyRESTTLSClientCAFile: pki.caFile})
+	pki, err := testpki.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc, err := config.ParseWorker(map[string]string{config.KeyRESTTLSCertFile: pki.CertFile, config.KeyRESTTLSKeyFile: pki.KeyFile, config.KeyRESTTLSClientCAFile: pki.CAFile})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -369,22 +296,14 @@ func TestMutualTLSExemptsHealth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, store: newFakeStore(), logs: &syncBuffer{}, dir: t.TempDir()}
-	kc := newEnv(t).kafka // a cluster for the worker
-	e.kafka = kc
-	e.start(func(o *Options) { o.RequireClientCert = true })
+	e := newEnv(t, func(o *Options) { o.RequireClientCert = true })
 	// Serve the same handler over TLS.
 	tlsSrv := httptest.NewUnstartedServer(e.srv.Config.Handler)
 	tlsSrv.TLS = tc
 	tlsSrv.StartTLS()
 	t.Cleanup(tlsSrv.Close)
-	get := func(path string, certs ...tls.Certificate) (int, error) {
-		tcc := &tls.Config{RootCAs: pki.caPool}
-		if len(certs) > 0 {
-			// Sent whatever CAs the server names as acceptable.
-			tcc.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &certs[0], nil }
-		}
-		cl := &http.Client{Transport: &http.Transport{TLSClientConfig: tcc}}
+	get := func(path string, cert *tls.Certificate) (int, error) {
+		cl := &http.Client{Transport: &http.Transport{TLSClientConfig: pki.ClientConfig(cert)}}
 		res, err := cl.Get(tlsSrv.URL + path)
 		if err != nil {
 			return 0, err
@@ -392,16 +311,16 @@ func TestMutualTLSExemptsHealth(t *testing.T) {
 		res.Body.Close()
 		return res.StatusCode, nil
 	}
-	if code, err := get("/health"); err != nil || code != 200 {
+	if code, err := get("/health", nil); err != nil || code != 200 {
 		t.Errorf("GET /health without a client certificate: %d %v, want 200", code, err)
 	}
-	if code, err := get("/connectors"); err != nil || code != 401 {
+	if code, err := get("/connectors", nil); err != nil || code != 401 {
 		t.Errorf("GET /connectors without a client certificate: %d %v, want 401", code, err)
 	}
-	if code, err := get("/connectors", pki.client); err != nil || code != 200 {
+	if code, err := get("/connectors", &pki.Client); err != nil || code != 200 {
 		t.Errorf("GET /connectors with a client certificate: %d %v, want 200", code, err)
 	}
-	if code, err := get("/health", pki.otherClient); err == nil {
+	if code, err := get("/health", &pki.Stranger); err == nil {
 		t.Errorf("a certificate of another CA was accepted: %d", code)
 	}
 }

@@ -83,6 +83,11 @@ func ParseConnString(raw string, p connectors.Policy) (*ConnString, error) {
 		return nil, fmt.Errorf("%w: no host: the PostgreSQL driver would use the worker's local Unix socket, which this worker refuses (worker setting connection.unix.socket.enabled)", ErrConnString)
 	}
 	for _, fb := range append([]*pgconn.FallbackConfig{{Host: cfg.Host, Port: cfg.Port}}, cfg.Fallbacks...) {
+		if strings.Contains(fb.Host, "@") {
+			// pgx ends the user information at the first '@': the rest of
+			// a password holding one would be taken for the host.
+			return nil, fmt.Errorf("%w: '@' in the host; percent-encode an '@' in the user or password as %%40", ErrConnString)
+		}
 		network, addr := pgconn.NetworkAddress(fb.Host, fb.Port)
 		if network == "unix" {
 			if !p.UnixSockets {

@@ -68,6 +68,8 @@ func TestParseConnStringRefuses(t *testing.T) {
 		"postgres://u@h/db?options=-F",
 		"postgres://u@h/db?options=-c%20statement_timeout=1%20-c%20synchronous_commit=off",
 		"jdbc:postgresql://h/db?user=u&options=-c%20synchronous_commit=off",
+		// A password with an unencoded @: pgx reads the rest as the host.
+		"postgres://u:p@ss@h/db",
 		// Not a PostgreSQL URL.
 		"host=h user=u",
 		"mysql://h/db",
