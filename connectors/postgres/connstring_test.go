@@ -93,7 +93,7 @@ func TestParseConnStringAccepts(t *testing.T) {
 		"jdbc:postgresql://h:5432/db?user=u&password=p&ssl=true":                                       "u@h:5432",
 		"postgres://u@[::1]:5432/db":                                                                   "u@[::1]:5432",
 		"postgres://u@h2:1,h1:2/db?target_session_attrs=read-write":                                    "u@h1:2,h2:1",
-		"postgres://u@h/db?options=-c%20synchronous_commit%3Don%20--statement-timeout%3D5min":            "u@h:5432",
+		"postgres://u@h/db?options=-c%20synchronous_commit%3Don%20--statement-timeout%3D5min":          "u@h:5432",
 		"postgres://u@h/db?options=-c%20search_path%3Dapp,public&application_name=x&connect_timeout=5": "u@h:5432",
 	} {
 		cs, err := ParseConnString(raw, connectors.Policy{})
