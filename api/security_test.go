@@ -278,6 +278,13 @@ func TestSecretBoundToTarget(t *testing.T) {
 		t.Fatalf("round trip without a move lost the secret")
 	}
 	e.waitState("c1", connectors.StateRunning, 1)
+	// Offsets of a stopped connector whose secret was dropped: 409 with
+	// the reason, not a connection attempt.
+	e.must(200, "PATCH", "/connectors/c1/config", map[string]string{"fake.url": "fake://writer@third.example/db"})
+	e.must(204, "PUT", "/connectors/c1/stop", nil)
+	if r := e.must(409, "GET", "/connectors/c1/offsets", nil); !strings.Contains(string(r.body), "dropped") {
+		t.Errorf("offsets: %s", r.body)
+	}
 }
 
 // TestMutualTLSExemptsHealth: with rest.tls.client.ca.file, GET /health

@@ -1302,8 +1302,9 @@ func (w *Worker) scrub(m *managed, err error) error {
 	secrets := m.secrets
 	w.mu.Unlock()
 	var ferrs config.Errors
-	if errors.As(err, &ferrs) {
-		return err
+	var oe *opError
+	if errors.As(err, &ferrs) || errors.As(err, &oe) && oe.kind == ErrSecretDropped {
+		return err // messages without secrets, kinds kept
 	}
 	return errors.New(ScrubString(err.Error(), secrets))
 }
