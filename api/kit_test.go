@@ -309,6 +309,12 @@ func (e *env) do(method, path string, body any, hdr ...string) resp {
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
+	return e.send(req)
+}
+
+// send sends req and reads the response.
+func (e *env) send(req *http.Request) resp {
+	e.t.Helper()
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		e.t.Fatal(err)

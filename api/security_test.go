@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/txsink/txsink/config"
@@ -35,13 +34,7 @@ func (e *env) raw(method, path, body string, hdr map[string]string) resp {
 		}
 		req.Header.Set(k, v)
 	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	return resp{code: res.StatusCode, body: b, hdr: res.Header}
+	return e.send(req)
 }
 
 func createBody(name string) string {
@@ -199,38 +192,6 @@ func TestDotNamesRefused(t *testing.T) {
 	}
 	if got := e.worker.Connectors(); len(got) != 0 {
 		t.Fatalf("created: %v", got)
-	}
-}
-
-// TestConcurrentPatchesAllApply: PATCHes of different settings racing on
-// one connector all take effect (read-modify-write under its lock).
-func TestConcurrentPatchesAllApply(t *testing.T) {
-	e := newEnv(t)
-	e.must(201, "POST", "/connectors", fakeConfigBody("c1"))
-	const n = 8
-	for round := 0; round < 3; round++ {
-		var wg sync.WaitGroup
-		codes := make([]int, n)
-		for i := 0; i < n; i++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				codes[i] = e.do("PATCH", "/connectors/c1/config", fmt.Sprintf(`{"x.key%d":"r%d"}`, i, round)).code
-			}()
-		}
-		wg.Wait()
-		cfg, err := e.worker.Config("c1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; i < n; i++ {
-			if codes[i] != 200 {
-				t.Errorf("round %d PATCH %d: %d", round, i, codes[i])
-			}
-			if got := cfg[fmt.Sprintf("x.key%d", i)]; got != fmt.Sprintf("r%d", round) {
-				t.Errorf("round %d: x.key%d = %q after its PATCH answered %d: a lost update", round, i, got, codes[i])
-			}
-		}
 	}
 }
 

@@ -3,8 +3,9 @@ package clickhouse
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 )
 
@@ -53,7 +54,7 @@ func ParseEngine(s string) (string, error) {
 	base, replicated := strings.CutPrefix(name, "Replicated")
 	cols, ok := engineColumns[base]
 	if !ok {
-		return "", fmt.Errorf("%w: engine %q is not allowed (allowed: %s, and their Replicated* forms)", ErrEngine, name, strings.Join(engineNames(), ", "))
+		return "", fmt.Errorf("%w: engine %q is not allowed (allowed: %s, and their Replicated* forms)", ErrEngine, name, strings.Join(slices.Sorted(maps.Keys(engineColumns)), ", "))
 	}
 	rest := strings.TrimSpace(s[len(name):])
 	var args []engineArg
@@ -137,13 +138,4 @@ func parseEngineArgs(s string) ([]engineArg, error) {
 		return nil, errors.New("nothing may follow the engine's arguments (txsink adds ORDER BY; SETTINGS, AS SELECT and the like are refused)")
 	}
 	return args, nil
-}
-
-func engineNames() []string {
-	out := make([]string, 0, len(engineColumns))
-	for n := range engineColumns {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
 }

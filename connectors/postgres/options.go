@@ -3,6 +3,7 @@ package postgres
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -77,7 +78,7 @@ func checkOptions(opts string) error {
 		}
 		check, allowed := sessionSettings[name]
 		if !allowed {
-			return fmt.Errorf("session setting %q is not allowed (allowed: %s)", name, strings.Join(sessionSettingNames(), ", "))
+			return fmt.Errorf("session setting %q is not allowed (allowed: %s)", name, strings.Join(slices.Sorted(maps.Keys(sessionSettings)), ", "))
 		}
 		if check != nil {
 			if err := check(value); err != nil {
@@ -115,14 +116,5 @@ func splitOptions(s string) []string {
 		}
 		out = append(out, b.String())
 	}
-	return out
-}
-
-func sessionSettingNames() []string {
-	out := make([]string, 0, len(sessionSettings))
-	for n := range sessionSettings {
-		out = append(out, n)
-	}
-	slices.Sort(out)
 	return out
 }
