@@ -235,6 +235,13 @@ func TestSecurityRedaction(t *testing.T) {
 		w.call(t, "PUT", "/connector-plugins/"+c.class+"/config/validate", bad)
 		w.call(t, "PUT", "/connectors/"+c.name+"/config", bad)
 	}
+	// The control: with a wrong password in the same spelling the
+	// connector fails, so RUNNING above means the driver used the password.
+	wrong := pgConnector(strings.Replace(conns[0].url, url.QueryEscape(apiCanary), "WrongPw-1", 1))
+	w.must(t, 201, "POST", "/connectors", map[string]any{"name": "sec-pw-wrong", "config": wrong})
+	if state, _ := w.settle(t, "sec-pw-wrong", time.Minute); state != "FAILED" {
+		t.Errorf("a wrong password in pass%%77ord: %s, want FAILED (the server must check passwords for the test to prove anything)", state)
+	}
 	w.call(t, "GET", "/connectors?expand=info&expand=status", nil)
 	w.call(t, "GET", "/metrics", nil)
 	// A failure whose error holds the URL: a database that does not exist.

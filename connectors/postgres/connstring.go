@@ -31,8 +31,22 @@ var allowedURLParams = []string{"sslmode", "application_name", "connect_timeout"
 // name.
 var connStringKeys = append([]string{"host", "port", "database"}, allowedURLParams...)
 
-// ErrConnString is wrapped by every error about a connection.url.
+// ErrConnString is matched (errors.Is) by every error about a
+// connection.url; the messages themselves say what is wrong.
 var ErrConnString = errors.New("invalid connection.url")
+
+// connStringError is an error about a connection.url.
+type connStringError struct{ err error }
+
+func (e *connStringError) Error() string        { return e.err.Error() }
+func (e *connStringError) Unwrap() error        { return errors.Unwrap(e.err) }
+func (e *connStringError) Is(target error) bool { return target == ErrConnString }
+
+// connStringErrorf formats an error about a connection.url; %w wraps as
+// usual.
+func connStringErrorf(format string, args ...any) error {
+	return &connStringError{err: fmt.Errorf(format, args...)}
+}
 
 // ConnString is a validated connection.url: what pgx makes of it, checked
 // against the worker's policy.
@@ -65,11 +79,11 @@ func ParseConnString(raw string, p connectors.Policy) (*ConnString, error) {
 		s = s[5:]
 	}
 	if !strings.HasPrefix(s, "postgres://") && !strings.HasPrefix(s, "postgresql://") {
-		return nil, fmt.Errorf("%w: must look like postgres://user@host:port/database or jdbc:postgresql://host:port/database", ErrConnString)
+		return nil, connStringErrorf("must look like postgres://user@host:port/database or jdbc:postgresql://host:port/database")
 	}
 	cfg, err := parseConnConfig(s, connStringKeys)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s (allowed query parameters: %s)", ErrConnString, parseErrorText(err), strings.Join(allowedURLParams, ", "))
+		return nil, connStringErrorf("%s (allowed query parameters: %s)", parseErrorText(err), strings.Join(allowedURLParams, ", "))
 	}
 	// Which keys the string itself holds (rather than the environment or
 	// the defaults): pgx refuses the string when the key is left out of
@@ -80,28 +94,28 @@ func ParseConnString(raw string, p connectors.Policy) (*ConnString, error) {
 	}
 	cs := &ConnString{URL: s, cfg: cfg, HasUser: has("user"), HasPassword: has("password")}
 	if !has("host") && !p.UnixSockets {
-		return nil, fmt.Errorf("%w: no host: the PostgreSQL driver would use the worker's local Unix socket, which this worker refuses (worker setting connection.unix.socket.enabled)", ErrConnString)
+		return nil, connStringErrorf("no host: the PostgreSQL driver would use the worker's local Unix socket, which this worker refuses (worker setting connection.unix.socket.enabled)")
 	}
 	for _, fb := range append([]*pgconn.FallbackConfig{{Host: cfg.Host, Port: cfg.Port}}, cfg.Fallbacks...) {
 		if strings.Contains(fb.Host, "@") {
 			// pgx ends the user information at the first '@': the rest of
 			// a password holding one would be taken for the host.
-			return nil, fmt.Errorf("%w: '@' in the host; percent-encode an '@' in the user or password as %%40", ErrConnString)
+			return nil, connStringErrorf("'@' in the host; percent-encode an '@' in the user or password as %%40")
 		}
 		network, addr := pgconn.NetworkAddress(fb.Host, fb.Port)
 		if network == "unix" {
 			if !p.UnixSockets {
-				return nil, fmt.Errorf("%w: host %q is a Unix-domain socket directory (an empty host is one too), which this worker refuses (worker setting connection.unix.socket.enabled)", ErrConnString, fb.Host)
+				return nil, connStringErrorf("host %q is a Unix-domain socket directory (an empty host is one too), which this worker refuses (worker setting connection.unix.socket.enabled)", fb.Host)
 			}
 		} else if fb.Host == "" {
-			return nil, fmt.Errorf("%w: empty host", ErrConnString)
+			return nil, connStringErrorf("empty host")
 		}
 		if !slices.Contains(cs.Endpoints, addr) {
 			cs.Endpoints = append(cs.Endpoints, addr)
 		}
 	}
 	if err := checkOptions(cfg.RuntimeParams["options"]); err != nil {
-		return nil, fmt.Errorf("%w: options: %w", ErrConnString, err)
+		return nil, connStringErrorf("options: %w", err)
 	}
 	return cs, nil
 }

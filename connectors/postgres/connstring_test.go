@@ -192,6 +192,10 @@ func TestCheckOptions(t *testing.T) {
 	if err := checkOptions("-c synchronous_commit=off"); !errors.Is(err, ErrDurability) {
 		t.Errorf("synchronous_commit=off: %v, want ErrDurability", err)
 	}
+	_, err := ParseConnString("postgres://u@h/db?options=--synchronous-commit%3Doff", connectors.Policy{})
+	if !errors.Is(err, ErrDurability) || !errors.Is(err, ErrConnString) {
+		t.Errorf("connection.url with synchronous_commit=off: %v, want ErrDurability and ErrConnString", err)
+	}
 }
 
 // FuzzConnString checks the validator against pgx's own parser: whatever

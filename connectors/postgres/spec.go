@@ -120,7 +120,7 @@ func open(ctx context.Context, env connectors.Env, c config.Connector, v config.
 	// string; the connection settings from ours.
 	pc, err := pgxpool.ParseConfig(cs.URL)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w: %s", KeyURL, ErrConnString, parseErrorText(err))
+		return nil, fmt.Errorf("%s: %w", KeyURL, connStringErrorf("%s", parseErrorText(err)))
 	}
 	pc.ConnConfig = cs.ConnConfig(v[KeyUser], v[KeyPassword], env.Policy)
 	pc.MaxConns = int32(v.Int(KeyPoolSize))
