@@ -51,6 +51,19 @@ type Options struct {
 	Auth    Auth
 	// MaxBodyBytes bounds request bodies (default DefaultMaxBodyBytes).
 	MaxBodyBytes int64
+	// Listen is the address the API listens on; its host is a Host name
+	// the API answers to.
+	Listen string
+	// AllowedHosts are further Host names the API answers to
+	// (rest.allowed.hosts): "name", "*.domain" or "*".
+	AllowedHosts []string
+	// AllowOrigin and AllowMethods are Kafka Connect's CORS settings
+	// (access.control.allow.origin, access.control.allow.methods).
+	AllowOrigin, AllowMethods string
+	// RequireClientCert refuses requests without a verified client
+	// certificate, except GET /health (mutual TLS; the listener verifies
+	// a certificate when one is given).
+	RequireClientCert bool
 	// Version and Commit are shown by GET /.
 	Version, Commit string
 }
@@ -83,7 +96,7 @@ func New(opt Options) chi.Router {
 // Routes mounts every resource.
 func (s *Server) Routes() chi.Router {
 	r := chi.NewRouter()
-	r.Use(s.recoverer, s.logRequests, s.limitBody, s.authenticate, stripSlash)
+	r.Use(s.recoverer, s.logRequests, s.checkHost, s.cors, s.requireClientCert, s.limitBody, s.authenticate, requireJSON, stripSlash)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "HTTP 404 Not Found")
 	})
@@ -149,7 +162,7 @@ func (s *Server) writeErr(w http.ResponseWriter, err error, secrets []string) {
 		code, msg = http.StatusBadRequest, invalidConfigMessage(ferrs)
 	case errors.Is(err, connectors.ErrNotFound):
 		code = http.StatusNotFound
-	case errors.Is(err, connectors.ErrExists), errors.Is(err, connectors.ErrConflict):
+	case errors.Is(err, connectors.ErrExists), errors.Is(err, connectors.ErrConflict), errors.Is(err, connectors.ErrSecretDropped):
 		code = http.StatusConflict
 	case errors.Is(err, connectors.ErrBadRequest):
 		code = http.StatusBadRequest
@@ -297,7 +310,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		return subtle.ConstantTimeCompare(g[:], w[:]) == 1
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet && r.URL.Path == "/health" {
+		if isHealth(r) {
 			next.ServeHTTP(w, r)
 			return
 		}

@@ -178,7 +178,6 @@ func (rs connectorsResource) putConfig(w http.ResponseWriter, r *http.Request) {
 		rs.s.handleErr(w, badRequest("%s", err.Error()), secrets)
 		return
 	}
-	cfg = restoreHidden(rs.s.w, name, cfg)
 	inf, created, err := rs.s.w.PutConfig(r.Context(), name, cfg)
 	if err != nil {
 		rs.s.handleErr(w, err, secrets)
@@ -216,39 +215,14 @@ func (rs connectorsResource) patchConfig(w http.ResponseWriter, r *http.Request)
 		rs.s.handleErr(w, badRequest("Connector name configuration (%s) doesn't match connector name in the URL (%s)", shown, name), secrets)
 		return
 	}
-	for k, v := range patch {
-		if v != nil && *v == connectors.Hidden {
-			delete(patch, k) // "[hidden]" sent back unchanged keeps the secret
-		}
-	}
+	// "[hidden]" sent back for a secret keeps the stored one while the
+	// connector's host, port and user stay (Worker.PatchConfig).
 	inf, err := rs.s.w.PatchConfig(r.Context(), name, patch)
 	if err != nil {
 		rs.s.handleErr(w, err, secrets)
 		return
 	}
 	writeJSON(w, http.StatusOK, toInfo(rs.reg(), inf))
-}
-
-// restoreHidden keeps stored secrets for settings a client sent back as
-// "[hidden]" (the value it read from GET …/config), so that a read-modify-
-// write round trip does not replace a password with the placeholder.
-func restoreHidden(h *connectors.Worker, name string, cfg map[string]string) map[string]string {
-	old, err := h.Config(name)
-	if err != nil {
-		return cfg
-	}
-	out := make(map[string]string, len(cfg))
-	for k, v := range cfg {
-		if v == connectors.Hidden {
-			if ov, ok := old[k]; ok {
-				v = ov
-			}
-		} else if strings.Contains(v, connectors.Hidden) && connectors.RedactValue(old[k]) == v {
-			v = old[k] // a URL whose password was shown hidden
-		}
-		out[k] = v
-	}
-	return out
 }
 
 // status is GET /connectors/{name}/status.

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -157,11 +158,19 @@ func fakeSpec(st *fakeStore) connectors.Spec {
 			{Name: "fake.secret", Type: config.Password, Group: "Connection", Doc: "A password."},
 			{Name: "fake.mode", Type: config.String, Default: "ok", Enum: []string{"ok", "strict"}, Group: "Mapping", Doc: "Mode."},
 		},
-		Validate: func(v config.Values) config.Errors {
+		Validate: func(v config.Values, _ connectors.Policy) config.Errors {
 			if v["fake.mode"] == "strict" && v[config.KeyDelivery] == config.AtMostOnce {
 				return config.Errors{{Name: "fake.mode", Msg: "strict mode needs a delivery guarantee other than at_most_once"}}
 			}
 			return nil
+		},
+		// The secret is bound to the user and host of fake.url.
+		Identity: func(v config.Values) (string, error) {
+			u, err := url.Parse(v["fake.url"])
+			if err != nil {
+				return "", err
+			}
+			return u.User.Username() + "@" + u.Host, nil
 		},
 		New: func(_ context.Context, _ connectors.Env, c config.Connector, _ config.Values) (connectors.Sink, error) {
 			return &fakeSink{st: st, name: c.Name}, nil
@@ -300,6 +309,12 @@ func (e *env) do(method, path string, body any, hdr ...string) resp {
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
+	return e.send(req)
+}
+
+// send sends req and reads the response.
+func (e *env) send(req *http.Request) resp {
+	e.t.Helper()
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		e.t.Fatal(err)

@@ -2,9 +2,11 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -26,7 +28,20 @@ type Levels struct {
 	set   map[string]slog.Level // explicitly set levels
 	mod   map[string]time.Time  // when each was set through the API
 	known map[string]bool       // names loggers were created for
+	added int                   // names Set added (not created by Logger)
 }
+
+// MaxAddedLoggers bounds how many names Set adds beyond those of the
+// worker's loggers, so that PUT /admin/loggers cannot grow the worker's
+// memory without end.
+const MaxAddedLoggers = 256
+
+// ErrTooManyLoggers is returned by Set when it would add a name beyond
+// MaxAddedLoggers.
+var ErrTooManyLoggers = errors.New("too many loggers")
+
+// loggerNameRE is what a logger name set through the API may look like.
+var loggerNameRE = regexp.MustCompile(`^[A-Za-z0-9_$.-]{1,255}$`)
 
 // NewLevels returns levels with root at root.
 func NewLevels(root slog.Level) *Levels {
@@ -67,10 +82,17 @@ func (l *Levels) effectiveLocked(name string) slog.Level {
 }
 
 // Set sets the level of name and of every known logger below it, and
-// returns the names it changed, sorted.
-func (l *Levels) Set(name string, lv slog.Level) []string {
+// returns the names it changed, sorted. A name no logger has yet is added
+// (as log4j does), up to MaxAddedLoggers of them (ErrTooManyLoggers).
+func (l *Levels) Set(name string, lv slog.Level) ([]string, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if !l.known[name] {
+		if l.added >= MaxAddedLoggers {
+			return nil, fmt.Errorf("%w: %d names were added already", ErrTooManyLoggers, l.added)
+		}
+		l.added++
+	}
 	now := time.Now()
 	changed := []string{name}
 	l.set[name], l.mod[name] = lv, now
@@ -82,7 +104,7 @@ func (l *Levels) Set(name string, lv slog.Level) []string {
 		}
 	}
 	sort.Strings(changed)
-	return changed
+	return changed, nil
 }
 
 // entry returns a logger's level and modification time; ok is false for
@@ -241,16 +263,25 @@ func (rs loggersResource) put(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "Invalid log level '"+lvName+"'.")
 		return
 	}
-	scope := r.URL.Query().Get("scope")
-	switch strings.ToLower(scope) {
-	case "", "worker":
-		writeJSON(w, http.StatusOK, rs.levels.Set(name, lv))
-	case "cluster":
-		rs.levels.Set(name, lv)
-		w.WriteHeader(http.StatusNoContent)
-	default:
-		writeError(w, http.StatusBadRequest, "Invalid scope '"+scope+"'; must be one of 'worker' or 'cluster'.")
+	scope := strings.ToLower(r.URL.Query().Get("scope"))
+	if scope != "" && scope != "worker" && scope != "cluster" {
+		writeError(w, http.StatusBadRequest, "Invalid scope '"+r.URL.Query().Get("scope")+"'; must be one of 'worker' or 'cluster'.")
+		return
 	}
+	if !loggerNameRE.MatchString(name) {
+		writeError(w, http.StatusBadRequest, "Invalid logger name: use 1 to 255 letters, digits, '.', '_', '$' or '-'.")
+		return
+	}
+	changed, err := rs.levels.Set(name, lv)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("Logger %s not created: %v (at most %d names may be added through the API)", name, err, MaxAddedLoggers))
+		return
+	}
+	if scope == "cluster" {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	writeJSON(w, http.StatusOK, changed)
 }
 
 func asAPIError(err error, target **apiError) bool {

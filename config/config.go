@@ -193,11 +193,14 @@ func (v Values) List(name string) []string {
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,200}$`)
 
 // CheckName validates a connector name: 1 to 200 characters of letters,
-// digits, '.', '_' and '-'. (Kafka Connect allows more; txsink stores the
+// digits, '.', '_' and '-', other than "." and "..". (Kafka Connect allows more; txsink stores the
 // name in group ids and database rows, so it keeps to a safe set.)
 func CheckName(name string) error {
 	if !nameRE.MatchString(name) {
 		return fmt.Errorf("connector name %q is invalid: use 1 to 200 letters, digits, '.', '_' or '-'", name)
+	}
+	if name == "." || name == ".." {
+		return fmt.Errorf("connector name %q is invalid: it is a path segment that HTTP clients remove from /connectors/%s", name, name)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"sort"
 	"strconv"
@@ -42,6 +43,11 @@ const (
 	KeyRESTTLSKeyFile        = "rest.tls.key.file"
 	KeyRESTTLSClientCAFile   = "rest.tls.client.ca.file"
 	KeyRESTMaxBodyBytes      = "rest.max.body.bytes"
+	KeyRESTAllowedHosts      = "rest.allowed.hosts"
+	KeyCORSAllowOrigin       = "access.control.allow.origin"
+	KeyCORSAllowMethods      = "access.control.allow.methods"
+	KeyConnUnixSocket        = "connection.unix.socket.enabled"
+	KeyConnEnvCredHosts      = "connection.env.credentials.hosts"
 	KeyRestartEnabled        = "task.restart.enabled"
 	KeyRestartInitialMs      = "task.restart.backoff.initial.ms"
 	KeyRestartMaxMs          = "task.restart.backoff.max.ms"
@@ -75,8 +81,15 @@ var WorkerDefs = Defs{
 	{Name: KeyRESTBearerToken, Type: Password, Group: "REST", Doc: "Enables bearer token authentication (Authorization: Bearer <token>)."},
 	{Name: KeyRESTTLSCertFile, Type: String, Group: "REST", Doc: "PEM server certificate: the API is served over TLS."},
 	{Name: KeyRESTTLSKeyFile, Type: String, Group: "REST", Doc: "PEM private key of the server certificate."},
-	{Name: KeyRESTTLSClientCAFile, Type: String, Group: "REST", Doc: "PEM CA certificates: clients must present a certificate they signed (mutual TLS)."},
+	{Name: KeyRESTTLSClientCAFile, Type: String, Group: "REST", Doc: "PEM CA certificates: clients must present a certificate they signed (mutual TLS). GET /health is exempt, so that probes and txsink healthcheck work without one; a certificate a client does present must verify, on /health too."},
 	{Name: KeyRESTMaxBodyBytes, Type: Long, Default: "1048576", Min: 1024, Max: 64 << 20, Group: "REST", Doc: "Largest accepted request body; larger ones get HTTP 413."},
+	{Name: KeyRESTAllowedHosts, Type: List, Group: "REST", Doc: "Host names the API answers to (the request's Host header), comma-separated, besides localhost, IP addresses and the host of listen: other names get HTTP 403, which stops DNS-rebinding attacks from web pages. Entries: a name, *.domain for its subdomains, or * for any (turns the check off).",
+		Check: checkAllowedHosts},
+	{Name: KeyCORSAllowOrigin, Type: String, Group: "REST", Doc: "Kafka Connect's CORS setting: origins (scheme://host[:port], comma-separated, or *) whose web pages may call the API from a browser. Empty: none, and a state-changing request that carries another site's Origin header gets HTTP 403.",
+		Check: checkOrigins},
+	{Name: KeyCORSAllowMethods, Type: String, Group: "REST", Doc: "Kafka Connect's CORS setting: the methods allowed cross-origin (Access-Control-Allow-Methods), comma-separated. Empty: GET, POST, HEAD."},
+	{Name: KeyConnUnixSocket, Type: Boolean, Default: "false", Group: "Security", Doc: "Let connectors connect to PostgreSQL over a Unix-domain socket (a host that is a directory, or an empty host). Off, because over the local socket a database may let in the worker's OS user without a password."},
+	{Name: KeyConnEnvCredHosts, Type: List, Group: "Security", Doc: "host or host:port entries (or *) to which connectors may send the worker's own PostgreSQL credentials from its environment: PGUSER (or the OS user name) when a connector names no user, and PGPASSWORD, the password file (PGPASSFILE, ~/.pgpass), a service file's password and client certificates (PGSSLCERT, ~/.postgresql) when it names no password. Empty: never."},
 	{Name: KeyRestartEnabled, Type: Boolean, Default: "true", Group: "Restarts", Doc: "Restart failed tasks and connectors automatically with exponential backoff. A task stopped at a bad record (errors.tolerance=none) is never restarted automatically."},
 	{Name: KeyRestartInitialMs, Type: Long, Default: "1000", Min: 10, Max: 3600000, Group: "Restarts", Doc: "First automatic restart delay; it doubles with each consecutive failure."},
 	{Name: KeyRestartMaxMs, Type: Long, Default: "60000", Min: 10, Max: 86400000, Group: "Restarts", Doc: "Largest automatic restart delay."},
@@ -96,8 +109,9 @@ type Worker struct {
 	LogFormat string
 	LogLevel  string
 
-	Kafka KafkaSecurity
-	REST  REST
+	Kafka       KafkaSecurity
+	REST        REST
+	Connections Connections
 
 	RestartEnabled bool
 	RestartInitial time.Duration
@@ -120,6 +134,17 @@ type REST struct {
 	BearerToken                       string
 	TLSCertFile, TLSKeyFile, ClientCA string
 	MaxBodyBytes                      int64
+	// AllowedHosts are the extra Host names the API answers to.
+	AllowedHosts []string
+	// AllowOrigin and AllowMethods are the CORS settings.
+	AllowOrigin, AllowMethods string
+}
+
+// Connections is what the worker lets connectors' connection settings
+// make it do (connectors.Policy).
+type Connections struct {
+	UnixSockets        bool
+	EnvCredentialHosts []string
 }
 
 // LoadWorker merges the worker settings from, in increasing precedence:
@@ -207,6 +232,12 @@ func ParseWorker(raw map[string]string) (Worker, error) {
 			BasicUser: v[KeyRESTBasicUser], BasicPassword: v[KeyRESTBasicPassword], BearerToken: v[KeyRESTBearerToken],
 			TLSCertFile: v[KeyRESTTLSCertFile], TLSKeyFile: v[KeyRESTTLSKeyFile], ClientCA: v[KeyRESTTLSClientCAFile],
 			MaxBodyBytes: v.Int(KeyRESTMaxBodyBytes),
+			AllowedHosts: v.List(KeyRESTAllowedHosts),
+			AllowOrigin:  v[KeyCORSAllowOrigin], AllowMethods: v[KeyCORSAllowMethods],
+		},
+		Connections: Connections{
+			UnixSockets:        v.Bool(KeyConnUnixSocket),
+			EnvCredentialHosts: v.List(KeyConnEnvCredHosts),
 		},
 		RestartEnabled: v.Bool(KeyRestartEnabled),
 		RestartInitial: time.Duration(v.Int(KeyRestartInitialMs)) * time.Millisecond,
@@ -330,7 +361,9 @@ func (w Worker) KafkaOpts() ([]kgo.Opt, error) {
 }
 
 // TLSConfig returns the API's server TLS configuration, or nil when the
-// API is served over plain HTTP.
+// API is served over plain HTTP. With rest.tls.client.ca.file a client
+// certificate is verified when presented; the API itself refuses requests
+// without one (except GET /health).
 func (w Worker) TLSConfig() (*tls.Config, error) {
 	r := w.REST
 	if r.TLSCertFile == "" {
@@ -347,7 +380,9 @@ func (w Worker) TLSConfig() (*tls.Config, error) {
 			return nil, fmt.Errorf("%s: %w", KeyRESTTLSClientCAFile, err)
 		}
 		tc.ClientCAs = pool
-		tc.ClientAuth = tls.RequireAndVerifyClientCert
+		// A certificate is verified when given; the API requires one on
+		// every request but GET /health (probes have none).
+		tc.ClientAuth = tls.VerifyClientCertIfGiven
 	}
 	return tc, nil
 }
@@ -362,4 +397,35 @@ func loadPool(path string) (*x509.CertPool, error) {
 		return nil, fmt.Errorf("%s holds no PEM certificates", path)
 	}
 	return pool, nil
+}
+
+// checkAllowedHosts validates rest.allowed.hosts: host names (no ports),
+// *.domain, or *.
+func checkAllowedHosts(v string) error {
+	for _, h := range strings.Split(v, ",") {
+		h = strings.TrimSpace(h)
+		if h == "" || h == "*" {
+			continue
+		}
+		name := strings.TrimPrefix(h, "*.")
+		if strings.ContainsAny(name, ":/*@ ") || name == "" {
+			return fmt.Errorf("%q: want a host name without port, *.domain, or *", h)
+		}
+	}
+	return nil
+}
+
+// checkOrigins validates access.control.allow.origin: * or origins.
+func checkOrigins(v string) error {
+	for _, o := range strings.Split(v, ",") {
+		o = strings.TrimSpace(o)
+		if o == "" || o == "*" {
+			continue
+		}
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+			return fmt.Errorf("%q: want an origin such as https://ui.example.com:8443, or *", o)
+		}
+	}
+	return nil
 }

@@ -67,7 +67,7 @@ func Open(ctx context.Context, reg *Registry, raw map[string]string, opt TaskOpt
 	if err != nil {
 		return nil, err
 	}
-	sink, err := spec.New(ctx, Env{Bootstrap: opt.Bootstrap, KafkaOpts: opt.KafkaOpts, Log: log.With("connector", c.Name), Pipeline: pipe}, c, v)
+	sink, err := spec.New(ctx, Env{Bootstrap: opt.Bootstrap, KafkaOpts: opt.KafkaOpts, Log: log.With("connector", c.Name), Pipeline: pipe, Policy: reg.Policy()}, c, v)
 	if err != nil {
 		return nil, err
 	}

@@ -96,6 +96,9 @@ type Env struct {
 	// converters); a sink calls it for every record it maps to rows. Nil
 	// means txsink's default JSON converter.
 	Pipeline *convert.Pipeline
+	// Policy is what the worker allows the connector's configuration to
+	// make it do (Unix sockets, environment credentials).
+	Policy Policy
 }
 
 // Factory opens a sink for a validated connector configuration.
@@ -111,8 +114,15 @@ type Spec struct {
 	Version string
 	// Defs are the sink's own settings, after config.ConnectorDefs.
 	Defs config.Defs
-	// Validate checks cross-field rules; it returns field errors.
-	Validate func(v config.Values) config.Errors
+	// Validate checks cross-field rules and what the worker's policy
+	// allows; it returns field errors.
+	Validate func(v config.Values, p Policy) config.Errors
+	// Identity, when set, returns where and as whom the configuration's
+	// secrets are used: a canonical text of the sink's hosts, ports and
+	// user, without any secret. A stored secret is kept across a
+	// configuration change only while Identity stays the same (see
+	// Worker.PatchConfig).
+	Identity func(v config.Values) (string, error)
 	New      Factory
 }
 
@@ -127,8 +137,24 @@ func (s Spec) AllDefs() config.Defs {
 // Registry maps sink names and class aliases to specs. The zero value is
 // empty and ready to use.
 type Registry struct {
-	mu    sync.RWMutex
-	specs map[string]Spec
+	mu     sync.RWMutex
+	specs  map[string]Spec
+	policy Policy
+}
+
+// SetPolicy sets what configurations validated by this registry may make
+// the worker do. The zero Policy is the strict one.
+func (r *Registry) SetPolicy(p Policy) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.policy = p
+}
+
+// Policy returns the registry's policy.
+func (r *Registry) Policy() Policy {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.policy
 }
 
 // Register adds a sink; it fails if the name or class is taken.
@@ -186,8 +212,12 @@ func (r *Registry) Validate(raw map[string]string) (Spec, config.Values, config.
 		return Spec{}, v, errs
 	}
 	v, errs := spec.AllDefs().Validate(raw)
+	p := r.Policy()
 	if len(errs) == 0 && spec.Validate != nil {
-		errs = spec.Validate(v)
+		errs = spec.Validate(v, p)
+	}
+	if v.Bool(config.KeyUnsafeNoFencing) && !p.UnsafeTestSettings {
+		errs = append(errs, config.FieldError{Name: config.KeyUnsafeNoFencing, Msg: "is a test-only switch that breaks exactly-once delivery; this worker refuses it (only a process started with -allow-unsafe-test-settings accepts it)"})
 	}
 	if len(errs) == 0 {
 		if _, err := convert.NewPipeline(v); err != nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -73,6 +74,11 @@ var (
 	ErrConflict = errors.New("conflict")
 	// ErrClosed: the worker is shutting down.
 	ErrClosed = errors.New("worker is shutting down")
+	// ErrSecretDropped: a configuration change moved the connector to
+	// another host, port or user without sending its secret again, so the
+	// stored secret was dropped; the connector fails until it is sent
+	// (HTTP 409 where an operation needs the sink).
+	ErrSecretDropped = errors.New("secret dropped")
 )
 
 // opError carries a Kafka Connect style message and one of the sentinels.
@@ -196,6 +202,9 @@ type managed struct {
 	secrets   []string
 	tasksMax  int
 	restoring bool
+	// dropped, when not "", says which stored secret a configuration
+	// change dropped (see reconfigure); the connector fails with it.
+	dropped string
 }
 
 type taskSlot struct {
@@ -226,6 +235,14 @@ func NewWorker(reg *Registry, opt WorkerOptions) (*Worker, error) {
 	if err := os.MkdirAll(opt.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("connectors: data directory: %w", err)
 	}
+	if fi, err := os.Stat(opt.DataDir); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		opt.Log.Warn("the data directory is open to its group or to others; it holds connector passwords: make it private (chmod 700)", "data_dir", opt.DataDir, "mode", fmt.Sprintf("%#o", fi.Mode().Perm()))
+	}
+	if n, err := removeStaleTemps(opt.DataDir); err != nil {
+		return nil, err
+	} else if n > 0 {
+		opt.Log.Info("removed temporary state files left by an interrupted write", "data_dir", opt.DataDir, "files", n)
+	}
 	w := &Worker{reg: reg, opt: opt, log: opt.Log, conns: map[string]*managed{}}
 	w.metrics = newWorkerMetrics(w)
 	if opt.Registerer != nil {
@@ -242,7 +259,7 @@ func NewWorker(reg *Registry, opt WorkerOptions) (*Worker, error) {
 		if m.target == "" {
 			m.target = TargetRunning
 		}
-		m.state, m.trace = sc.State, sc.Trace
+		m.state, m.trace, m.dropped = sc.State, sc.Trace, sc.SecretDropped
 		for _, t := range sc.Tasks {
 			for len(m.tasks) <= t.ID {
 				m.tasks = append(m.tasks, &taskSlot{state: StateUnassigned})
@@ -410,6 +427,16 @@ func (w *Worker) validate(name string, raw map[string]string) (map[string]string
 		return nil, errorf(ErrBadRequest, "Connector name configuration (%s) doesn't match connector name in the URL (%s)", ScrubString(n, Secrets(w.reg, raw)), name)
 	}
 	cfg[config.KeyName] = name
+	defs := defsFor(w.reg, cfg)
+	var placeholders config.Errors
+	for k, v := range cfg {
+		if v == Hidden && isSecretKey(defs, k) {
+			placeholders = append(placeholders, config.FieldError{Name: k, Msg: Hidden + " is the placeholder the API shows for a secret, and there is no stored secret it stands for: send the secret itself"})
+		}
+	}
+	if len(placeholders) > 0 {
+		return nil, placeholders
+	}
 	if _, _, errs := w.reg.Validate(cfg); len(errs) > 0 {
 		return nil, errs
 	}
@@ -455,63 +482,186 @@ func (w *Worker) Create(ctx context.Context, name string, raw map[string]string,
 
 // PutConfig creates the connector (created=true) or replaces its
 // configuration and restarts its tasks with the new one when it runs.
+// A value Hidden ("[hidden]", what GET …/config shows for a secret, also
+// inside a URL) stands for the stored secret, which is kept while the
+// connector's identity (host, port, user) stays the same, and dropped
+// otherwise (see PatchConfig).
 func (w *Worker) PutConfig(ctx context.Context, name string, raw map[string]string) (info Info, created bool, err error) {
+	change := configChange{replace: true, set: raw}
 	if _, err := w.lookup(name); errors.Is(err, ErrNotFound) {
 		info, err := w.Create(ctx, name, raw, TargetRunning)
 		if errors.Is(err, ErrExists) { // lost a race with another create
-			info, err = w.update(ctx, name, raw)
+			info, err = w.reconfigure(ctx, name, change)
 			return info, false, err
 		}
 		return info, err == nil, err
 	}
-	info, err = w.update(ctx, name, raw)
+	info, err = w.reconfigure(ctx, name, change)
 	return info, false, err
 }
 
 // PatchConfig merges patch into the connector's configuration (a nil value
 // removes the setting, as in Kafka Connect's PATCH) and applies it like
-// PutConfig. The connector must exist.
+// PutConfig. The connector must exist. The merge reads the configuration
+// under the connector's lock, so concurrent patches of different settings
+// all apply.
+//
+// Stored secrets are bound to where they are used: when the change moves
+// the connector to another host, port or user (the sink's Spec.Identity)
+// and does not send a secret again (a password setting, or the password
+// inside connection.url), that secret is dropped, and the connector fails
+// with ErrSecretDropped until a change sends it (or removes the setting
+// with null).
 func (w *Worker) PatchConfig(ctx context.Context, name string, patch map[string]*string) (Info, error) {
-	m, err := w.lookup(name)
-	if err != nil {
-		return Info{}, err
-	}
-	w.mu.Lock()
-	merged := maps.Clone(m.raw)
-	w.mu.Unlock()
+	change := configChange{set: map[string]string{}}
 	for k, v := range patch {
 		if v == nil {
-			delete(merged, k)
+			change.unset = append(change.unset, k)
 		} else {
-			merged[k] = *v
+			change.set[k] = *v
 		}
 	}
-	return w.update(ctx, name, merged)
+	return w.reconfigure(ctx, name, change)
 }
 
-func (w *Worker) update(ctx context.Context, name string, raw map[string]string) (Info, error) {
-	cfg, err := w.validate(name, raw)
-	if err != nil {
-		return Info{}, err
-	}
+// configChange is a PUT (replace) or PATCH of a configuration.
+type configChange struct {
+	replace bool              // set is the whole new configuration
+	set     map[string]string // settings sent
+	unset   []string          // settings removed
+}
+
+// reconfigure applies change to the connector's configuration under its
+// lock: read, merge, bind secrets, validate, store, restart.
+func (w *Worker) reconfigure(ctx context.Context, name string, change configChange) (Info, error) {
 	m, err := w.lockConn(name)
 	if err != nil {
 		return Info{}, err
 	}
 	defer m.op.Unlock()
+	w.mu.Lock()
+	old, dropped := maps.Clone(m.raw), m.dropped
+	w.mu.Unlock()
+	next, droppedKeys, dropped := w.bindSecrets(name, old, change, dropped)
+	cfg, err := w.validate(name, next)
+	if err != nil {
+		return Info{}, err
+	}
 	w.stopConnLocked(m)
 	w.mu.Lock()
 	m.raw = cfg
+	m.dropped = dropped
 	m.updated = time.Now().UTC()
 	m.restarts = 0
 	w.prepare(m)
 	w.mu.Unlock()
 	w.log.Info("connector reconfigured", "connector", name)
+	if len(droppedKeys) > 0 {
+		w.log.Warn("stored secrets dropped: the connector moved to another host, port or user without them", "connector", name, "settings", droppedKeys, "connector_fails", dropped != "")
+	}
 	if err := w.persist(); err != nil {
 		return Info{}, err
 	}
 	w.applyTargetLocked(ctx, m)
 	return w.info(m), w.persist()
+}
+
+// bindSecrets merges change into old and resolves its secrets: a
+// placeholder (Hidden, or a URL shown with its password Hidden) takes the
+// stored secret back while the sink's identity (hosts, ports, user) is
+// unchanged; when it changed, every stored secret the change did not send
+// again is dropped (a secret setting is removed, a URL keeps Hidden as its
+// password). It returns the new configuration and the connector's new
+// settings it dropped, and the connector's new dropped-secret note (""
+// when none is pending: also when the change sent another secret, which
+// supersedes what was dropped).
+func (w *Worker) bindSecrets(name string, old map[string]string, change configChange, note string) (next map[string]string, dropped []string, _ string) {
+	next = map[string]string{}
+	if !change.replace {
+		next = maps.Clone(old)
+	}
+	for _, k := range change.unset {
+		delete(next, k)
+	}
+	maps.Copy(next, change.set)
+	defs := defsFor(w.reg, next)
+	// The identity is read with the placeholders taken back (a URL with
+	// "[hidden]" as its password may not even parse).
+	probe := maps.Clone(next)
+	for k, v := range next {
+		if ov, had := old[k]; had && v == Hidden {
+			probe[k] = ov
+		} else if had && strings.Contains(v, Hidden) {
+			probe[k], _ = restoreURLPasswords(v, ov)
+		}
+	}
+	oldID, oldErr := w.identity(old)
+	newID, newErr := w.identity(probe)
+	same := oldErr == nil && newErr == nil && oldID == newID
+	resent := false
+	for _, k := range change.unset {
+		if isSecretKey(defs, k) {
+			resent = true // an explicit decision about the secret
+		}
+	}
+	for k, v := range next {
+		ov, had := old[k]
+		_, sent := change.set[k]
+		secret := isSecretKey(defs, k)
+		switch {
+		case v == Hidden && secret:
+			if had && same {
+				next[k] = ov
+			} else {
+				delete(next, k)
+				if had {
+					dropped = append(dropped, k)
+				}
+			}
+		case had && strings.Contains(v, Hidden) && len(urlSecrets(ov)) > 0:
+			// A URL sent back as shown, its password hidden.
+			if !same {
+				dropped = append(dropped, k) // it keeps Hidden as its password
+			} else if r, ok := restoreURLPasswords(v, ov); ok {
+				next[k] = r
+			}
+		case !sent && !same && (secret || len(urlSecrets(v)) > 0):
+			if secret {
+				delete(next, k)
+			} else {
+				next[k] = RedactURL(v)
+			}
+			dropped = append(dropped, k)
+		case sent && (secret || len(urlSecrets(v)) > 0):
+			resent = true
+		}
+	}
+	sort.Strings(dropped)
+	switch {
+	case resent:
+		// What was sent supersedes what was dropped.
+		note = ""
+	case len(dropped) > 0:
+		note = fmt.Sprintf("The stored secret of %s was dropped: the configuration moved the connector from %s to %s without sending it again. Send it again (PUT or PATCH /connectors/%s/config), or remove the setting with null if the new target needs none", strings.Join(dropped, ", "), orUnknown(oldID), orUnknown(newID), name)
+	}
+	return next, dropped, note
+}
+
+// identity is the sink's Spec.Identity of a raw configuration ("" with no
+// error for a sink without one: its secrets are not bound).
+func (w *Worker) identity(raw map[string]string) (string, error) {
+	spec, v, _ := w.reg.Validate(raw)
+	if spec.Identity == nil {
+		return "", nil
+	}
+	return spec.Identity(v)
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "an unknown target"
+	}
+	return s
 }
 
 // Delete stops the connector and removes it. Its offsets stay in the sink.
@@ -724,11 +874,22 @@ func (w *Worker) startLocked(ctx context.Context, m *managed) {
 	w.mu.Lock()
 	raw := maps.Clone(m.raw)
 	secrets := m.secrets
+	dropped := m.dropped
 	if m.timer != nil {
 		m.timer.Stop()
 		m.timer = nil
 	}
 	w.mu.Unlock()
+	if dropped != "" {
+		// Nothing to retry: the connector needs its secret sent again.
+		w.mu.Lock()
+		m.state, m.trace, m.tasks = StateFailed, dropped, nil
+		m.gen++
+		w.mu.Unlock()
+		w.log.Error("connector failed to start", "connector", m.name, "err", dropped)
+		w.metrics.connectorFailures.WithLabelValues(m.name).Inc()
+		return
+	}
 	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.opt.OpenTimeout)
 	c, err := Open(octx, w.reg, raw, w.taskOptions(m))
 	cancel()
@@ -926,7 +1087,7 @@ func (w *Worker) persist() error {
 	st := &storedState{Version: 1, Connectors: map[string]*storedConnector{}}
 	w.mu.Lock()
 	for name, m := range w.conns {
-		sc := &storedConnector{Config: maps.Clone(m.raw), Target: m.target, State: m.state, Trace: m.trace, CreatedAt: m.created, UpdatedAt: m.updated}
+		sc := &storedConnector{Config: maps.Clone(m.raw), Target: m.target, State: m.state, Trace: m.trace, SecretDropped: m.dropped, CreatedAt: m.created, UpdatedAt: m.updated}
 		for i, t := range m.tasks {
 			sc.Tasks = append(sc.Tasks, storedTask{ID: i, State: t.state, Trace: t.trace})
 		}
@@ -1068,9 +1229,13 @@ func (w *Worker) withSink(ctx context.Context, m *managed, fn func(Sink) error) 
 	w.mu.Lock()
 	c := m.conn
 	raw := maps.Clone(m.raw)
+	dropped := m.dropped
 	w.mu.Unlock()
 	if c != nil {
 		return fn(c.Sink)
+	}
+	if dropped != "" {
+		return &opError{kind: ErrSecretDropped, msg: dropped}
 	}
 	spec, v, errs := w.reg.Validate(raw)
 	if len(errs) > 0 {
@@ -1083,7 +1248,7 @@ func (w *Worker) withSink(ctx context.Context, m *managed, fn func(Sink) error) 
 	if err != nil {
 		return err
 	}
-	s, err := spec.New(octx, Env{Bootstrap: w.opt.Bootstrap, KafkaOpts: w.opt.KafkaOpts, Log: w.log.With("connector", m.name), Pipeline: pipe}, conn, v)
+	s, err := spec.New(octx, Env{Bootstrap: w.opt.Bootstrap, KafkaOpts: w.opt.KafkaOpts, Log: w.log.With("connector", m.name), Pipeline: pipe, Policy: w.reg.Policy()}, conn, v)
 	if err != nil {
 		return err
 	}
@@ -1142,8 +1307,9 @@ func (w *Worker) scrub(m *managed, err error) error {
 	secrets := m.secrets
 	w.mu.Unlock()
 	var ferrs config.Errors
-	if errors.As(err, &ferrs) {
-		return err
+	var oe *opError
+	if errors.As(err, &ferrs) || errors.As(err, &oe) && oe.kind == ErrSecretDropped {
+		return err // messages without secrets, kinds kept
 	}
 	return errors.New(ScrubString(err.Error(), secrets))
 }

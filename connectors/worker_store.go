@@ -21,13 +21,16 @@ type storedState struct {
 }
 
 type storedConnector struct {
-	Config    map[string]string `json:"config"`
-	Target    TargetState       `json:"target_state"`
-	State     State             `json:"state,omitempty"`
-	Trace     string            `json:"trace,omitempty"`
-	Tasks     []storedTask      `json:"tasks,omitempty"`
-	CreatedAt time.Time         `json:"created_at"`
-	UpdatedAt time.Time         `json:"updated_at"`
+	Config map[string]string `json:"config"`
+	Target TargetState       `json:"target_state"`
+	State  State             `json:"state,omitempty"`
+	Trace  string            `json:"trace,omitempty"`
+	Tasks  []storedTask      `json:"tasks,omitempty"`
+	// SecretDropped is the note of a secret a configuration change
+	// dropped (the connector fails until it is sent again).
+	SecretDropped string    `json:"secret_dropped,omitempty"`
+	CreatedAt     time.Time `json:"created_at"`
+	UpdatedAt     time.Time `json:"updated_at"`
 }
 
 type storedTask struct {
@@ -58,17 +61,38 @@ func loadState(dir string) (*storedState, error) {
 	return &st, nil
 }
 
+// tempPattern names the temporary files saveState writes.
+const tempPattern = "." + storeFile + ".*.tmp"
+
+// removeStaleTemps removes temporary state files a write left behind when
+// the process was killed between writing and renaming one (they may hold
+// connector passwords), and returns how many it removed. Only one worker
+// uses a data directory, so at start none is in use.
+func removeStaleTemps(dir string) (int, error) {
+	names, err := filepath.Glob(filepath.Join(dir, tempPattern))
+	if err != nil {
+		return 0, fmt.Errorf("connectors: data directory: %w", err)
+	}
+	for _, n := range names {
+		if err := os.Remove(n); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return 0, fmt.Errorf("connectors: removing a stale temporary state file: %w", err)
+		}
+	}
+	return len(names), nil
+}
+
 // saveState writes the state file atomically: a temporary file in the same
 // directory is written and fsynced, renamed over the old file, and the
 // directory is fsynced so the rename itself is durable. A crash at any
-// point leaves either the old or the new file. The file holds connector
-// passwords, so it is readable by the owner only.
+// point leaves either the old or the new file (and perhaps a temporary
+// file, which removeStaleTemps deletes at the next start). Both hold
+// connector passwords, so they are readable by the owner only.
 func saveState(dir string, st *storedState) error {
 	b, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, "."+storeFile+".*.tmp")
+	tmp, err := os.CreateTemp(dir, tempPattern) // mode 0600
 	if err != nil {
 		return fmt.Errorf("connectors: write worker state: %w", err)
 	}

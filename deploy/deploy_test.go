@@ -172,7 +172,6 @@ func TestKubernetesManifests(t *testing.T) {
 	dep := only[*appsv1.Deployment](t, ms)
 	svc := only[*corev1.Service](t, ms)
 	cm := only[*corev1.ConfigMap](t, ms)
-	sec := only[*corev1.Secret](t, ms)
 	pdb := only[*policyv1.PodDisruptionBudget](t, ms)
 	kus := only[*kustomization](t, ms)
 
@@ -288,17 +287,17 @@ func TestKubernetesManifests(t *testing.T) {
 				t.Errorf("volume %s names ConfigMap %s, the manifest is %s", v.Name, v.ConfigMap.Name, cm.Name)
 			}
 		}
-		secretKeys := map[string]bool{}
-		for k := range sec.StringData {
-			secretKeys[k] = true
-		}
-		for k := range sec.Data {
-			secretKeys[k] = true
+		// Credentials are never shipped (not even placeholders): the
+		// operator creates the Secret, and a pod does not start without it.
+		for _, m := range ms {
+			if sec, ok := m.obj.(*corev1.Secret); ok {
+				t.Errorf("%s ships Secret %s: credentials must come from the operator's secret store", m.file, sec.Name)
+			}
 		}
 		for _, e := range c.Env {
 			if r := e.ValueFrom; r != nil && r.SecretKeyRef != nil {
-				if r.SecretKeyRef.Name != sec.Name || !secretKeys[r.SecretKeyRef.Key] {
-					t.Errorf("env %s refers to secret %s key %s, which the Secret manifest lacks", e.Name, r.SecretKeyRef.Name, r.SecretKeyRef.Key)
+				if r.SecretKeyRef.Name != "txsink-credentials" || r.SecretKeyRef.Optional != nil && *r.SecretKeyRef.Optional {
+					t.Errorf("env %s refers to secret %s (optional %v): want the required Secret txsink-credentials that kustomization.yaml tells to create", e.Name, r.SecretKeyRef.Name, r.SecretKeyRef.Optional)
 				}
 			}
 		}
@@ -321,23 +320,40 @@ func TestKubernetesManifests(t *testing.T) {
 		}
 	})
 
+	t.Run("metrics scraping sends the token", func(t *testing.T) {
+		token := false
+		for _, e := range c.Env {
+			token = token || e.Name == config.EnvKey(config.KeyRESTBearerToken)
+		}
+		if token && pod.Annotations["prometheus.io/scrape"] == "true" {
+			t.Error("the pods ask for annotation-based scraping, which sends no bearer token, but /metrics requires one")
+		}
+	})
+
 	t.Run("configuration is valid", func(t *testing.T) {
+		var policy connectors.Policy
+		for key, val := range cm.Data {
+			if !strings.HasSuffix(key, ".properties") {
+				continue
+			}
+			raw, err := config.ParseWorkerFile([]byte(val))
+			if err != nil {
+				t.Fatalf("%s: %v", key, err)
+			}
+			w, err := config.ParseWorker(raw)
+			if err != nil {
+				t.Errorf("%s: %v", key, err)
+			}
+			if w.DataDir != "/var/lib/txsink" {
+				t.Errorf("%s: data.dir %q, want the mounted /var/lib/txsink", key, w.DataDir)
+			}
+			policy = connectors.Policy{UnixSockets: w.Connections.UnixSockets, EnvCredentialHosts: w.Connections.EnvCredentialHosts}
+		}
 		for key, val := range cm.Data {
 			switch {
 			case strings.HasSuffix(key, ".properties"):
-				raw, err := config.ParseWorkerFile([]byte(val))
-				if err != nil {
-					t.Fatalf("%s: %v", key, err)
-				}
-				w, err := config.ParseWorker(raw)
-				if err != nil {
-					t.Errorf("%s: %v", key, err)
-				}
-				if w.DataDir != "/var/lib/txsink" {
-					t.Errorf("%s: data.dir %q, want the mounted /var/lib/txsink", key, w.DataDir)
-				}
 			case strings.HasSuffix(key, ".json"):
-				validateConnector(t, key, []byte(val))
+				validateConnector(t, key, []byte(val), policy)
 			default:
 				t.Errorf("ConfigMap key %s: neither a worker file nor a connector", key)
 			}
@@ -346,8 +362,8 @@ func TestKubernetesManifests(t *testing.T) {
 }
 
 // validateConnector checks a connector file (Connect's create body) with
-// the sink registry, as the worker would.
-func validateConnector(t *testing.T, what string, b []byte) map[string]string {
+// the sink registry, as a worker with policy would.
+func validateConnector(t *testing.T, what string, b []byte, policy connectors.Policy) map[string]string {
 	t.Helper()
 	var body struct {
 		Name   string            `json:"name"`
@@ -367,6 +383,7 @@ func validateConnector(t *testing.T, what string, b []byte) map[string]string {
 	if err := reg.Register(postgres.Spec()); err != nil {
 		t.Fatal(err)
 	}
+	reg.SetPolicy(policy)
 	if _, _, errs := reg.Validate(raw); errs != nil {
 		t.Errorf("%s: %v", what, errs)
 	}
@@ -512,7 +529,7 @@ func TestCompose(t *testing.T) {
 			if i < 0 || i+1 >= len(s.Command) {
 				t.Fatalf("%s: no inline connector (-d JSON)", name)
 			}
-			raw := validateConnector(t, name, []byte(s.Command[i+1]))
+			raw := validateConnector(t, name, []byte(s.Command[i+1]), connectors.Policy{})
 			if raw != nil && !strings.Contains(raw["connection.url"], "//postgres:") {
 				t.Errorf("%s: connection.url %s does not name the postgres service", name, raw["connection.url"])
 			}

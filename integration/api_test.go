@@ -6,6 +6,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -34,7 +35,8 @@ const apiCanary = "CanaryPw-4b1d-Zq7"
 // worker is a "txsink serve" process and its HTTP base URL.
 type worker struct {
 	*proc
-	base string
+	base   string
+	client *http.Client
 	// bodies collects every response body, for the canary check.
 	mu     sync.Mutex
 	bodies []string
@@ -54,10 +56,25 @@ func freeAddr(t *testing.T) string {
 // until GET /health answers 200.
 func startServe(t *testing.T, bootstrap, addr, dataDir, workerID string) *worker {
 	t.Helper()
-	cmd := exec.Command(txsinkBinary(t), "serve", "-listen", addr, "-bootstrap", bootstrap, "-data-dir", dataDir, "-worker-id", workerID, "-log-level", "debug")
+	return startServeWith(t, bootstrap, addr, dataDir, workerID, serveOpts{})
+}
+
+// serveOpts are what some tests change in a "txsink serve" process.
+type serveOpts struct {
+	args []string // more flags
+	env  []string // more environment
+	// tls, when set, is the client configuration for an https worker.
+	tls *tls.Config
+}
+
+// startServeWith is startServe with more flags and environment.
+func startServeWith(t *testing.T, bootstrap, addr, dataDir, workerID string, o serveOpts) *worker {
+	t.Helper()
+	args := append([]string{"serve", "-listen", addr, "-bootstrap", bootstrap, "-data-dir", dataDir, "-worker-id", workerID, "-log-level", "debug"}, o.args...)
+	cmd := exec.Command(txsinkBinary(t), args...)
 	p := &proc{cmd: cmd, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p, p
-	cmd.Env = append(os.Environ(), "TXSINK_TASK_RESTART_BACKOFF_INITIAL_MS=200", "TXSINK_TASK_RESTART_BACKOFF_MAX_MS=2000")
+	cmd.Env = append(append(os.Environ(), "TXSINK_TASK_RESTART_BACKOFF_INITIAL_MS=200", "TXSINK_TASK_RESTART_BACKOFF_MAX_MS=2000"), o.env...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -71,13 +88,17 @@ func startServe(t *testing.T, bootstrap, addr, dataDir, workerID string) *worker
 			t.Logf("txsink serve %s output (tail):\n%s", workerID, tail(p.output(), 6000))
 		}
 	})
-	w := &worker{proc: p, base: "http://" + addr}
+	w := &worker{proc: p, base: "http://" + addr, client: http.DefaultClient}
+	if o.tls != nil {
+		w.base = "https://" + addr
+		w.client = &http.Client{Transport: &http.Transport{TLSClientConfig: o.tls}}
+	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		if ok, code := p.exited(); ok {
 			t.Fatalf("txsink serve exited with %d:\n%s", code, tail(p.output(), 3000))
 		}
-		res, err := http.Get(w.base + "/health")
+		res, err := w.client.Get(w.base + "/health")
 		if err == nil {
 			res.Body.Close()
 			if res.StatusCode == 200 {
@@ -111,7 +132,7 @@ func (w *worker) call(t *testing.T, method, path string, body any) (int, string)
 	req.Header.Set("Content-Type", "application/json")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	res, err := http.DefaultClient.Do(req.WithContext(ctx))
+	res, err := w.client.Do(req.WithContext(ctx))
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -274,7 +295,7 @@ func TestAPILifecycle(t *testing.T) {
 		{"POST", "/connectors", map[string]any{"name": "x", "config": map[string]string{"connector.class": "com.example.Nope", "topics": topic}}, 400,
 			"Connector configuration is invalid and contains the following 1 error(s):\nconnector.class: unknown connector class \"com.example.Nope\"; known: " + knownSinks + "\nYou can also find the above list of errors at the endpoint `/connector-plugins/{connectorType}/config/validate`"},
 		{"POST", "/connectors", map[string]any{"name": "x", "config": map[string]string{"connector.class": "postgres", "topics": topic, "connection.url": "postgres://h/db?sslkey=/etc/passwd"}}, 400,
-			"Connector configuration is invalid and contains the following 1 error(s):\nconnection.url: connection parameter \"sslkey\" is not allowed (allowed: sslmode, application_name, connect_timeout, target_session_attrs, statement_timeout, options, user, password, sslnegotiation, channel_binding)\nYou can also find the above list of errors at the endpoint `/connector-plugins/{connectorType}/config/validate`"},
+			"Connector configuration is invalid and contains the following 1 error(s):\nconnection.url: connection string key \"sslkey\" is not in ConnStringAllowedKeys (allowed query parameters: sslmode, application_name, connect_timeout, target_session_attrs, statement_timeout, options, user, password, sslnegotiation, channel_binding)\nYou can also find the above list of errors at the endpoint `/connector-plugins/{connectorType}/config/validate`"},
 		{"PATCH", "/connectors/" + name + "/offsets", `{"offsets":[{"partition":{"kafka_topic":"` + topic + `","kafka_partition":0},"offset":{"kafka_offset":0}}]}`, 400,
 			"Connectors must be in the STOPPED state before their offsets can be modified. This can be done for the specified connector by issuing a 'PUT' request to the '/connectors/" + name + "/stop' endpoint"},
 		{"PATCH", "/connectors/" + name + "/offsets", `{"offsets":[{"partition":{"kafka_topic":"` + topic + `"},"offset":{"kafka_offset":0}}]}`, 400,

@@ -326,9 +326,13 @@ func TestClickHouseZombie(t *testing.T) {
 				cfg["txsink.test.unsafe.disable.fencing"] = "true"
 			}
 			path := writeConnector(t, cfg)
-			a := startTxsink(t, k.Bootstrap, path, "wA", failpoint.Env+"="+c.point+":3:stop")
+			start := startTxsink
+			if c.unsafe {
+				start = startUnsafeTxsink
+			}
+			a := start(t, k.Bootstrap, path, "wA", failpoint.Env+"="+c.point+":3:stop")
 			waitStopped(t, a, 90*time.Second)
-			b := startTxsink(t, k.Bootstrap, path, "wB")
+			b := start(t, k.Bootstrap, path, "wB")
 			chWaitDrained(t, conn, name, &u, 2*time.Minute, nil)
 			a.signal(syscall.SIGCONT)
 			time.Sleep(8 * time.Second)

@@ -274,7 +274,9 @@ func TestImage(t *testing.T) {
 		"-e", "TXSINK_WORKER_ID=image-1",
 		// Through the environment, so that the image's HEALTHCHECK finds the port.
 		"-e", fmt.Sprintf("TXSINK_LISTEN=127.0.0.1:%d", port),
-		"-e", "PGUSER=" + pgUser, "-e", "PGPASSWORD=" + pgPassword}
+		"-e", "PGUSER=" + pgUser, "-e", "PGPASSWORD=" + pgPassword,
+		// The worker lends them only to the hosts it is told to.
+		"-e", "TXSINK_CONNECTION_ENV_CREDENTIALS_HOSTS=" + pgu.Host}
 	if id := os.Getenv(harness.EnvRunID); id != "" {
 		runArgs = append(runArgs, "--label", "io.txsink.test.run="+id)
 	}

@@ -154,9 +154,13 @@ func TestPostgresZombie(t *testing.T) {
 				cfg["txsink.test.unsafe.disable.fencing"] = "true"
 			}
 			path := writeConnector(t, cfg)
+			start := startTxsink
+			if c.unsafe {
+				start = startUnsafeTxsink
+			}
 
 			// A freezes inside its third round.
-			a := startTxsink(t, k.Bootstrap, path, "wA", failpoint.Env+"="+c.point+":3:stop")
+			a := start(t, k.Bootstrap, path, "wA", failpoint.Env+"="+c.point+":3:stop")
 			waitStopped(t, a, 90*time.Second)
 			ctx := context.Background()
 			atPause, err := sinkOffsets(ctx, pool, conn)
@@ -164,7 +168,7 @@ func TestPostgresZombie(t *testing.T) {
 				t.Fatal(err)
 			}
 			// B takes over once A's session times out, and drains.
-			b := startTxsink(t, k.Bootstrap, path, "wB")
+			b := start(t, k.Bootstrap, path, "wB")
 			waitDrained(t, pool, conn, &u, 2*time.Minute, nil)
 			var extra map[int32][2]int64
 			if c.rewind {
@@ -178,7 +182,7 @@ func TestPostgresZombie(t *testing.T) {
 					reset = append(reset, offsets.Position{Topic: topic, Partition: p, Next: off})
 				}
 				rewind(t, pool, conn, reset)
-				b = startTxsink(t, k.Bootstrap, path, "wB2")
+				b = start(t, k.Bootstrap, path, "wB2")
 				waitDrained(t, pool, conn, &u, 2*time.Minute, nil)
 			}
 			// The zombie resumes; give it time to try its commit.

@@ -276,7 +276,22 @@ func writeConnector(t testing.TB, cfg map[string]string) string {
 // killed at cleanup if still running.
 func startTxsink(t testing.TB, bootstrap, cfgPath, workerID string, env ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(txsinkBinary(t), "run", "-bootstrap", bootstrap, "-config", cfgPath, "-worker-id", workerID)
+	return runTxsink(t, []string{"run", "-bootstrap", bootstrap, "-config", cfgPath, "-worker-id", workerID}, workerID, env)
+}
+
+// startUnsafeTxsink is startTxsink for a negative control: the process
+// accepts test-only settings (txsink.test.unsafe.disable.fencing), which
+// txsink refuses without the flag.
+func startUnsafeTxsink(t testing.TB, bootstrap, cfgPath, workerID string, env ...string) *proc {
+	t.Helper()
+	return runTxsink(t, []string{"run", "-bootstrap", bootstrap, "-config", cfgPath, "-worker-id", workerID, "-allow-unsafe-test-settings"}, workerID, env)
+}
+
+// runTxsink runs the txsink binary with args; the process is killed at
+// cleanup if still running.
+func runTxsink(t testing.TB, args []string, workerID string, env []string) *proc {
+	t.Helper()
+	cmd := exec.Command(txsinkBinary(t), args...)
 	p := &proc{cmd: cmd, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p, p
 	cmd.Env = append(os.Environ(), env...)

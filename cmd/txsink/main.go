@@ -87,6 +87,15 @@ func registry() *connectors.Registry {
 	return reg
 }
 
+// unsafeTestFlag is the command-line flag of "run" and "serve" that lets
+// connectors use test-only switches (txsink.test.unsafe.disable.fencing).
+// It is a flag only: no configuration file or environment variable sets
+// it.
+const (
+	unsafeTestFlag = "allow-unsafe-test-settings"
+	unsafeTestDoc  = "TEST ONLY: accept test-only connector settings that switch off exactly-once safeguards (txsink.test.unsafe.disable.fencing); without it they are refused"
+)
+
 type commonFlags struct {
 	workerID  string
 	bootstrap string
@@ -186,6 +195,7 @@ func cmdRun(args []string, stderr io.Writer) int {
 	var cf commonFlags
 	cf.register(fs)
 	cfgPath := fs.String("config", "", "connector config file (JSON)")
+	unsafeTest := fs.Bool(unsafeTestFlag, false, unsafeTestDoc)
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -205,7 +215,12 @@ func cmdRun(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	c, err := openWithRetry(ctx, registry(), raw, cf.taskOptions(log), log)
+	// The connector comes from a file only the operator writes, not from a
+	// REST client: it may use Unix sockets and the environment's
+	// credentials (see docs/security.md).
+	reg := registry()
+	reg.SetPolicy(connectors.Policy{UnixSockets: true, EnvCredentialHosts: []string{"*"}, UnsafeTestSettings: *unsafeTest})
+	c, err := openWithRetry(ctx, reg, raw, cf.taskOptions(log), log)
 	if err != nil {
 		fmt.Fprintln(stderr, "txsink run:", err)
 		return exitStartFail

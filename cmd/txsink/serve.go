@@ -52,6 +52,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 	}
 	var files connectorFiles
 	fs.Var(&files, "connector", "connector config file (JSON) created at start if no connector of that name exists; repeatable")
+	unsafeTest := fs.Bool(unsafeTestFlag, false, unsafeTestDoc)
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -104,7 +105,16 @@ func cmdServe(args []string, stderr io.Writer) int {
 	}
 	promReg := prometheus.NewRegistry()
 	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	worker, err = connectors.NewWorker(registry(), connectors.WorkerOptions{
+	reg := registry()
+	reg.SetPolicy(connectors.Policy{
+		UnixSockets:        wc.Connections.UnixSockets,
+		EnvCredentialHosts: wc.Connections.EnvCredentialHosts,
+		UnsafeTestSettings: *unsafeTest,
+	})
+	if *unsafeTest {
+		log.Warn("started with -" + unsafeTestFlag + ": connectors may switch off exactly-once safeguards; never do this in production")
+	}
+	worker, err = connectors.NewWorker(reg, connectors.WorkerOptions{
 		DataDir:   wc.DataDir,
 		WorkerID:  wc.WorkerID,
 		Bootstrap: wc.Bootstrap,
@@ -139,16 +149,26 @@ func cmdServe(args []string, stderr io.Writer) int {
 		scheme = "https"
 	}
 	router := api.New(api.Options{
-		Worker:       worker,
-		Levels:       levels,
-		Metrics:      promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}),
-		Log:          levels.Logger(base, "txsink.api"),
-		Auth:         auth,
-		MaxBodyBytes: wc.REST.MaxBodyBytes,
-		Version:      buildinfo.Version,
-		Commit:       buildinfo.CommitID(),
+		Worker:            worker,
+		Levels:            levels,
+		Metrics:           promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}),
+		Log:               levels.Logger(base, "txsink.api"),
+		Auth:              auth,
+		MaxBodyBytes:      wc.REST.MaxBodyBytes,
+		Listen:            wc.Listen,
+		AllowedHosts:      wc.REST.AllowedHosts,
+		AllowOrigin:       wc.REST.AllowOrigin,
+		AllowMethods:      wc.REST.AllowMethods,
+		RequireClientCert: wc.REST.ClientCA != "",
+		Version:           buildinfo.Version,
+		Commit:            buildinfo.CommitID(),
 	})
-	srv := &http.Server{Handler: router, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
+	srv := &http.Server{
+		Handler: router, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute,
+		// The server's own messages (TLS handshake errors, for one) go
+		// through the worker's log handler too: its format, its scrubber.
+		ErrorLog: slog.NewLogLogger(levels.Logger(base, "txsink.api.http").Handler(), slog.LevelWarn),
+	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("worker listening", "url", scheme+"://"+ln.Addr().String(), "worker_id", wc.WorkerID, "data_dir", wc.DataDir)

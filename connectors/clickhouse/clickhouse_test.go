@@ -300,10 +300,21 @@ func TestParseURL(t *testing.T) {
 			t.Errorf("%s: %v", ok, err)
 		}
 	}
-	for _, bad := range []string{"http://h:8123", "clickhouse://h/db", "clickhouse://h:9000/db?sslkey=/etc/x", "clickhouse://:9000"} {
+	for _, bad := range []string{"http://h:8123", "clickhouse://h/db", "clickhouse://h:9000/db?sslkey=/etc/x", "clickhouse://:9000", "u:Zq#7xy@h:9000", "clickhouse://u:Zq%zz@h:9000", "clickhouse://u:Zq7xy@h:99999x"} {
 		if _, err := ParseURL(bad); err == nil {
 			t.Errorf("%s: accepted", bad)
+		} else if strings.Contains(err.Error(), "Zq") {
+			t.Errorf("%s: the error quotes the password: %v", bad, err)
 		}
+	}
+	// A password with '@' is the password up to the last '@', as ParseURL
+	// and RedactURL both read it.
+	u, err := ParseURL("u:p@ss@h:9000/db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pw, _ := u.User.Password(); pw != "p@ss" || u.Host != "h:9000" {
+		t.Errorf("password %q host %q", pw, u.Host)
 	}
 }
 

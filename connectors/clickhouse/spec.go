@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,10 +43,10 @@ const Class = "io.txsink.clickhouse.ClickHouseSinkConnector"
 
 // Defs are the ClickHouse sink's settings.
 var Defs = config.Defs{
-	{Name: KeyURL, Type: config.String, Required: true, Group: "Connection", Doc: "Native-protocol address: clickhouse://host:9000/database (or tcp://…, or host:port). Query parameters: dial_timeout (Go duration), secure (true/false).",
+	{Name: KeyURL, Type: config.String, Required: true, Group: "Connection", Doc: "Native-protocol address: clickhouse://user:password@host:9000/database (or tcp://…, or the same without a scheme: user:password@host:port). Query parameters: dial_timeout (Go duration), secure (true/false). The password is hidden wherever the URL is shown.",
 		Check: func(v string) error { _, err := ParseURL(v); return err }},
 	{Name: KeyUser, Type: config.String, Group: "Connection", Doc: "User name; overrides the URL's (default: default)."},
-	{Name: KeyPassword, Type: config.Password, Group: "Connection", Doc: "Password; overrides the URL's. Never shown by the API or logs."},
+	{Name: KeyPassword, Type: config.Password, Group: "Connection", Doc: "Password; overrides the URL's. Never shown by the API or logs. Bound to the addresses and user it was given with: a configuration change that moves any of them without sending the password again drops it."},
 	{Name: KeyDatabase, Type: config.String, Group: "Connection", Doc: "Database of the target, state and dead-letter tables; overrides the URL's path (default: default)."},
 	{Name: KeyTableFormat, Type: config.String, Default: "${topic}", Group: "Mapping", Doc: "Target table; ${topic} is replaced by the record's topic. Always quoted."},
 	{Name: KeyPKMode, Type: config.String, Default: "none", Enum: []string{"none", "kafka", "record_key", "record_value"}, Group: "Mapping", Doc: "kafka: auto.create adds the coordinate columns __connect_topic, __connect_partition, __connect_offset and orders by them. Coordinate columns present in a table are always filled."},
@@ -54,7 +55,7 @@ var Defs = config.Defs{
 	{Name: KeyVersionColumn, Type: config.String, Group: "Mapping", Doc: "Column filled with the record's Kafka offset: the version of a ReplacingMergeTree(version) table, so the latest record of a key wins (upsert)."},
 	{Name: KeyDeletedColumn, Type: config.String, Default: "is_deleted", Group: "Mapping", Doc: "UInt8 column set to 1 by tombstones when delete.enabled."},
 	{Name: KeyAutoCreate, Type: config.Boolean, Default: "false", Group: "Mapping", Doc: "Create a missing target table from the first record's fields (String, Int64, Float64, UInt8; objects and arrays as JSON text in String)."},
-	{Name: KeyAutoEngine, Type: config.String, Group: "Mapping", Doc: "ENGINE of auto-created tables, e.g. ReplacingMergeTree(version). Default: MergeTree (ReplacingMergeTree with version.column), made Replicated* with a ZooKeeper path when the server has no de-duplication tokens and exactly_once needs it."},
+	{Name: KeyAutoEngine, Type: config.String, Group: "Mapping", Doc: "ENGINE of auto-created tables, e.g. ReplacingMergeTree(version): one of MergeTree, ReplacingMergeTree, SummingMergeTree, AggregatingMergeTree, CollapsingMergeTree, VersionedCollapsingMergeTree or their Replicated* forms, with column names and, for Replicated*, a ZooKeeper path and replica name as arguments; nothing else (no SETTINGS, AS SELECT or table functions). Default: MergeTree (ReplacingMergeTree with version.column), made Replicated* with a ZooKeeper path when the server has no de-duplication tokens and exactly_once needs it."},
 	{Name: KeyDLQTable, Type: config.String, Group: "Errors", Doc: "Dead-letter table (errors.tolerance=all); created if missing, with a de-duplicating engine; written with the batch's de-dup token."},
 	{Name: KeyOffsetsTable, Type: config.String, Default: "txsink_offsets", Group: "Offsets", Doc: "Table holding next_offset and fence per partition (ReplacingMergeTree); created if missing."},
 	{Name: KeyIntentsTable, Type: config.String, Default: "txsink_intents", Group: "Offsets", Doc: "Intent log of exactly_once batches (ReplacingMergeTree); created if missing."},
@@ -117,41 +118,46 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// ParseURL validates connection.url and returns the addresses, database,
-// user and password it names.
+// ErrURL is wrapped by every error about connection.url.
+var ErrURL = errors.New("invalid connection.url")
+
+// ParseURL validates connection.url (clickhouse://user:password@host:port/db,
+// tcp://…, or the same without a scheme) and returns the addresses,
+// database, user and password it names. Its errors never quote the user
+// information.
 func ParseURL(raw string) (*url.URL, error) {
 	s := strings.TrimSpace(raw)
 	if !strings.Contains(s, "://") {
 		s = "clickhouse://" + s
 	}
+	if strings.ContainsAny(s, "#\x00") {
+		return nil, fmt.Errorf("%w: '#' and NUL are not allowed (percent-encode a '#' in a password as %%23)", ErrURL)
+	}
 	u, err := url.Parse(s)
 	if err != nil {
-		if ue, ok := err.(*url.Error); ok {
-			err = ue.Err
-		}
-		return nil, fmt.Errorf("not a URL: %w", err)
+		return nil, fmt.Errorf("%w: not a URL; want clickhouse://user:password@host:9000/database, with special characters of the user and password percent-encoded", ErrURL)
 	}
 	if u.Scheme != "clickhouse" && u.Scheme != "tcp" {
-		return nil, fmt.Errorf("must look like clickhouse://host:9000/database (native protocol; HTTP is not supported)")
+		return nil, fmt.Errorf("%w: must look like clickhouse://host:9000/database (native protocol; HTTP is not supported)", ErrURL)
 	}
 	if u.Host == "" {
-		return nil, fmt.Errorf("no host in %q", u.Redacted())
+		return nil, fmt.Errorf("%w: no host in %q", ErrURL, connectors.RedactURL(raw))
 	}
 	for _, h := range strings.Split(u.Host, ",") {
 		host, port, err := net.SplitHostPort(h)
 		if err != nil || host == "" || port == "" {
-			return nil, fmt.Errorf("address %q: want host:port", h)
+			return nil, fmt.Errorf("%w: address %q: want host:port", ErrURL, h)
 		}
 	}
 	for k, vs := range u.Query() {
 		switch k {
 		case "dial_timeout":
 			if _, err := time.ParseDuration(vs[0]); err != nil {
-				return nil, fmt.Errorf("dial_timeout: %v", err)
+				return nil, fmt.Errorf("%w: dial_timeout: %v", ErrURL, err)
 			}
 		case "secure":
 		default:
-			return nil, fmt.Errorf("connection parameter %q is not allowed (allowed: dial_timeout, secure)", k)
+			return nil, fmt.Errorf("%w: connection parameter %q is not allowed (allowed: dial_timeout, secure)", ErrURL, k)
 		}
 	}
 	return u, nil
@@ -162,6 +168,10 @@ func ParseConfig(c config.Connector, v config.Values) (Config, error) {
 	u, err := ParseURL(v[KeyURL])
 	if err != nil {
 		return Config{}, fmt.Errorf("%s: %w", KeyURL, err)
+	}
+	engine, err := ParseEngine(v[KeyAutoEngine])
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %w", KeyAutoEngine, err)
 	}
 	cfg := Config{
 		Connector:       c.Name,
@@ -177,7 +187,7 @@ func ParseConfig(c config.Connector, v config.Values) (Config, error) {
 		VersionColumn:   v[KeyVersionColumn],
 		DeletedColumn:   v[KeyDeletedColumn],
 		AutoCreate:      v.Bool(KeyAutoCreate),
-		AutoEngine:      v[KeyAutoEngine],
+		AutoEngine:      engine,
 		ErrorsTolerance: c.ErrorsTolerance,
 		DLQTable:        v[KeyDLQTable],
 		OffsetsTable:    v[KeyOffsetsTable],
@@ -227,11 +237,12 @@ func Spec() connectors.Spec {
 		Version:  "1.0",
 		Defs:     Defs,
 		Validate: validate,
+		Identity: identity,
 		New:      open,
 	}
 }
 
-func validate(v config.Values) config.Errors {
+func validate(v config.Values, _ connectors.Policy) config.Errors {
 	c := config.ParseConnector(v)
 	if _, err := ParseConfig(c, v); err != nil {
 		name := KeyURL
@@ -241,6 +252,17 @@ func validate(v config.Values) config.Errors {
 		return config.Errors{{Name: name, Msg: err.Error()}}
 	}
 	return nil
+}
+
+// identity is the user and addresses a stored password is bound to.
+func identity(v config.Values) (string, error) {
+	cfg, err := ParseConfig(config.ParseConnector(v), v)
+	if err != nil {
+		return "", err
+	}
+	addrs := slices.Clone(cfg.Addr)
+	slices.Sort(addrs)
+	return cfg.User + "@" + strings.Join(addrs, ","), nil
 }
 
 func (c Config) options() *clickhouse.Options {

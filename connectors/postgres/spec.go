@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -33,10 +32,14 @@ const Class = "io.txsink.postgres.PostgresSinkConnector"
 
 // Defs are the PostgreSQL sink's settings.
 var Defs = config.Defs{
-	{Name: KeyURL, Type: config.String, Required: true, Group: "Connection", Doc: "PostgreSQL URL (postgres://host:port/db?sslmode=…) or JDBC URL (jdbc:postgresql://host:port/db). Allowed query parameters: " + strings.Join(allowedURLParams, ", ") + ".",
-		Check: func(v string) error { _, err := ParseURL(v); return err }},
-	{Name: KeyUser, Type: config.String, Group: "Connection", Doc: "User name; overrides the URL's."},
-	{Name: KeyPassword, Type: config.Password, Group: "Connection", Doc: "Password; overrides the URL's. Never shown by the API or logs."},
+	{Name: KeyURL, Type: config.String, Required: true, Group: "Connection", Doc: "PostgreSQL URL (postgres://user@host:port/db?sslmode=…) or JDBC URL (jdbc:postgresql://host:port/db?user=…), read by the driver's own parser. Allowed query parameters: " + strings.Join(allowedURLParams, ", ") + "; options may only set session settings (-c name=value) of an allowlist, and never one that weakens durability (synchronous_commit=off). A Unix-domain socket or an empty host is refused unless the worker sets connection.unix.socket.enabled. See docs/security.md.",
+		Check: func(v string) error {
+			// What the worker's policy does not change; validate checks the rest.
+			_, err := ParseConnString(v, connectors.Policy{UnixSockets: true})
+			return err
+		}},
+	{Name: KeyUser, Type: config.String, Group: "Connection", Doc: "User name; overrides the URL's. One of the two is required unless the worker lets this host use its environment credentials (connection.env.credentials.hosts)."},
+	{Name: KeyPassword, Type: config.Password, Group: "Connection", Doc: "Password; overrides the URL's. Never shown by the API or logs. Bound to the host, port and user it was given with: a configuration change that moves any of them without sending the password again drops it."},
 	{Name: KeyPoolSize, Type: config.Int, Default: "8", Min: 2, Max: 256, Group: "Connection", Doc: "Maximum connections to the database."},
 	{Name: KeySchema, Type: config.String, Default: "public", Group: "Mapping", Doc: "Schema of the target tables, the offsets table and the dead-letter table."},
 	{Name: KeyTableFormat, Type: config.String, Default: "${topic}", Group: "Mapping", Doc: "Target table name; ${topic} is replaced by the record's topic. Always quoted."},
@@ -48,49 +51,6 @@ var Defs = config.Defs{
 	{Name: KeyOffsetsTable, Type: config.String, Default: "txsink_offsets", Group: "Offsets", Doc: "Table holding next_offset and fence per partition; created if missing."},
 }
 
-// allowedURLParams are the connection parameters a connector config may
-// pass to the driver. File paths (sslkey, sslcert, sslrootcert, passfile,
-// service files) are refused: a REST client must not make the worker read
-// its own files.
-var allowedURLParams = []string{"sslmode", "application_name", "connect_timeout", "target_session_attrs", "statement_timeout", "options", "user", "password", "sslnegotiation", "channel_binding"}
-
-// ParseURL validates connection.url and returns it as a postgres:// URL.
-func ParseURL(raw string) (*url.URL, error) {
-	s := strings.TrimSpace(raw)
-	if rest, ok := strings.CutPrefix(s, "jdbc:"); ok {
-		s = rest
-	}
-	if strings.HasPrefix(s, "postgresql://") {
-		s = "postgres://" + strings.TrimPrefix(s, "postgresql://")
-	}
-	u, err := url.Parse(s)
-	if err != nil {
-		return nil, fmt.Errorf("not a URL: %w", redactURLErr(err))
-	}
-	if u.Scheme != "postgres" || u.Host == "" {
-		return nil, fmt.Errorf("must look like postgres://host:port/database or jdbc:postgresql://host:port/database")
-	}
-	for k := range u.Query() {
-		ok := false
-		for _, a := range allowedURLParams {
-			if k == a {
-				ok = true
-			}
-		}
-		if !ok {
-			return nil, fmt.Errorf("connection parameter %q is not allowed (allowed: %s)", k, strings.Join(allowedURLParams, ", "))
-		}
-	}
-	return u, nil
-}
-
-func redactURLErr(err error) error {
-	if ue, ok := err.(*url.Error); ok {
-		return ue.Err
-	}
-	return err
-}
-
 // Spec returns the registry entry of the PostgreSQL sink.
 func Spec() connectors.Spec {
 	return connectors.Spec{
@@ -99,6 +59,7 @@ func Spec() connectors.Spec {
 		Version:  "1.0",
 		Defs:     Defs,
 		Validate: validate,
+		Identity: identity,
 		New:      open,
 	}
 }
@@ -117,12 +78,28 @@ func writerConfig(c config.Connector, v config.Values) WriterConfig {
 	}
 }
 
-func validate(v config.Values) config.Errors {
+func validate(v config.Values, p connectors.Policy) config.Errors {
 	c := config.ParseConnector(v)
 	if err := writerConfig(c, v).Validate(); err != nil {
 		return config.Errors{{Name: fieldOf(err.Error()), Msg: err.Error()}}
 	}
+	cs, err := ParseConnString(v[KeyURL], p)
+	if err != nil {
+		return config.Errors{{Name: KeyURL, Msg: err.Error()}}
+	}
+	if !cs.HasUser && v[KeyUser] == "" && !p.EnvCredentialsFor(cs.Endpoints) {
+		return config.Errors{{Name: KeyUser, Msg: "no user in connection.url or connection.user; this worker does not lend its own (PGUSER, the OS user) to " + strings.Join(cs.Endpoints, ",") + " (worker setting connection.env.credentials.hosts)"}}
+	}
 	return nil
+}
+
+// identity is the user, hosts and ports a stored password is bound to.
+func identity(v config.Values) (string, error) {
+	cs, err := ParseConnString(v[KeyURL], connectors.Policy{UnixSockets: true})
+	if err != nil {
+		return "", err
+	}
+	return cs.Identity(v[KeyUser]), nil
 }
 
 // fieldOf extracts the setting name a WriterConfig.Validate message starts
@@ -135,20 +112,17 @@ func fieldOf(msg string) string {
 }
 
 func open(ctx context.Context, env connectors.Env, c config.Connector, v config.Values) (connectors.Sink, error) {
-	u, err := ParseURL(v[KeyURL])
+	cs, err := ParseConnString(v[KeyURL], env.Policy)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", KeyURL, err)
 	}
-	pc, err := pgxpool.ParseConfig(u.String())
+	// The pool's settings come from its own parse of the same, validated
+	// string; the connection settings from ours.
+	pc, err := pgxpool.ParseConfig(cs.URL)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", KeyURL, err)
+		return nil, fmt.Errorf("%s: %w", KeyURL, connStringErrorf("%s", parseErrorText(err)))
 	}
-	if user := v[KeyUser]; user != "" {
-		pc.ConnConfig.User = user
-	}
-	if pw := v[KeyPassword]; pw != "" {
-		pc.ConnConfig.Password = pw
-	}
+	pc.ConnConfig = cs.ConnConfig(v[KeyUser], v[KeyPassword], env.Policy)
 	pc.MaxConns = int32(v.Int(KeyPoolSize))
 	if pc.ConnConfig.RuntimeParams == nil {
 		pc.ConnConfig.RuntimeParams = map[string]string{}
@@ -162,7 +136,7 @@ func open(ctx context.Context, env connectors.Env, c config.Connector, v config.
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("connect to PostgreSQL at %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("connect to PostgreSQL at %s as %s: %w", strings.Join(cs.Endpoints, ","), cs.User(v[KeyUser]), err)
 	}
 	wc := writerConfig(c, v)
 	wc.Pipeline = env.Pipeline

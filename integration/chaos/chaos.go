@@ -572,9 +572,13 @@ func setupLane(ctx context.Context, p Profile, lc Lane, i int, nonce uint32, adm
 	}
 	for w := range p.Workers {
 		id := fmt.Sprintf("w%d", w+1)
+		args := []string{"run", "-bootstrap", env.Bootstrap, "-config", l.cfgPath, "-worker-id", id, "-log-level", "info"}
+		if lc.UnsafeNoFencing {
+			args = append(args, "-allow-unsafe-test-settings") // txsink refuses the switch otherwise
+		}
 		l.workers = append(l.workers, &worker{
 			lane: l, idx: w, id: id, binary: env.Binary, logDir: env.Dir, exits: map[string]int{},
-			args: []string{"run", "-bootstrap", env.Bootstrap, "-config", l.cfgPath, "-worker-id", id, "-log-level", "info"},
+			args: args,
 		})
 	}
 	return l, nil
