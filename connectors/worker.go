@@ -647,14 +647,23 @@ func (w *Worker) bindSecrets(name string, old map[string]string, change configCh
 	return next, dropped, note
 }
 
-// identity is the sink's Spec.Identity of a raw configuration ("" with no
-// error for a sink without one: its secrets are not bound).
+// identity is where a raw configuration's secrets go: the sink's
+// Spec.Identity ("" for a sink without one) and the converters' registry
+// targets. A change of either drops the stored secrets it does not send
+// again.
 func (w *Worker) identity(raw map[string]string) (string, error) {
 	spec, v, _ := w.reg.Validate(raw)
-	if spec.Identity == nil {
-		return "", nil
+	id := ""
+	if spec.Identity != nil {
+		var err error
+		if id, err = spec.Identity(v); err != nil {
+			return "", err
+		}
 	}
-	return spec.Identity(v)
+	if r := convert.RegistryTargets(raw); r != "" {
+		id += " " + r
+	}
+	return id, nil
 }
 
 func orUnknown(s string) string {

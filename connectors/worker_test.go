@@ -145,3 +145,44 @@ func TestWorkerRejectsInvalidConfig(t *testing.T) {
 		t.Errorf("restored target %q", ts)
 	}
 }
+
+// TestRegistryCredentialsBoundToRegistry: a converter's registry
+// credentials stay with a change that keeps the registry, and are dropped
+// by one that moves it elsewhere without sending them again, as a sink's
+// password is (issue 12's rule, applied to the Schema Registry).
+func TestRegistryCredentialsBoundToRegistry(t *testing.T) {
+	reg := &Registry{}
+	if err := reg.Register(Spec{Name: "nop", Class: "io.test.Nop"}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := NewWorker(reg, WorkerOptions{DataDir: t.TempDir(), WorkerID: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	ctx := context.Background()
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const info = "value.converter.basic.auth.user.info"
+	cfg := map[string]string{"connector.class": "nop", "topics": "t",
+		"value.converter": "org.apache.kafka.connect.json.JsonConverter", "value.converter.schemas.enable": "false",
+		"value.converter.schema.registry.url": "https://sr-a.example:8081", info: "u:zzz-registry-secret"}
+	if _, err := w.Create(ctx, "a", cfg, TargetStopped); err != nil {
+		t.Fatal(err)
+	}
+	set := func(k, v string) {
+		t.Helper()
+		if _, err := w.PatchConfig(ctx, "a", map[string]*string{k: &v}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set("topics", "t2")
+	if got, _ := w.Config("a"); got[info] != "u:zzz-registry-secret" {
+		t.Fatalf("an unrelated change dropped the registry secret: %q", got[info])
+	}
+	set("value.converter.schema.registry.url", "https://attacker.example:8081")
+	if got, _ := w.Config("a"); got[info] != "" {
+		t.Fatalf("moving the registry kept its secret: %q", got[info])
+	}
+}

@@ -2,6 +2,7 @@ package convert
 
 import (
 	"context"
+	"net/url"
 	"errors"
 	"fmt"
 	"strings"
@@ -180,3 +181,32 @@ type prefixed struct {
 
 func (e prefixed) Error() string { return e.p + e.err.Error() }
 func (e prefixed) Unwrap() error { return e.err }
+
+// RegistryTargets names where a connector's converters send registry
+// credentials: the scheme, host and port of every key.converter and
+// value.converter schema.registry.url, without user information, in a
+// canonical text ("" when there is none). The worker binds stored
+// converter secrets to it, as it binds a sink's password to its hosts: a
+// change of the registry that does not send the secret again drops it.
+func RegistryTargets(v map[string]string) string {
+	var parts []string
+	for _, p := range []string{KeyKeyConverter, KeyValueConverter} {
+		var hosts []string
+		for _, raw := range strings.Split(v[p+"."+SettingRegistryURL], ",") {
+			raw = strings.TrimSpace(raw)
+			if raw == "" {
+				continue
+			}
+			u, err := url.Parse(raw)
+			if err != nil || u.Host == "" {
+				hosts = append(hosts, "invalid")
+				continue
+			}
+			hosts = append(hosts, strings.ToLower(u.Scheme)+"://"+strings.ToLower(u.Host))
+		}
+		if len(hosts) > 0 {
+			parts = append(parts, p+"="+strings.Join(hosts, ","))
+		}
+	}
+	return strings.Join(parts, " ")
+}
