@@ -1,0 +1,218 @@
+package transform
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/txsink/txsink/connectors/record"
+)
+
+// side is the part of a record a transform works on: Kafka Connect's
+// $Key and $Value variants of a transform class.
+type side uint8
+
+const (
+	onValue side = iota
+	onKey
+)
+
+func (s side) get(r *record.Record) record.Value {
+	if s == onKey {
+		return r.Key
+	}
+	return r.Value
+}
+
+func (s side) set(r *record.Record, v record.Value) {
+	if s == onKey {
+		r.Key = v
+	} else {
+		r.Value = v
+	}
+}
+
+// String returns "key" or "value".
+func (s side) String() string {
+	if s == onKey {
+		return "key"
+	}
+	return "value"
+}
+
+// className returns the class of a $Key/$Value transform family.
+func (s side) className(base string) string {
+	if s == onKey {
+		return base + "$Key"
+	}
+	return base + "$Value"
+}
+
+// cache maps an input schema (by pointer: schemas are immutable and
+// shared by every record that has them) to what a transform derives
+// from it, so a transform builds a derived schema once, not once per
+// record. It is safe for concurrent use. It holds at most cacheMax
+// entries: past that it starts again, which costs rebuilding and never
+// changes a result.
+type cache[K comparable, V any] struct {
+	m sync.Map
+	n atomic.Int64
+}
+
+const cacheMax = 1024
+
+func (c *cache[K, V]) get(k K, build func() V) V {
+	if v, ok := c.m.Load(k); ok {
+		return v.(V)
+	}
+	v := build()
+	if c.n.Add(1) > cacheMax {
+		c.m.Clear()
+		c.n.Store(1)
+	}
+	got, _ := c.m.LoadOrStore(k, v)
+	return got.(V)
+}
+
+// errField is a record a transform cannot handle, because of one field.
+func errField(field, format string, args ...any) error {
+	return record.FieldErrorf(field, record.ErrTransform, format, args...)
+}
+
+// errRecord is a record a transform cannot handle as a whole.
+func errRecord(format string, args ...any) error {
+	return record.Errorf(record.ErrTransform, format, args...)
+}
+
+// wantStruct checks that v, the record's key or value, is a struct (with
+// a struct schema, or a schemaless object), as Connect's
+// requireStruct and requireMap do.
+func wantStruct(class string, s side, v record.Value) error {
+	if v.Kind() != record.KindStruct {
+		if sch := v.Schema(); sch != nil {
+			return errRecord("%s: the record %s has schema %s; a struct is needed", class, s, sch)
+		}
+		return errRecord("%s: the record %s is %s; an object is needed", class, s, v.Describe())
+	}
+	return nil
+}
+
+// typedFields returns the values of a struct with a schema, in field
+// order, with room for extra more.
+func typedFields(v record.Value, extra int) []record.Value {
+	out := make([]record.Value, 0, len(v.Schema().Fields)+extra)
+	_ = v.Range(func(_ []byte, fv record.Value) error {
+		out = append(out, fv)
+		return nil
+	})
+	return out
+}
+
+// objectFields returns the fields of a struct without a schema (a
+// schemaless JSON object, or an Object a transform built), one per name:
+// a name given twice keeps its last value, as a JSON decoder (and the
+// Java Map Connect reads it into) does. extra is room for more.
+func objectFields(v record.Value, extra int) ([]string, []record.Value, error) {
+	n := v.Len()
+	names := make([]string, 0, n+extra)
+	vals := make([]record.Value, 0, n+extra)
+	var seen map[string]int // only for large objects
+	err := v.Range(func(name []byte, fv record.Value) error {
+		if seen != nil {
+			if i, ok := seen[string(name)]; ok {
+				vals[i] = fv
+				return nil
+			}
+		} else {
+			for i, have := range names {
+				if have == string(name) {
+					vals[i] = fv
+					return nil
+				}
+			}
+		}
+		s := string(name)
+		names = append(names, s)
+		vals = append(vals, fv)
+		if len(names) == 32 {
+			seen = make(map[string]int, 2*len(names))
+			for i, have := range names {
+				seen[have] = i
+			}
+		} else if seen != nil {
+			seen[s] = len(names) - 1
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, errRecord("%v", err)
+	}
+	return names, vals, nil
+}
+
+// put sets name to val among an object's fields: in place when the name
+// is there, else appended (a Java Map's put, keeping the order).
+func put(names []string, vals []record.Value, name string, val record.Value) ([]string, []record.Value) {
+	for i, n := range names {
+		if n == name {
+			vals[i] = val
+			return names, vals
+		}
+	}
+	return append(names, name), append(vals, val)
+}
+
+// deriveStruct returns a new struct schema with base's name, version,
+// doc, parameters and optionality and the given fields (new Field values
+// whose schemas may be shared), as Connect's SchemaUtil.copySchemaBasics
+// and SchemaBuilder.field do; two fields of one name are an error, as in
+// SchemaBuilder.
+//
+// The new schema is indexed with record.NewStruct, not Seal: Seal would
+// re-index the shared field schemas, which other goroutines are reading.
+func deriveStruct(base *record.Schema, fields []*record.Field) (*record.Schema, error) {
+	seen := make(map[string]bool, len(fields))
+	for _, f := range fields {
+		if seen[f.Name] {
+			return nil, fmt.Errorf("two fields named %q", f.Name)
+		}
+		seen[f.Name] = true
+	}
+	s := record.NewStruct(base.Name, base.Optional, fields...)
+	s.Version, s.Doc, s.Params = base.Version, base.Doc, base.Params
+	return s, nil
+}
+
+// copyFields returns new Field values for base's fields (the same names
+// and schemas), with room for extra more.
+func copyFields(base *record.Schema, extra int) []*record.Field {
+	out := make([]*record.Field, 0, len(base.Fields)+extra)
+	for _, f := range base.Fields {
+		out = append(out, &record.Field{Name: f.Name, Schema: f.Schema})
+	}
+	return out
+}
+
+// Schemas of the values transforms insert (Connect's constants).
+var (
+	schemaString           = &record.Schema{Type: record.TypeString}
+	schemaOptionalString   = &record.Schema{Type: record.TypeString, Optional: true}
+	schemaInt32            = &record.Schema{Type: record.TypeInt32}
+	schemaOptionalInt32    = &record.Schema{Type: record.TypeInt32, Optional: true}
+	schemaInt64            = &record.Schema{Type: record.TypeInt64}
+	schemaOptionalInt64    = &record.Schema{Type: record.TypeInt64, Optional: true}
+	schemaTimestamp        = &record.Schema{Type: record.TypeInt64, Name: record.LogicalTimestamp, Version: 1}
+	schemaOptionalTimestmp = &record.Schema{Type: record.TypeInt64, Name: record.LogicalTimestamp, Version: 1, Optional: true}
+	schemaDate             = &record.Schema{Type: record.TypeInt32, Name: record.LogicalDate, Version: 1}
+	schemaOptionalDate     = &record.Schema{Type: record.TypeInt32, Name: record.LogicalDate, Version: 1, Optional: true}
+	schemaTime             = &record.Schema{Type: record.TypeInt32, Name: record.LogicalTime, Version: 1}
+	schemaOptionalTime     = &record.Schema{Type: record.TypeInt32, Name: record.LogicalTime, Version: 1, Optional: true}
+)
+
+// optionalIf picks the optional or the required schema.
+func optionalIf(optional bool, opt, req *record.Schema) *record.Schema {
+	if optional {
+		return opt
+	}
+	return req
+}
