@@ -387,12 +387,17 @@ func dbzSchemaField(env *record.Schema, ref *dbzRef) *record.Field {
 	return env.Field(ref.field)
 }
 
-// dbzHas reports whether a schemaless envelope has what ref reads (its
-// parent, even null, or the field itself at the top).
+// dbzHas reports whether a schemaless envelope has what ref reads: the
+// field in its parent (all fields of a null parent), or at the top.
 func dbzHas(env record.Value, ref *dbzRef) bool {
 	if ref.parent != "" {
-		if _, ok := env.Get(ref.parent); ok {
-			return true
+		if p, ok := env.Get(ref.parent); ok {
+			if p.IsNull() {
+				return true // a null transaction block: its fields are null
+			}
+			if _, ok := p.Get(ref.field); ok && p.Kind() == record.KindStruct {
+				return true
+			}
 		}
 	}
 	_, ok := env.Get(ref.field)
