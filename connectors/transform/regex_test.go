@@ -172,3 +172,23 @@ func TestPredicateConfig(t *testing.T) {
 		}
 	}
 }
+
+// Filter with RecordIsTombstone, the way connectors drop tombstones.
+func TestFilter(t *testing.T) {
+	c := chainOf(t, "transforms", "dropTombstones", "transforms.dropTombstones.type", transform.ClassFilter,
+		"transforms.dropTombstones.predicate", "isTombstone",
+		"predicates", "isTombstone", "predicates.isTombstone.type", transform.ClassRecordIsTombstone)
+	if apply(t, c, rec(record.Value{})) {
+		t.Error("tombstone kept")
+	}
+	if !apply(t, c, rec(schemaless(t, `{"a":1}`))) {
+		t.Error("record with a value dropped")
+	}
+	// Unconditionally, it drops everything.
+	if apply(t, one(t, "Filter"), rec(schemaless(t, `{"a":1}`))) {
+		t.Error("Filter without a predicate kept a record")
+	}
+	if fe := configErr(t, transform.ClassFilter, "pattern", "x"); fe.Name != "transforms.x.pattern" {
+		t.Errorf("error %v", fe)
+	}
+}
