@@ -180,6 +180,54 @@ func dbzParentOf(field string) string {
 type envelope struct {
 	v             record.Value // the whole event
 	before, after record.Value
+	// Without a schema: the source and transaction blocks, scanned on
+	// first use, so add.fields and add.headers read them once.
+	source, txn         record.Value
+	hasSource, hasTxn   bool
+	srcScanned, txnScan bool
+}
+
+// parent returns the envelope's block called name, and whether it is
+// there (schemaless envelopes).
+func (e *envelope) parent(name string) (record.Value, bool) {
+	switch name {
+	case dbzSource:
+		if !e.srcScanned {
+			e.source, e.srcScanned = e.source.Scanned(), true
+		}
+		return e.source, e.hasSource
+	case dbzTxn:
+		if !e.txnScan {
+			e.txn, e.txnScan = e.txn.Scanned(), true
+		}
+		return e.txn, e.hasTxn
+	}
+	return e.v.Get(name)
+}
+
+// lookup reads what ref names in the envelope (Debezium's
+// FieldReference): the field in its parent block, else at the top (a
+// field another transform put there). ok is false when the envelope has
+// neither, and then the field or header is not added. A null parent
+// (the transaction block of a snapshot read) gives null.
+func (e *envelope) lookup(ref *dbzRef) (record.Value, bool) {
+	if s := e.v.Schema(); s != nil {
+		if dbzSchemaField(s, ref) == nil {
+			return record.Value{}, false
+		}
+		return dbzValue(e.v, ref), true
+	}
+	if ref.parent != "" {
+		if p, ok := e.parent(ref.parent); ok {
+			if p.IsNull() {
+				return record.Value{}, true
+			}
+			if fv, ok := p.Get(ref.field); ok && p.Kind() == record.KindStruct {
+				return fv, true
+			}
+		}
+	}
+	return e.v.Get(ref.field)
 }
 
 // parseEnvelope recognises a change event (see extractNewRecordState).
@@ -205,6 +253,10 @@ func parseEnvelope(v record.Value, env *envelope) bool {
 			env.before, hasRow = fv, true
 		case dbzAfter:
 			env.after, hasRow = fv, true
+		case dbzSource:
+			env.source, env.hasSource = fv, true
+		case dbzTxn:
+			env.txn, env.hasTxn = fv, true
 		}
 		return nil
 	})
@@ -314,7 +366,7 @@ func (t *extractNewRecordState) finish(r *record.Record, env *envelope, row reco
 		}
 		vals := typedFields(row, len(p.schema.Fields)-len(s.Fields))
 		if t.rewrite {
-			vals = append(vals, record.String(deleted).WithSchema(schemaOptionalString))
+			vals = append(vals, deletedValue(deleted, true))
 		}
 		for _, ref := range p.refs {
 			if ref == nil {
@@ -335,17 +387,36 @@ func (t *extractNewRecordState) finish(r *record.Record, env *envelope, row reco
 		return false, err
 	}
 	if t.rewrite {
-		names, vals = put(names, vals, dbzDeleted, record.String(deleted))
+		names, vals = put(names, vals, dbzDeleted, deletedValue(deleted, false))
 	}
 	for i := range t.fields {
 		ref := &t.fields[i]
-		if !dbzHas(env.v, ref) {
-			continue
+		if fv, ok := env.lookup(ref); ok {
+			names, vals = put(names, vals, ref.out, fv)
 		}
-		names, vals = put(names, vals, ref.out, dbzValue(env.v, ref))
 	}
 	r.Value = record.Object(names, vals)
 	return true, nil
+}
+
+// The values of __deleted, built once (values are immutable).
+var (
+	deletedTrue       = record.String("true")
+	deletedFalse      = record.String("false")
+	deletedTrueTyped  = deletedTrue.WithSchema(schemaOptionalString)
+	deletedFalseTyped = deletedFalse.WithSchema(schemaOptionalString)
+)
+
+func deletedValue(deleted string, typed bool) record.Value {
+	switch {
+	case deleted == "true" && typed:
+		return deletedTrueTyped
+	case deleted == "true":
+		return deletedTrue
+	case typed:
+		return deletedFalseTyped
+	}
+	return deletedFalse
 }
 
 func (t *extractNewRecordState) plan(row, env *record.Schema) dbzPlan {
@@ -387,23 +458,6 @@ func dbzSchemaField(env *record.Schema, ref *dbzRef) *record.Field {
 	return env.Field(ref.field)
 }
 
-// dbzHas reports whether a schemaless envelope has what ref reads: the
-// field in its parent (all fields of a null parent), or at the top.
-func dbzHas(env record.Value, ref *dbzRef) bool {
-	if ref.parent != "" {
-		if p, ok := env.Get(ref.parent); ok {
-			if p.IsNull() {
-				return true // a null transaction block: its fields are null
-			}
-			if _, ok := p.Get(ref.field); ok && p.Kind() == record.KindStruct {
-				return true
-			}
-		}
-	}
-	_, ok := env.Get(ref.field)
-	return ok
-}
-
 // dbzValue reads what ref names in the envelope (Debezium's
 // FieldReference.getValue): null when the parent is null.
 func dbzValue(env record.Value, ref *dbzRef) record.Value {
@@ -436,10 +490,11 @@ func (t *extractNewRecordState) addHeaders(r *record.Record, env *envelope, tomb
 			}
 			continue
 		}
-		if s := env.v.Schema(); s != nil && dbzSchemaField(s, ref) == nil || s == nil && !dbzHas(env.v, ref) {
+		fv, ok := env.lookup(ref)
+		if !ok {
 			continue
 		}
-		b, err := headerBytes(dbzValue(env.v, ref))
+		b, err := headerBytes(fv)
 		if err != nil {
 			return errField(ref.out, "ExtractNewRecordState: add.headers: %v", err)
 		}

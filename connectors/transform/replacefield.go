@@ -29,11 +29,11 @@ type replaceField struct {
 	plans   cache[*record.Schema, replacePlan]
 }
 
-// replacePlan is the derived schema of one input schema, and for each of
-// its fields the index of the input field it takes.
+// replacePlan is the derived schema of one input schema, and for each
+// input field the index of the output field it becomes (-1: dropped).
 type replacePlan struct {
 	schema *record.Schema
-	from   []int
+	to     []int
 	err    error
 }
 
@@ -106,11 +106,15 @@ func (t *replaceField) Apply(r *record.Record) (bool, error) {
 		if p.err != nil {
 			return false, p.err
 		}
-		in := typedFields(v, 0)
-		out := make([]record.Value, len(p.from))
-		for i, j := range p.from {
-			out[i] = in[j]
-		}
+		out := make([]record.Value, len(p.schema.Fields))
+		i := 0
+		_ = v.Range(func(_ []byte, fv record.Value) error {
+			if j := p.to[i]; j >= 0 {
+				out[j] = fv
+			}
+			i++
+			return nil
+		})
 		t.side.set(r, record.Struct(p.schema, out))
 		return true, nil
 	}
@@ -140,16 +144,17 @@ func (t *replaceField) Apply(r *record.Record) (bool, error) {
 
 func (t *replaceField) plan(s *record.Schema) replacePlan {
 	var fields []*record.Field
-	var from []int
+	to := make([]int, len(s.Fields))
 	for i, f := range s.Fields {
+		to[i] = -1
 		if t.keep(f.Name) {
+			to[i] = len(fields)
 			fields = append(fields, &record.Field{Name: t.renamed(f.Name), Schema: f.Schema})
-			from = append(from, i)
 		}
 	}
 	out, err := deriveStruct(s, fields)
 	if err != nil {
 		return replacePlan{err: errRecord("%s: %v after renames", t.class, err)}
 	}
-	return replacePlan{schema: out, from: from}
+	return replacePlan{schema: out, to: to}
 }

@@ -108,13 +108,64 @@ func typedFields(v record.Value, extra int) []record.Value {
 	return out
 }
 
+// fieldNames interns the field names of schemaless objects, so that a
+// transform that rebuilds an object does not allocate a string per field
+// of every record. Reads are lock-free (an immutable map swapped on
+// write); it learns at most maxNames names of at most maxNameLen bytes,
+// and allocates others as usual.
+type fieldNames struct {
+	m atomic.Pointer[map[string]string]
+}
+
+const (
+	maxNames   = 4096
+	maxNameLen = 128
+)
+
+func (n *fieldNames) intern(b []byte) string {
+	if m := n.m.Load(); m != nil {
+		if s, ok := (*m)[string(b)]; ok {
+			return s
+		}
+	}
+	s := string(b)
+	if len(s) > maxNameLen {
+		return s
+	}
+	for {
+		old := n.m.Load()
+		size := 0
+		if old != nil {
+			size = len(*old)
+		}
+		if size >= maxNames {
+			return s
+		}
+		next := make(map[string]string, size+1)
+		if old != nil {
+			for k, v := range *old {
+				next[k] = v
+			}
+		}
+		next[s] = s
+		if n.m.CompareAndSwap(old, &next) {
+			return s
+		}
+	}
+}
+
+// names is the process-wide interning of field names: names repeat
+// across transforms and connectors.
+var names fieldNames
+
 // objectFields returns the fields of a struct without a schema (a
 // schemaless JSON object, or an Object a transform built), one per name:
 // a name given twice keeps its last value, as a JSON decoder (and the
 // Java Map Connect reads it into) does. extra is room for more.
 func objectFields(v record.Value, extra int) ([]string, []record.Value, error) {
+	v = v.Scanned()
 	n := v.Len()
-	names := make([]string, 0, n+extra)
+	out := make([]string, 0, n+extra)
 	vals := make([]record.Value, 0, n+extra)
 	var seen map[string]int // only for large objects
 	err := v.Range(func(name []byte, fv record.Value) error {
@@ -124,30 +175,30 @@ func objectFields(v record.Value, extra int) ([]string, []record.Value, error) {
 				return nil
 			}
 		} else {
-			for i, have := range names {
+			for i, have := range out {
 				if have == string(name) {
 					vals[i] = fv
 					return nil
 				}
 			}
 		}
-		s := string(name)
-		names = append(names, s)
+		s := names.intern(name)
+		out = append(out, s)
 		vals = append(vals, fv)
-		if len(names) == 32 {
-			seen = make(map[string]int, 2*len(names))
-			for i, have := range names {
+		if len(out) == 32 {
+			seen = make(map[string]int, 2*len(out))
+			for i, have := range out {
 				seen[have] = i
 			}
 		} else if seen != nil {
-			seen[s] = len(names) - 1
+			seen[s] = len(out) - 1
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, nil, errRecord("%v", err)
 	}
-	return names, vals, nil
+	return out, vals, nil
 }
 
 // put sets name to val among an object's fields: in place when the name
