@@ -27,6 +27,31 @@ const (
 	deleteToTombstone                   // a null value without a schema
 )
 
+// deleteHandling is what becomes of deletes and tombstones.
+type deleteHandling struct {
+	deletes        deleteMode
+	rewrite        bool // add __deleted to every row
+	keepTombstones bool
+}
+
+// deleteModes are delete.tombstone.handling.mode's values;
+// legacyDeleteModes delete.handling.mode's (drop.tombstones decides on
+// tombstones then).
+var (
+	deleteModes = map[string]deleteHandling{
+		"drop":                   {deletes: deleteDrop},
+		"tombstone":              {deletes: deleteTombstone},
+		"rewrite":                {deletes: deleteRewrite, rewrite: true},
+		"rewrite-with-tombstone": {deletes: deleteRewrite, rewrite: true, keepTombstones: true},
+		"delete-to-tombstone":    {deletes: deleteToTombstone},
+	}
+	legacyDeleteModes = map[string]deleteHandling{
+		"none":    {deletes: deleteTombstone},
+		"drop":    {deletes: deleteDrop},
+		"rewrite": {deletes: deleteRewrite, rewrite: true},
+	}
+)
+
 // extractNewRecordState is Debezium's ExtractNewRecordState: a change
 // event envelope (before, after, op, source, ts_ms, transaction) becomes
 // the row it describes. Creates, reads and updates become their after
@@ -43,13 +68,11 @@ const (
 // passes through unchanged. Anything else passes unchanged, as Debezium's
 // heartbeat and schema change events do.
 type extractNewRecordState struct {
-	deletes        deleteMode
-	rewrite        bool // add __deleted to every row
-	keepTombstones bool
-	fields         []dbzRef
-	headers        []dbzRef
-	routeBy        string
-	plans          cache[dbzPlanKey, dbzPlan]
+	deleteHandling
+	fields  []dbzRef
+	headers []dbzRef
+	routeBy string
+	plans   cache[dbzPlanKey, dbzPlan]
 }
 
 // dbzRef is one add.fields or add.headers entry (Debezium's
@@ -80,36 +103,19 @@ func newExtractNewRecordState(settings map[string]string) (Transform, error) {
 	dropTombstones := c.boolean("drop.tombstones", true)
 	_, legacyModeSet := settings["delete.handling.mode"]
 	_, legacyDropSet := settings["drop.tombstones"]
-	switch {
-	case modeSet || !legacyModeSet && !legacyDropSet:
-		// Debezium 3.2 removed the legacy settings; 2.5 to 3.1 read
-		// them only when delete.tombstone.handling.mode is not set.
+	// Debezium 3.2 removed the legacy settings; 2.5 to 3.1 read them
+	// only when delete.tombstone.handling.mode is not set.
+	if modeSet || !legacyModeSet && !legacyDropSet {
 		if !modeSet {
 			mode = "tombstone"
 		}
-		switch strings.ToLower(mode) {
-		case "drop":
-			t.deletes = deleteDrop
-		case "tombstone":
-			t.deletes = deleteTombstone
-		case "rewrite":
-			t.deletes, t.rewrite = deleteRewrite, true
-		case "rewrite-with-tombstone":
-			t.deletes, t.rewrite, t.keepTombstones = deleteRewrite, true, true
-		case "delete-to-tombstone":
-			t.deletes = deleteToTombstone
-		default:
+		h, ok := deleteModes[strings.ToLower(mode)]
+		if !ok {
 			c.fail("delete.tombstone.handling.mode", "invalid value %q: must be one of drop, tombstone, rewrite, rewrite-with-tombstone, delete-to-tombstone", mode)
 		}
-	default:
-		switch legacyMode {
-		case "none":
-			t.deletes = deleteTombstone
-		case "drop":
-			t.deletes = deleteDrop
-		case "rewrite":
-			t.deletes, t.rewrite = deleteRewrite, true
-		}
+		t.deleteHandling = h
+	} else {
+		t.deleteHandling = legacyDeleteModes[legacyMode]
 		t.keepTombstones = !dropTombstones
 	}
 	t.fields = parseDbzRefs(c, "add.fields", c.str("add.fields.prefix", "__"))

@@ -10,12 +10,7 @@ import (
 // ClassExtractField is the base of ExtractField$Key and ExtractField$Value.
 const ClassExtractField = "org.apache.kafka.connect.transforms.ExtractField"
 
-func init() {
-	for _, s := range []side{onValue, onKey} {
-		registerTransform(TransformPlugin{Class: s.className(ClassExtractField), NeedsKey: s == onKey,
-			New: func(m map[string]string) (Transform, error) { return newExtractField(s, m) }})
-	}
-}
+func init() { registerSides(ClassExtractField, newExtractField) }
 
 // extractField is Kafka Connect's ExtractField: the key or value becomes
 // one of its fields. Without a schema a null passes as null and a
@@ -54,26 +49,17 @@ func newExtractField(s side, settings map[string]string) (Transform, error) {
 func (t *extractField) Apply(r *record.Record) (bool, error) {
 	v := t.side.get(r)
 	s := v.Schema()
-	if s == nil {
-		if v.IsNull() {
-			return true, nil
-		}
-		if err := wantStruct(t.class, t.side, v); err != nil {
-			return false, err
-		}
-		out, err := valueAt(v, t.path)
-		if err != nil {
+	var f *record.Field
+	if s != nil {
+		var err error
+		if f, err = fieldAt(s, t.path); err != nil {
 			return false, errField(t.field, "%s: %v", t.class, err)
 		}
-		t.side.set(r, out)
-		return true, nil
-	}
-	f, err := fieldAt(s, t.path)
-	if err != nil {
-		return false, errField(t.field, "%s: %v", t.class, err)
 	}
 	if v.IsNull() {
-		t.side.set(r, record.Null(f.Schema))
+		if f != nil {
+			t.side.set(r, record.Null(f.Schema))
+		}
 		return true, nil
 	}
 	if err := wantStruct(t.class, t.side, v); err != nil {
@@ -83,10 +69,13 @@ func (t *extractField) Apply(r *record.Record) (bool, error) {
 	if err != nil {
 		return false, errField(t.field, "%s: %v", t.class, err)
 	}
-	if out.IsNull() {
-		out = record.Null(f.Schema)
+	if f != nil {
+		if out.IsNull() {
+			out = record.Null(f.Schema)
+		}
+		out = out.WithSchema(f.Schema)
 	}
-	t.side.set(r, out.WithSchema(f.Schema))
+	t.side.set(r, out)
 	return true, nil
 }
 

@@ -51,6 +51,26 @@ func configErr(t testing.TB, class string, kv ...string) config.FieldError {
 	return fe
 }
 
+// configCase is a configuration of one transform (kv: its settings
+// without the prefix) and the setting its error must name, with a part
+// of the message.
+type configCase struct {
+	kv        []string
+	name, msg string
+}
+
+// checkConfigErrors checks that each configuration of class is refused
+// with an error naming the setting.
+func checkConfigErrors(t *testing.T, class string, cases []configCase) {
+	t.Helper()
+	for _, tc := range cases {
+		fe := configErr(t, class, tc.kv...)
+		if fe.Name != tc.name || !strings.Contains(fe.Msg, tc.msg) {
+			t.Errorf("%v: error %s: %s, want %s: …%s…", tc.kv, fe.Name, fe.Msg, tc.name, tc.msg)
+		}
+	}
+}
+
 func values(kv ...string) config.Values {
 	v := config.Values{}
 	for i := 0; i+1 < len(kv); i += 2 {

@@ -11,12 +11,7 @@ import (
 // ClassInsertField is the base of InsertField$Key and InsertField$Value.
 const ClassInsertField = "org.apache.kafka.connect.transforms.InsertField"
 
-func init() {
-	for _, s := range []side{onValue, onKey} {
-		registerTransform(TransformPlugin{Class: s.className(ClassInsertField), NeedsKey: s == onKey,
-			New: func(m map[string]string) (Transform, error) { return newInsertField(s, m) }})
-	}
-}
+func init() { registerSides(ClassInsertField, newInsertField) }
 
 // insertField is Kafka Connect's InsertField: it adds the record's topic
 // (as the transforms so far left it), partition, offset and timestamp,

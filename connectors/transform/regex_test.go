@@ -53,10 +53,7 @@ func TestRegexRouter(t *testing.T) {
 }
 
 func TestRegexRouterConfig(t *testing.T) {
-	for _, tc := range []struct {
-		kv        []string
-		name, msg string
-	}{
+	checkConfigErrors(t, transform.ClassRegexRouter, []configCase{
 		{[]string{"replacement", "x"}, "transforms.x.regex", "missing required"},
 		{[]string{"regex", "a"}, "transforms.x.replacement", "missing required"},
 		{[]string{"regex", "(?=a)", "replacement", "x"}, "transforms.x.regex", "RE2"},
@@ -66,12 +63,7 @@ func TestRegexRouterConfig(t *testing.T) {
 		{[]string{"regex", "(a)", "replacement", "${nope}"}, "transforms.x.replacement", "no group with name"},
 		{[]string{"regex", "(a)", "replacement", `a\`}, "transforms.x.replacement", "escaped"},
 		{[]string{"regex", "a", "replacement", "b", "regexp", "c"}, "transforms.x.regexp", "unknown setting"},
-	} {
-		fe := configErr(t, transform.ClassRegexRouter, tc.kv...)
-		if fe.Name != tc.name || !strings.Contains(fe.Msg, tc.msg) {
-			t.Errorf("%v: error %s: %s, want %s: …%s…", tc.kv, fe.Name, fe.Msg, tc.name, tc.msg)
-		}
-	}
+	})
 }
 
 func TestRegexRouterEmptyTopic(t *testing.T) {

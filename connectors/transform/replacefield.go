@@ -9,12 +9,7 @@ import (
 // ClassReplaceField is the base of ReplaceField$Key and ReplaceField$Value.
 const ClassReplaceField = "org.apache.kafka.connect.transforms.ReplaceField"
 
-func init() {
-	for _, s := range []side{onValue, onKey} {
-		registerTransform(TransformPlugin{Class: s.className(ClassReplaceField), NeedsKey: s == onKey,
-			New: func(m map[string]string) (Transform, error) { return newReplaceField(s, m) }})
-	}
-}
+func init() { registerSides(ClassReplaceField, newReplaceField) }
 
 // replaceField is Kafka Connect's ReplaceField: it keeps the fields that
 // are not excluded and, when include is set, are included (by their

@@ -12,12 +12,7 @@ import (
 // TimestampConverter$Value.
 const ClassTimestampConverter = "org.apache.kafka.connect.transforms.TimestampConverter"
 
-func init() {
-	for _, s := range []side{onValue, onKey} {
-		registerTransform(TransformPlugin{Class: s.className(ClassTimestampConverter), NeedsKey: s == onKey,
-			New: func(m map[string]string) (Transform, error) { return newTimestampConverter(s, m) }})
-	}
-}
+func init() { registerSides(ClassTimestampConverter, newTimestampConverter) }
 
 // Target types of TimestampConverter (Connect's names).
 const (

@@ -1,7 +1,6 @@
 package transform_test
 
 import (
-	"strings"
 	"testing"
 	"time"
 
@@ -208,10 +207,7 @@ func TestTimestampConverterBadRecords(t *testing.T) {
 }
 
 func TestTimestampConverterConfig(t *testing.T) {
-	for _, tc := range []struct {
-		kv        []string
-		name, msg string
-	}{
+	checkConfigErrors(t, tsValue, []configCase{
 		{nil, "transforms.x.target.type", "missing required"},                                     // testConfigNoTargetType
 		{[]string{"target.type", "invalid"}, "transforms.x.target.type", "must be one of string"}, // testConfigInvalidTargetType
 		{[]string{"target.type", "timestamp"}, "transforms.x.target.type", "must be one of"},      // case matters, as in Connect
@@ -219,11 +215,6 @@ func TestTimestampConverterConfig(t *testing.T) {
 		{[]string{"target.type", "string"}, "transforms.x.format", "needs a SimpleDateFormat pattern"}, // testConfigMissingFormat
 		{[]string{"target.type", "string", "format", "bad-format"}, "transforms.x.format", "illegal pattern character 'b'"},
 		{[]string{"target.type", "string", "format", "yyyy-ww"}, "transforms.x.format", "not supported by txsink"},
-	} {
-		fe := configErr(t, tsValue, tc.kv...)
-		if fe.Name != tc.name || !strings.Contains(fe.Msg, tc.msg) {
-			t.Errorf("%v: error %s: %s, want %s: …%s…", tc.kv, fe.Name, fe.Msg, tc.name, tc.msg)
-		}
-	}
+	})
 	one(t, tsValue, "target.type", "unix", "unix.precision", "seconds") // testConfigValidUnixPrecision
 }

@@ -40,6 +40,15 @@ func (s side) String() string {
 	return "value"
 }
 
+// registerSides registers the $Value and $Key classes of a transform
+// family; build makes one for a side (the $Key one needs keys).
+func registerSides(base string, build func(s side, settings map[string]string) (Transform, error)) {
+	for _, s := range []side{onValue, onKey} {
+		registerTransform(TransformPlugin{Class: s.className(base), NeedsKey: s == onKey,
+			New: func(m map[string]string) (Transform, error) { return build(s, m) }})
+	}
+}
+
 // className returns the class of a $Key/$Value transform family.
 func (s side) className(base string) string {
 	if s == onKey {
