@@ -17,7 +17,7 @@ const (
 	benchRow       = `{"id":12345,"customer_id":678,"status":"shipped","amount":123.45,"currency":"EUR","created_at":"2024-01-02T03:04:05Z","updated_at":1704164645000,"qty":3,"note":"gift wrap","active":true}`
 	benchRowSchema = `{"type":"struct","name":"shop.orders.Value","optional":true,"fields":[
 		{"field":"id","type":"int64"},{"field":"customer_id","type":"int64"},{"field":"status","type":"string"},
-		{"field":"amount","type":"float64"},{"field":"currency","type":"string"},{"field":"created_at","type":"string"},
+		{"field":"amount","type":"double"},{"field":"currency","type":"string"},{"field":"created_at","type":"string"},
 		{"field":"updated_at","type":"int64"},{"field":"qty","type":"int32"},{"field":"note","type":"string","optional":true},
 		{"field":"active","type":"boolean"}]}`
 )

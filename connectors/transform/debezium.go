@@ -352,9 +352,12 @@ type dbzPlan struct {
 }
 
 // finish sets the row as the record's value, with __deleted (in rewrite
-// mode) and the add.fields.
+// mode) and the add.fields. A row with a schema always gets a derived
+// schema, as in Debezium, which copies the row's schema (dropping its
+// optionality, as Connect's copySchemaBasics does) even with no fields to
+// add.
 func (t *extractNewRecordState) finish(r *record.Record, env *envelope, row record.Value, deleted string) (bool, error) {
-	if !t.rewrite && len(t.fields) == 0 {
+	if !t.rewrite && len(t.fields) == 0 && row.Schema() == nil {
 		r.Value = row
 		return true, nil
 	}
@@ -369,6 +372,11 @@ func (t *extractNewRecordState) finish(r *record.Record, env *envelope, row reco
 		p := t.plans.get(dbzPlanKey{s, env.v.Schema()}, func() dbzPlan { return t.plan(s, env.v.Schema()) })
 		if p.err != nil {
 			return false, p.err
+		}
+		if len(p.schema.Fields) == len(s.Fields) {
+			// Nothing to add: the same fields under the derived schema.
+			r.Value = row.WithSchema(p.schema)
+			return true, nil
 		}
 		vals := typedFields(row, len(p.schema.Fields)-len(s.Fields))
 		if t.rewrite {
@@ -442,7 +450,7 @@ func (t *extractNewRecordState) plan(row, env *record.Schema) dbzPlan {
 		fields = append(fields, &record.Field{Name: ref.out, Schema: &fs})
 		p.refs[i] = ref
 	}
-	s, err := deriveStruct(row, fields)
+	s, err := deriveStruct(row, fields, false)
 	if err != nil {
 		return dbzPlan{err: errRecord("ExtractNewRecordState: %v", err)}
 	}

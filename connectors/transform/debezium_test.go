@@ -180,7 +180,7 @@ func TestExtractNewRecordStateAddFields(t *testing.T) {
 		r := rec(dbzEvent(t, "u", row1, row1b))
 		apply(t, c, r)
 		wantJSON(t, "value", r.Value, `{"id":1,"first_name":"Anna","email":null,"__op":"u","__table":"customers","__lsn":1234,"__source_ts_ms":1700000000000,"__ts_ms":1700000000500,"__id":null,"__db":"inventory"}`)
-		wantSchema(t, "value", r.Value, "optional struct{id int32, first_name string, email optional string, __op optional string, __table optional string, __lsn optional int64, __source_ts_ms optional int64, __ts_ms optional int64, __id optional string, __db optional string}")
+		wantSchema(t, "value", r.Value, "struct{id int32, first_name string, email optional string, __op optional string, __table optional string, __lsn optional int64, __source_ts_ms optional int64, __ts_ms optional int64, __id optional string, __db optional string}")
 	})
 	t.Run("transaction", func(t *testing.T) {
 		// testAddFieldsSpecifyStruct, testNewFieldAndHeaderMapping.

@@ -200,7 +200,7 @@ func (t *insertField) plan(s *record.Schema) insertPlan {
 	add(t.offset, schemaOptionalInt64, schemaInt64)
 	add(t.timestamp, schemaOptionalTimestmp, schemaTimestamp)
 	add(t.static, schemaOptionalString, schemaString)
-	out, err := deriveStruct(s, fields)
+	out, err := deriveStruct(s, fields, false)
 	if err != nil {
 		return insertPlan{err: errRecord("%s: %v", t.class, err)}
 	}

@@ -147,7 +147,7 @@ func (t *replaceField) plan(s *record.Schema) replacePlan {
 			fields = append(fields, &record.Field{Name: t.renamed(f.Name), Schema: f.Schema})
 		}
 	}
-	out, err := deriveStruct(s, fields)
+	out, err := deriveStruct(s, fields, false)
 	if err != nil {
 		return replacePlan{err: errRecord("%s: %v after renames", t.class, err)}
 	}

@@ -173,7 +173,7 @@ func (t *timestampConverter) plan(s *record.Schema) tsPlan {
 	}
 	fields := copyFields(s, 0)
 	fields[f.Index].Schema = t.targetSchema(f.Schema.Optional)
-	out, err := deriveStruct(s, fields)
+	out, err := deriveStruct(s, fields, s.Optional)
 	if err != nil {
 		return tsPlan{err: errRecord("%s: %v", t.class, err)}
 	}

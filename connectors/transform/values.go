@@ -223,14 +223,17 @@ func put(names []string, vals []record.Value, name string, val record.Value) ([]
 }
 
 // deriveStruct returns a new struct schema with base's name, version,
-// doc, parameters and optionality and the given fields (new Field values
-// whose schemas may be shared), as Connect's SchemaUtil.copySchemaBasics
-// and SchemaBuilder.field do; two fields of one name are an error, as in
-// SchemaBuilder.
+// doc and parameters and the given fields (new Field values whose schemas
+// may be shared), as Connect's SchemaUtil.copySchemaBasics and
+// SchemaBuilder.field do; two fields of one name are an error, as in
+// SchemaBuilder. Like copySchemaBasics it does not copy optionality: the
+// derived schema is optional only when optional says so (Connect's
+// TimestampConverter keeps it, ReplaceField, InsertField and Debezium's
+// ExtractNewRecordState do not).
 //
 // The new schema is indexed with record.NewStruct, not Seal: Seal would
 // re-index the shared field schemas, which other goroutines are reading.
-func deriveStruct(base *record.Schema, fields []*record.Field) (*record.Schema, error) {
+func deriveStruct(base *record.Schema, fields []*record.Field, optional bool) (*record.Schema, error) {
 	seen := make(map[string]bool, len(fields))
 	for _, f := range fields {
 		if seen[f.Name] {
@@ -238,7 +241,7 @@ func deriveStruct(base *record.Schema, fields []*record.Field) (*record.Schema, 
 		}
 		seen[f.Name] = true
 	}
-	s := record.NewStruct(base.Name, base.Optional, fields...)
+	s := record.NewStruct(base.Name, optional, fields...)
 	s.Version, s.Doc, s.Params = base.Version, base.Doc, base.Params
 	return s, nil
 }
