@@ -236,6 +236,11 @@ type connectJSONSchema struct {
 	Values     *connectJSONSchema   `json:"values"`
 }
 
+// connectJSONTypes maps the type names the JsonConverter writes for
+// FLOAT32 and FLOAT64 ("float", "double") to Connect's type names; the
+// others are the same. ("float32" and "float64" are read too.)
+var connectJSONTypes = map[string]string{"float": "float32", "double": "float64"}
+
 // ParseConnectSchema parses Kafka Connect's JSON form of a schema (the
 // "schema" of a JsonConverter envelope).
 func ParseConnectSchema(raw []byte) (*record.Schema, error) {
@@ -254,7 +259,10 @@ func (js *connectJSONSchema) build(depth int) (*record.Schema, error) {
 	if depth > 64 {
 		return nil, fmt.Errorf("schema nested deeper than 64 levels")
 	}
-	t, ok := record.ParseType(js.Type)
+	t, ok := record.ParseType(connectJSONTypes[js.Type])
+	if !ok {
+		t, ok = record.ParseType(js.Type)
+	}
 	if !ok {
 		return nil, fmt.Errorf("unknown schema type %q", js.Type)
 	}

@@ -190,3 +190,28 @@ func FuzzJSONConverter(f *testing.F) {
 		}
 	})
 }
+
+// The JsonConverter writes FLOAT32 and FLOAT64 as "float" and "double"
+// (Debezium's JSON events too); Connect's own names are read as well.
+func TestConnectSchemaFloatNames(t *testing.T) {
+	for name, want := range map[string]record.Type{"float": record.TypeFloat32, "double": record.TypeFloat64, "float32": record.TypeFloat32, "float64": record.TypeFloat64} {
+		s, err := ParseConnectSchema([]byte(`{"type":"struct","fields":[{"field":"x","type":"` + name + `"}]}`))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if got := s.Field("x").Schema.Type; got != want {
+			t.Errorf("%s read as %s, want %s", name, got, want)
+		}
+	}
+	v, err := NewDefaultJSON(false).Convert(context.Background(), "t", nil,
+		[]byte(`{"schema":{"type":"struct","fields":[{"field":"price","type":"double"},{"field":"ratio","type":"float","optional":true}]},"payload":{"price":12.5,"ratio":0.25}}`), &Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fields(t, v); got["price"] != "12.5" || got["ratio"] != "0.25" {
+		t.Errorf("fields %v", got)
+	}
+	if _, err := ParseConnectSchema([]byte(`{"type":"real"}`)); err == nil {
+		t.Error("an unknown type name was accepted")
+	}
+}

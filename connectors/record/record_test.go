@@ -284,3 +284,30 @@ func TestObject(t *testing.T) {
 		t.Errorf("JSON %s", got)
 	}
 }
+
+func TestScanned(t *testing.T) {
+	v := JSON([]byte(`{"a":{"x":1,"y":[2],"x":3},"b":"s"}`))
+	inner, _ := v.Get("a")
+	s := inner.Scanned()
+	if s.Kind() != KindStruct || s.Len() != 3 {
+		t.Fatalf("Scanned: kind %s, len %d", s.Kind(), s.Len())
+	}
+	var got []string
+	_ = s.Range(func(n []byte, fv Value) error {
+		got = append(got, string(n)+"="+string(must(fv.JSONText())))
+		return nil
+	})
+	if strings.Join(got, ",") != "x=1,y=[2],x=3" {
+		t.Errorf("Range after Scanned: %v", got)
+	}
+	if x, _ := s.Get("x"); string(must(x.JSONText())) != "3" {
+		t.Errorf("Get(x) = %s, want the last", x.GoString())
+	}
+	// Other values are returned as they are.
+	if str := String("x").Scanned(); str.Kind() != KindString {
+		t.Error("Scanned changed a string")
+	}
+	if o := Object([]string{"a"}, []Value{Int(1)}).Scanned(); o.Len() != 1 {
+		t.Error("Scanned changed an Object")
+	}
+}

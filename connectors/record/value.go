@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/big"
 	"time"
+	"unsafe"
 
 	"github.com/txsink/txsink/connectors/internal/jsonscan"
 )
@@ -335,12 +336,28 @@ func (v Value) Describe() string {
 	return "an unknown value"
 }
 
+// Scanned returns a schemaless JSON object with its members scanned, so
+// that Len, Range and Get read its text once however often they are
+// called (a transform that reads several fields of a nested object);
+// a value that has its members already, and any other value, is returned
+// as it is.
+func (v Value) Scanned() Value {
+	if v.kind != KindStruct || v.flags&flagJSON == 0 || v.members() != nil {
+		return v
+	}
+	members, ok := jsonscan.Object(v.b, make([]jsonscan.Member, 0, 16))
+	if !ok {
+		return v
+	}
+	return JSONObject(v.b, members)
+}
+
 // Range calls fn with the name and value of every field of a struct, in
 // order, and stops at fn's first error. For a schemaless object these are
 // its members in text order, duplicates included (a caller that keeps one
 // value per name keeps the last, as a JSON decoder does). name is only
-// valid during the call. Range on anything but a struct returns an error
-// wrapping ErrDecode.
+// valid during the call, and fn must not change its bytes. Range on
+// anything but a struct returns an error wrapping ErrDecode.
 func (v Value) Range(fn func(name []byte, fv Value) error) error {
 	if v.kind != KindStruct {
 		return Errorf(ErrDecode, "want an object, got %s", v.Describe())
@@ -371,7 +388,9 @@ func (v Value) Range(fn func(name []byte, fv Value) error) error {
 			names = v.x.names
 		}
 		for i, n := range names {
-			if err := fn([]byte(n), elems[i]); err != nil {
+			// The name's bytes without a copy: fn must not change them,
+			// as it must not change a schema's field names either.
+			if err := fn(unsafe.Slice(unsafe.StringData(n), len(n)), elems[i]); err != nil {
 				return err
 			}
 		}

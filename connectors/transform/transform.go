@@ -13,6 +13,7 @@
 package transform
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -63,13 +64,24 @@ func (c *Chain) Apply(r *record.Record) (keep bool, err error) {
 		}
 		keep, err := s.t.Apply(r)
 		if err != nil {
-			return false, fmt.Errorf("transform %q: %w", s.alias, err)
+			return false, inTransform(s.alias, err)
 		}
 		if !keep {
 			return false, nil
 		}
 	}
 	return true, nil
+}
+
+// inTransform names the transform's alias in err. A field the error
+// names stays a *record.FieldError on the outside, so that
+// record.NewError still finds it and keeps the alias in the cause.
+func inTransform(alias string, err error) error {
+	var fe *record.FieldError
+	if errors.As(err, &fe) {
+		return &record.FieldError{Field: fe.Field, Err: fmt.Errorf("transform %q: %w", alias, fe.Err)}
+	}
+	return fmt.Errorf("transform %q: %w", alias, err)
 }
 
 // NeedsKey reports whether a transform reads or writes record keys, so
@@ -180,7 +192,9 @@ func NewChain(v config.Values) (*Chain, error) {
 		if !ok {
 			return nil, config.FieldError{Name: prefix + "type", Msg: unknown("predicate", class, PredicateClasses())}
 		}
-		pr, err := p.New(settingsUnder(v, prefix))
+		settings := settingsUnder(v, prefix)
+		delete(settings, "type")
+		pr, err := p.New(settings)
 		if err != nil {
 			return nil, under(prefix, err)
 		}
