@@ -2,9 +2,9 @@ package convert
 
 import (
 	"context"
-	"net/url"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
