@@ -22,6 +22,7 @@ import (
 
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/secrets"
 )
 
 // DefaultMaxBodyBytes bounds request bodies (HTTP 413 above it).
@@ -150,7 +151,7 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 
 // writeErr maps a worker error to its status code and writes it; secrets
 // are removed from the message.
-func (s *Server) writeErr(w http.ResponseWriter, err error, secrets []string) {
+func (s *Server) writeErr(w http.ResponseWriter, err error, secs []string) {
 	code := http.StatusInternalServerError
 	msg := err.Error()
 	var ferrs config.Errors
@@ -169,7 +170,7 @@ func (s *Server) writeErr(w http.ResponseWriter, err error, secrets []string) {
 	case errors.Is(err, connectors.ErrClosed):
 		code = http.StatusServiceUnavailable
 	}
-	msg = connectors.ScrubString(msg, secrets)
+	msg = secrets.ScrubString(msg, secs)
 	if code == http.StatusInternalServerError {
 		s.log.Error("request failed", "err", msg)
 	}
@@ -235,14 +236,14 @@ func jsonErrorText(err error) string {
 }
 
 // handleErr writes an apiError or a worker error.
-func (s *Server) handleErr(w http.ResponseWriter, err error, secrets []string) {
-	secrets = append(secrets, s.w.Secrets()...)
+func (s *Server) handleErr(w http.ResponseWriter, err error, secs []string) {
+	secs = append(secs, s.w.Secrets()...)
 	var ae *apiError
 	if errors.As(err, &ae) {
-		writeError(w, ae.code, connectors.ScrubString(ae.msg, secrets))
+		writeError(w, ae.code, secrets.ScrubString(ae.msg, secs))
 		return
 	}
-	s.writeErr(w, err, secrets)
+	s.writeErr(w, err, secs)
 }
 
 // Middleware.

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/secrets"
 	"github.com/txsink/txsink/twophase"
 )
 
@@ -138,7 +139,7 @@ func TestConfigUpdateAndRestart(t *testing.T) {
 	}
 	stored, _ := e.worker.Config("c1")
 	if stored["fake.secret"] != canary || !strings.Contains(stored["fake.url"], canary) {
-		t.Fatalf("secrets lost in a read-modify-write: %v", connectors.RedactConfig(nil, stored))
+		t.Fatalf("secrets lost in a read-modify-write: %v", secrets.RedactConfig(nil, stored))
 	}
 	e.waitState("c1", connectors.StateRunning, 2)
 	r = e.must(200, "PATCH", "/connectors/c1/config", `{"tasks.max":"1","batch.linger.ms":null}`)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/secrets"
 	"github.com/txsink/txsink/offsets"
 )
 
@@ -93,24 +94,24 @@ func (rs connectorsResource) create(w http.ResponseWriter, r *http.Request) {
 		rs.s.handleErr(w, err, nil)
 		return
 	}
-	secrets := connectors.Secrets(rs.reg(), req.Config)
+	secs := secrets.Of(rs.reg(), req.Config)
 	name := ""
 	if req.Name != nil {
 		name = strings.TrimSpace(*req.Name)
 	}
 	if req.Config == nil {
-		rs.s.handleErr(w, badRequest("Connector config is required: the body must be {\"name\": …, \"config\": {…}}"), secrets)
+		rs.s.handleErr(w, badRequest("Connector config is required: the body must be {\"name\": …, \"config\": {…}}"), secs)
 		return
 	}
 	if name == "" {
 		name = strings.TrimSpace(req.Config[config.KeyName])
 	}
 	if name == "" {
-		rs.s.handleErr(w, badRequest("Connector name is required"), secrets)
+		rs.s.handleErr(w, badRequest("Connector name is required"), secs)
 		return
 	}
 	if err := config.CheckName(name); err != nil {
-		rs.s.handleErr(w, badRequest("%s", err.Error()), secrets)
+		rs.s.handleErr(w, badRequest("%s", err.Error()), secs)
 		return
 	}
 	initial := ""
@@ -119,12 +120,12 @@ func (rs connectorsResource) create(w http.ResponseWriter, r *http.Request) {
 	}
 	target, err := connectors.ParseTargetState(initial)
 	if err != nil {
-		rs.s.handleErr(w, badRequest("%s", err.Error()), secrets)
+		rs.s.handleErr(w, badRequest("%s", err.Error()), secs)
 		return
 	}
 	inf, err := rs.s.w.Create(r.Context(), name, req.Config, target)
 	if err != nil {
-		rs.s.handleErr(w, err, secrets)
+		rs.s.handleErr(w, err, secs)
 		return
 	}
 	w.Header().Set("Location", "/connectors/"+name)
@@ -157,7 +158,7 @@ func (rs connectorsResource) getConfig(w http.ResponseWriter, r *http.Request) {
 		rs.s.handleErr(w, err, nil)
 		return
 	}
-	writeJSON(w, http.StatusOK, connectors.RedactConfig(rs.reg(), cfg))
+	writeJSON(w, http.StatusOK, secrets.RedactConfig(rs.reg(), cfg))
 }
 
 // putConfig is PUT /connectors/{name}/config: 201 when created, 200 when
@@ -169,18 +170,18 @@ func (rs connectorsResource) putConfig(w http.ResponseWriter, r *http.Request) {
 		rs.s.handleErr(w, err, nil)
 		return
 	}
-	secrets := connectors.Secrets(rs.reg(), cfg)
+	secs := secrets.Of(rs.reg(), cfg)
 	if cfg == nil {
-		rs.s.handleErr(w, badRequest("Connector config is required"), secrets)
+		rs.s.handleErr(w, badRequest("Connector config is required"), secs)
 		return
 	}
 	if err := config.CheckName(name); err != nil {
-		rs.s.handleErr(w, badRequest("%s", err.Error()), secrets)
+		rs.s.handleErr(w, badRequest("%s", err.Error()), secs)
 		return
 	}
 	inf, created, err := rs.s.w.PutConfig(r.Context(), name, cfg)
 	if err != nil {
-		rs.s.handleErr(w, err, secrets)
+		rs.s.handleErr(w, err, secs)
 		return
 	}
 	code := http.StatusOK
@@ -206,20 +207,20 @@ func (rs connectorsResource) patchConfig(w http.ResponseWriter, r *http.Request)
 			flat[k] = *v
 		}
 	}
-	secrets := connectors.Secrets(rs.reg(), flat)
+	secs := secrets.Of(rs.reg(), flat)
 	if n, ok := patch[config.KeyName]; ok && (n == nil || *n != name) {
 		shown := "null"
 		if n != nil {
 			shown = *n
 		}
-		rs.s.handleErr(w, badRequest("Connector name configuration (%s) doesn't match connector name in the URL (%s)", shown, name), secrets)
+		rs.s.handleErr(w, badRequest("Connector name configuration (%s) doesn't match connector name in the URL (%s)", shown, name), secs)
 		return
 	}
 	// "[hidden]" sent back for a secret keeps the stored one while the
 	// connector's host, port and user stay (Worker.PatchConfig).
 	inf, err := rs.s.w.PatchConfig(r.Context(), name, patch)
 	if err != nil {
-		rs.s.handleErr(w, err, secrets)
+		rs.s.handleErr(w, err, secs)
 		return
 	}
 	writeJSON(w, http.StatusOK, toInfo(rs.reg(), inf))
@@ -303,7 +304,7 @@ func (rs connectorsResource) tasks(w http.ResponseWriter, r *http.Request) {
 		rs.s.handleErr(w, err, nil)
 		return
 	}
-	cfg := connectors.RedactConfig(rs.reg(), inf.Config)
+	cfg := secrets.RedactConfig(rs.reg(), inf.Config)
 	out := []taskInfo{}
 	for _, t := range inf.Tasks {
 		out = append(out, taskInfo{ID: taskID{Connector: inf.Name, Task: t}, Config: cfg})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/secrets"
 	"github.com/txsink/txsink/internal/testpki"
 )
 
@@ -206,7 +207,7 @@ func TestSecretBoundToTarget(t *testing.T) {
 	e.must(200, "PATCH", "/connectors/c1/config", map[string]string{"fake.url": "fake://writer@attacker.example/db"})
 	stored, _ := e.worker.Config("c1")
 	if strings.Contains(fmt.Sprint(stored), canary) {
-		t.Fatalf("the stored secret survived the move: %v", connectors.RedactConfig(nil, stored))
+		t.Fatalf("the stored secret survived the move: %v", secrets.RedactConfig(nil, stored))
 	}
 	st := e.waitState("c1", connectors.StateFailed, 0)
 	if !strings.Contains(st.Connector.Trace, "fake.secret") || !strings.Contains(st.Connector.Trace, "dropped") {
@@ -220,14 +221,14 @@ func TestSecretBoundToTarget(t *testing.T) {
 	// follow the move.
 	var cfg map[string]string
 	_ = json.Unmarshal(e.must(200, "GET", "/connectors/c1/config", nil).body, &cfg)
-	if cfg["fake.secret"] != connectors.Hidden {
+	if cfg["fake.secret"] != secrets.Hidden {
 		t.Fatalf("GET config shows fake.secret %q", cfg["fake.secret"])
 	}
 	cfg["fake.url"] = "fake://writer@elsewhere.example/db"
 	e.must(200, "PUT", "/connectors/c1/config", cfg)
 	stored, _ = e.worker.Config("c1")
 	if strings.Contains(fmt.Sprint(stored), canary) || stored["fake.secret"] != "" {
-		t.Fatalf("PUT [hidden] carried the secret to the new host: %v", connectors.RedactConfig(nil, stored))
+		t.Fatalf("PUT [hidden] carried the secret to the new host: %v", secrets.RedactConfig(nil, stored))
 	}
 	e.waitState("c1", connectors.StateFailed, 0)
 	// The same round trip without a move keeps it.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/secrets"
 	"github.com/txsink/txsink/offsets"
 )
 
@@ -200,7 +201,7 @@ type healthBody struct {
 }
 
 func toInfo(reg *connectors.Registry, inf connectors.Info) connectorInfo {
-	out := connectorInfo{Name: inf.Name, Config: connectors.RedactConfig(reg, inf.Config), Type: inf.Type, Tasks: []taskID{}}
+	out := connectorInfo{Name: inf.Name, Config: secrets.RedactConfig(reg, inf.Config), Type: inf.Type, Tasks: []taskID{}}
 	for _, t := range inf.Tasks {
 		out.Tasks = append(out.Tasks, taskID{Connector: inf.Name, Task: t})
 	}

@@ -9,7 +9,6 @@ import (
 	"os"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors/convert"
+	"github.com/txsink/txsink/connectors/secrets"
 	"github.com/txsink/txsink/offsets"
 )
 
@@ -274,7 +274,7 @@ func NewWorker(reg *Registry, opt WorkerOptions) (*Worker, error) {
 
 // prepare derives the cached parts of m from its raw configuration.
 func (w *Worker) prepare(m *managed) {
-	m.secrets = Secrets(w.reg, m.raw)
+	m.secrets = secrets.Of(w.reg, m.raw)
 	_, v, _ := w.reg.Validate(m.raw)
 	m.tasksMax = int(v.Int(config.KeyTasksMax))
 	if m.tasksMax < 1 {
@@ -424,18 +424,11 @@ func (w *Worker) validate(name string, raw map[string]string) (map[string]string
 	cfg := make(map[string]string, len(raw)+1)
 	maps.Copy(cfg, raw)
 	if n, ok := cfg[config.KeyName]; ok && n != name {
-		return nil, errorf(ErrBadRequest, "Connector name configuration (%s) doesn't match connector name in the URL (%s)", ScrubString(n, Secrets(w.reg, raw)), name)
+		return nil, errorf(ErrBadRequest, "Connector name configuration (%s) doesn't match connector name in the URL (%s)", secrets.ScrubString(n, secrets.Of(w.reg, raw)), name)
 	}
 	cfg[config.KeyName] = name
-	defs := defsFor(w.reg, cfg)
-	var placeholders config.Errors
-	for k, v := range cfg {
-		if v == Hidden && isSecretKey(defs, k) {
-			placeholders = append(placeholders, config.FieldError{Name: k, Msg: Hidden + " is the placeholder the API shows for a secret, and there is no stored secret it stands for: send the secret itself"})
-		}
-	}
-	if len(placeholders) > 0 {
-		return nil, placeholders
+	if errs := secrets.CheckPlaceholders(w.reg, cfg); len(errs) > 0 {
+		return nil, errs
 	}
 	if _, _, errs := w.reg.Validate(cfg); len(errs) > 0 {
 		return nil, errs
@@ -487,7 +480,7 @@ func (w *Worker) Create(ctx context.Context, name string, raw map[string]string,
 // connector's identity (host, port, user) stays the same, and dropped
 // otherwise (see PatchConfig).
 func (w *Worker) PutConfig(ctx context.Context, name string, raw map[string]string) (info Info, created bool, err error) {
-	change := configChange{replace: true, set: raw}
+	change := secrets.Change{Replace: true, Set: raw}
 	if _, err := w.lookup(name); errors.Is(err, ErrNotFound) {
 		info, err := w.Create(ctx, name, raw, TargetRunning)
 		if errors.Is(err, ErrExists) { // lost a race with another create
@@ -513,27 +506,20 @@ func (w *Worker) PutConfig(ctx context.Context, name string, raw map[string]stri
 // with ErrSecretDropped until a change sends it (or removes the setting
 // with null).
 func (w *Worker) PatchConfig(ctx context.Context, name string, patch map[string]*string) (Info, error) {
-	change := configChange{set: map[string]string{}}
+	change := secrets.Change{Set: map[string]string{}}
 	for k, v := range patch {
 		if v == nil {
-			change.unset = append(change.unset, k)
+			change.Unset = append(change.Unset, k)
 		} else {
-			change.set[k] = *v
+			change.Set[k] = *v
 		}
 	}
 	return w.reconfigure(ctx, name, change)
 }
 
-// configChange is a PUT (replace) or PATCH of a configuration.
-type configChange struct {
-	replace bool              // set is the whole new configuration
-	set     map[string]string // settings sent
-	unset   []string          // settings removed
-}
-
 // reconfigure applies change to the connector's configuration under its
 // lock: read, merge, bind secrets, validate, store, restart.
-func (w *Worker) reconfigure(ctx context.Context, name string, change configChange) (Info, error) {
+func (w *Worker) reconfigure(ctx context.Context, name string, change secrets.Change) (Info, error) {
 	m, err := w.lockConn(name)
 	if err != nil {
 		return Info{}, err
@@ -542,7 +528,7 @@ func (w *Worker) reconfigure(ctx context.Context, name string, change configChan
 	w.mu.Lock()
 	old, dropped := maps.Clone(m.raw), m.dropped
 	w.mu.Unlock()
-	next, droppedKeys, dropped := w.bindSecrets(name, old, change, dropped)
+	next, droppedKeys, dropped := secrets.Bind(w.reg, w.identity, name, old, change, dropped)
 	cfg, err := w.validate(name, next)
 	if err != nil {
 		return Info{}, err
@@ -566,87 +552,6 @@ func (w *Worker) reconfigure(ctx context.Context, name string, change configChan
 	return w.info(m), w.persist()
 }
 
-// bindSecrets merges change into old and resolves its secrets: a
-// placeholder (Hidden, or a URL shown with its password Hidden) takes the
-// stored secret back while the sink's identity (hosts, ports, user) is
-// unchanged; when it changed, every stored secret the change did not send
-// again is dropped (a secret setting is removed, a URL keeps Hidden as its
-// password). It returns the new configuration and the connector's new
-// settings it dropped, and the connector's new dropped-secret note (""
-// when none is pending: also when the change sent another secret, which
-// supersedes what was dropped).
-func (w *Worker) bindSecrets(name string, old map[string]string, change configChange, note string) (next map[string]string, dropped []string, _ string) {
-	next = map[string]string{}
-	if !change.replace {
-		next = maps.Clone(old)
-	}
-	for _, k := range change.unset {
-		delete(next, k)
-	}
-	maps.Copy(next, change.set)
-	defs := defsFor(w.reg, next)
-	// The identity is read with the placeholders taken back (a URL with
-	// "[hidden]" as its password may not even parse).
-	probe := maps.Clone(next)
-	for k, v := range next {
-		if ov, had := old[k]; had && v == Hidden {
-			probe[k] = ov
-		} else if had && strings.Contains(v, Hidden) {
-			probe[k], _ = restoreURLPasswords(v, ov)
-		}
-	}
-	oldID, oldErr := w.identity(old)
-	newID, newErr := w.identity(probe)
-	same := oldErr == nil && newErr == nil && oldID == newID
-	resent := false
-	for _, k := range change.unset {
-		if isSecretKey(defs, k) {
-			resent = true // an explicit decision about the secret
-		}
-	}
-	for k, v := range next {
-		ov, had := old[k]
-		_, sent := change.set[k]
-		secret := isSecretKey(defs, k)
-		switch {
-		case v == Hidden && secret:
-			if had && same {
-				next[k] = ov
-			} else {
-				delete(next, k)
-				if had {
-					dropped = append(dropped, k)
-				}
-			}
-		case had && strings.Contains(v, Hidden) && len(urlSecrets(ov)) > 0:
-			// A URL sent back as shown, its password hidden.
-			if !same {
-				dropped = append(dropped, k) // it keeps Hidden as its password
-			} else if r, ok := restoreURLPasswords(v, ov); ok {
-				next[k] = r
-			}
-		case !sent && !same && (secret || len(urlSecrets(v)) > 0):
-			if secret {
-				delete(next, k)
-			} else {
-				next[k] = RedactURL(v)
-			}
-			dropped = append(dropped, k)
-		case sent && (secret || len(urlSecrets(v)) > 0):
-			resent = true
-		}
-	}
-	sort.Strings(dropped)
-	switch {
-	case resent:
-		// What was sent supersedes what was dropped.
-		note = ""
-	case len(dropped) > 0:
-		note = fmt.Sprintf("The stored secret of %s was dropped: the configuration moved the connector from %s to %s without sending it again. Send it again (PUT or PATCH /connectors/%s/config), or remove the setting with null if the new target needs none", strings.Join(dropped, ", "), orUnknown(oldID), orUnknown(newID), name)
-	}
-	return next, dropped, note
-}
-
 // identity is where a raw configuration's secrets go: the sink's
 // Spec.Identity ("" for a sink without one) and the converters' registry
 // targets. A change of either drops the stored secrets it does not send
@@ -664,13 +569,6 @@ func (w *Worker) identity(raw map[string]string) (string, error) {
 		id += " " + r
 	}
 	return id, nil
-}
-
-func orUnknown(s string) string {
-	if s == "" {
-		return "an unknown target"
-	}
-	return s
 }
 
 // Delete stops the connector and removes it. Its offsets stay in the sink.
@@ -882,7 +780,7 @@ func (w *Worker) idleLocked(m *managed, target TargetState) {
 func (w *Worker) startLocked(ctx context.Context, m *managed) {
 	w.mu.Lock()
 	raw := maps.Clone(m.raw)
-	secrets := m.secrets
+	secs := m.secrets
 	dropped := m.dropped
 	if m.timer != nil {
 		m.timer.Stop()
@@ -905,7 +803,7 @@ func (w *Worker) startLocked(ctx context.Context, m *managed) {
 	w.mu.Lock()
 	if err != nil {
 		m.state = StateFailed
-		m.trace = ScrubString(err.Error(), secrets)
+		m.trace = secrets.ScrubString(err.Error(), secs)
 		m.tasks = nil
 		m.gen++
 		w.mu.Unlock()
@@ -954,7 +852,7 @@ func (w *Worker) startTask(m *managed, c *Connector, i int) {
 	w.mu.Unlock()
 	if err := c.StartTask(i, func(id int, err error) { w.taskExited(m, c, id, gen, err) }); err != nil {
 		w.mu.Lock()
-		t.state, t.trace = StateFailed, ScrubString(err.Error(), m.secrets)
+		t.state, t.trace = StateFailed, secrets.ScrubString(err.Error(), m.secrets)
 		w.mu.Unlock()
 	}
 }
@@ -973,7 +871,7 @@ func (w *Worker) taskExited(m *managed, c *Connector, id, gen int, err error) {
 	}
 	t := m.tasks[id]
 	t.state = StateFailed
-	t.trace = ScrubString(err.Error(), m.secrets)
+	t.trace = secrets.ScrubString(err.Error(), m.secrets)
 	if time.Since(t.started) > w.opt.Restart.Max {
 		t.restarts = 0
 	}
@@ -1313,14 +1211,14 @@ func (w *Worker) mirrorGroup(ctx context.Context, m *managed, all bool, position
 
 func (w *Worker) scrub(m *managed, err error) error {
 	w.mu.Lock()
-	secrets := m.secrets
+	secs := m.secrets
 	w.mu.Unlock()
 	var ferrs config.Errors
 	var oe *opError
 	if errors.As(err, &ferrs) || errors.As(err, &oe) && oe.kind == ErrSecretDropped {
 		return err // messages without secrets, kinds kept
 	}
-	return errors.New(ScrubString(err.Error(), secrets))
+	return errors.New(secrets.ScrubString(err.Error(), secs))
 }
 
 // adminClient returns the worker's shared Kafka admin client.

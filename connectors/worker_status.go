@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
+	"github.com/txsink/txsink/connectors/secrets"
 	"github.com/txsink/txsink/offsets"
 	"github.com/txsink/txsink/twophase"
 )
@@ -295,12 +296,12 @@ func (o *observer) FenceConflict(task int, err error) {
 	o.mu.Lock()
 	t := o.task(task)
 	o.w.mu.Lock()
-	var secrets []string
+	var secs []string
 	if m := o.w.conns[o.name]; m != nil {
-		secrets = m.secrets
+		secs = m.secrets
 	}
 	o.w.mu.Unlock()
-	t.fence = &FenceConflict{At: time.Now().UTC(), Error: ScrubString(fmt.Sprint(err), secrets)}
+	t.fence = &FenceConflict{At: time.Now().UTC(), Error: secrets.ScrubString(fmt.Sprint(err), secs)}
 	o.mu.Unlock()
 	o.w.metrics.fenced.WithLabelValues(o.name).Inc()
 }
@@ -315,12 +316,12 @@ func (o *observer) Waiting(task int, err error) {
 		return
 	}
 	o.w.mu.Lock()
-	var secrets []string
+	var secs []string
 	if m := o.w.conns[o.name]; m != nil {
-		secrets = m.secrets
+		secs = m.secrets
 	}
 	o.w.mu.Unlock()
-	w := &Waiting{Since: time.Now().UTC(), Error: ScrubString(fmt.Sprint(err), secrets)}
+	w := &Waiting{Since: time.Now().UTC(), Error: secrets.ScrubString(fmt.Sprint(err), secs)}
 	if t.waiting != nil {
 		w.Since = t.waiting.Since
 	}

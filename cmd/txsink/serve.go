@@ -23,6 +23,7 @@ import (
 	"github.com/txsink/txsink/api"
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/secrets"
 	"github.com/txsink/txsink/internal/buildinfo"
 )
 
@@ -191,7 +192,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 			continue
 		}
 		if _, err := worker.Create(ctx, name, raw, connectors.TargetRunning); err != nil {
-			fmt.Fprintf(stderr, "txsink serve: connector from %s: %s\n", f, connectors.ScrubString(err.Error(), connectors.Secrets(worker.Registry(), raw)))
+			fmt.Fprintf(stderr, "txsink serve: connector from %s: %s\n", f, secrets.ScrubString(err.Error(), secrets.Of(worker.Registry(), raw)))
 			code = exitStartFail
 			stop()
 			break
