@@ -21,7 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/txsink/txsink/config"
-	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/herder"
 	"github.com/txsink/txsink/connectors/secrets"
 )
 
@@ -42,7 +42,7 @@ func (a Auth) Enabled() bool {
 
 // Options configure the API.
 type Options struct {
-	Worker *connectors.Worker
+	Worker *herder.Worker
 	// Levels, when set, backs /admin/loggers.
 	Levels *Levels
 	// Metrics serves GET /metrics (default: the default Prometheus
@@ -72,7 +72,7 @@ type Options struct {
 // Server holds the API's resources.
 type Server struct {
 	opt Options
-	w   *connectors.Worker
+	w   *herder.Worker
 	log *slog.Logger
 }
 
@@ -161,13 +161,13 @@ func (s *Server) writeErr(w http.ResponseWriter, err error, secs []string) {
 		code, msg = http.StatusRequestEntityTooLarge, fmt.Sprintf("Request body is larger than %d bytes", mbe.Limit)
 	case errors.As(err, &ferrs):
 		code, msg = http.StatusBadRequest, invalidConfigMessage(ferrs)
-	case errors.Is(err, connectors.ErrNotFound):
+	case errors.Is(err, herder.ErrNotFound):
 		code = http.StatusNotFound
-	case errors.Is(err, connectors.ErrExists), errors.Is(err, connectors.ErrConflict), errors.Is(err, connectors.ErrSecretDropped):
+	case errors.Is(err, herder.ErrExists), errors.Is(err, herder.ErrConflict), errors.Is(err, herder.ErrSecretDropped):
 		code = http.StatusConflict
-	case errors.Is(err, connectors.ErrBadRequest):
+	case errors.Is(err, herder.ErrBadRequest):
 		code = http.StatusBadRequest
-	case errors.Is(err, connectors.ErrClosed):
+	case errors.Is(err, herder.ErrClosed):
 		code = http.StatusServiceUnavailable
 	}
 	msg = secrets.ScrubString(msg, secs)

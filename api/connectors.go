@@ -12,6 +12,7 @@ import (
 
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/herder"
 	"github.com/txsink/txsink/connectors/secrets"
 	"github.com/txsink/txsink/offsets"
 )
@@ -118,7 +119,7 @@ func (rs connectorsResource) create(w http.ResponseWriter, r *http.Request) {
 	if req.InitialState != nil {
 		initial = *req.InitialState
 	}
-	target, err := connectors.ParseTargetState(initial)
+	target, err := herder.ParseTargetState(initial)
 	if err != nil {
 		rs.s.handleErr(w, badRequest("%s", err.Error()), secs)
 		return

@@ -1,7 +1,9 @@
-// Package connectors is txsink's runtime: a registry of sinks by name, and
-// the task loop that owns Kafka partitions through a consumer group, polls
-// read_committed batches, and hands each round to the commit protocol of the
-// connector's delivery guarantee.
+// Package connectors is the sink contract: what a sink implements (Sink,
+// and optionally DeadLetterCounter), how it is registered by name (Spec,
+// Registry), what it gets from the worker (Env, Policy) and how its errors
+// steer the runtime (Terminal, RecordLocator). The runtime that runs
+// connectors and tasks is connectors/engine; the herders that keep their
+// configurations are connectors/herder.
 package connectors
 
 import (
@@ -58,6 +60,13 @@ type Sink interface {
 // them.
 type DeadLetterCounter interface {
 	TakeDeadLettered(ids []twophase.BatchID) int
+}
+
+// RecordLocator is implemented by errors about one bad record (sinks'
+// record errors), so the runtime can stop the partition exactly there.
+type RecordLocator interface {
+	error
+	RecordCoordinates() (topic string, partition int32, offset int64)
 }
 
 // Terminal marks errors that retrying cannot fix: a missing target table,

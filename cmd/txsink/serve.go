@@ -23,6 +23,7 @@ import (
 	"github.com/txsink/txsink/api"
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/herder"
 	"github.com/txsink/txsink/connectors/secrets"
 	"github.com/txsink/txsink/internal/buildinfo"
 )
@@ -79,7 +80,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 
 	// Every log line goes through the secret scrubber, then the named
 	// levels of /admin/loggers.
-	var worker *connectors.Worker
+	var worker *herder.Worker
 	ho := &slog.HandlerOptions{Level: api.LevelTrace}
 	var base slog.Handler = slog.NewTextHandler(stderr, ho)
 	if wc.LogFormat == "json" {
@@ -115,7 +116,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 	if *unsafeTest {
 		log.Warn("started with -" + unsafeTestFlag + ": connectors may switch off exactly-once safeguards; never do this in production")
 	}
-	worker, err = connectors.NewWorker(reg, connectors.WorkerOptions{
+	worker, err = herder.NewWorker(reg, herder.WorkerOptions{
 		DataDir:   wc.DataDir,
 		WorkerID:  wc.WorkerID,
 		Bootstrap: wc.Bootstrap,
@@ -124,7 +125,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 		ConnectorLog: func(name string) *slog.Logger {
 			return levels.Logger(base, "txsink.connectors."+name)
 		},
-		Restart:    connectors.RestartPolicy{Enabled: wc.RestartEnabled, Initial: wc.RestartInitial, Max: wc.RestartMax},
+		Restart:    herder.RestartPolicy{Enabled: wc.RestartEnabled, Initial: wc.RestartInitial, Max: wc.RestartMax},
 		Registerer: promReg,
 	})
 	if err != nil {
@@ -191,7 +192,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 			log.Info("connector from file already exists; keeping the stored one", "connector", name, "file", f)
 			continue
 		}
-		if _, err := worker.Create(ctx, name, raw, connectors.TargetRunning); err != nil {
+		if _, err := worker.Create(ctx, name, raw, herder.TargetRunning); err != nil {
 			fmt.Fprintf(stderr, "txsink serve: connector from %s: %s\n", f, secrets.ScrubString(err.Error(), secrets.Of(worker.Registry(), raw)))
 			code = exitStartFail
 			stop()

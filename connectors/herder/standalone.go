@@ -1,4 +1,7 @@
-package connectors
+// Package herder keeps connectors' configurations and target states and
+// tells the engine (connectors/engine) what to run, as Kafka Connect's
+// herders do.
+package herder
 
 import (
 	"context"
@@ -18,7 +21,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txsink/txsink/config"
+	"github.com/txsink/txsink/connectors"
 	"github.com/txsink/txsink/connectors/convert"
+	"github.com/txsink/txsink/connectors/engine"
 	"github.com/txsink/txsink/connectors/secrets"
 	"github.com/txsink/txsink/offsets"
 )
@@ -160,7 +165,7 @@ type WorkerOptions struct {
 // stay in its consumer group: its partitions are released at once and the
 // group is empty while it is paused.
 type Worker struct {
-	reg     *Registry
+	reg     *connectors.Registry
 	opt     WorkerOptions
 	log     *slog.Logger
 	metrics *workerMetrics
@@ -191,9 +196,9 @@ type managed struct {
 	state     State
 	trace     string
 	tasks     []*taskSlot
-	conn      *Connector // open while running
-	gen       int        // incremented whenever conn changes
-	restarts  int        // consecutive automatic connector restarts
+	conn      *engine.Connector // open while running
+	gen       int               // incremented whenever conn changes
+	restarts  int               // consecutive automatic connector restarts
 	timer     *time.Timer
 	created   time.Time
 	updated   time.Time
@@ -219,12 +224,12 @@ type taskSlot struct {
 
 // NewWorker creates the data directory if needed and loads the stored
 // state. Call Start to run the stored connectors.
-func NewWorker(reg *Registry, opt WorkerOptions) (*Worker, error) {
+func NewWorker(reg *connectors.Registry, opt WorkerOptions) (*Worker, error) {
 	if opt.DataDir == "" {
 		return nil, errors.New("connectors: worker data directory is required")
 	}
 	if opt.WorkerID == "" {
-		opt.WorkerID = NewInstanceID()
+		opt.WorkerID = engine.NewInstanceID()
 	}
 	if opt.OpenTimeout <= 0 {
 		opt.OpenTimeout = 30 * time.Second
@@ -289,7 +294,7 @@ func (w *Worker) prepare(m *managed) {
 func (w *Worker) WorkerID() string { return w.opt.WorkerID }
 
 // Registry returns the sink registry.
-func (w *Worker) Registry() *Registry { return w.reg }
+func (w *Worker) Registry() *connectors.Registry { return w.reg }
 
 // Start runs every stored connector whose target state is RUNNING; PAUSED
 // and STOPPED ones stay so. A connector that fails to open is marked FAILED
@@ -798,7 +803,7 @@ func (w *Worker) startLocked(ctx context.Context, m *managed) {
 		return
 	}
 	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.opt.OpenTimeout)
-	c, err := Open(octx, w.reg, raw, w.taskOptions(m))
+	c, err := engine.Open(octx, w.reg, raw, w.taskOptions(m))
 	cancel()
 	w.mu.Lock()
 	if err != nil {
@@ -826,12 +831,12 @@ func (w *Worker) startLocked(ctx context.Context, m *managed) {
 	w.log.Info("connector running", "connector", m.name, "delivery", c.Config.Delivery, "tasks", c.Config.TasksMax)
 }
 
-func (w *Worker) taskOptions(m *managed) TaskOptions {
+func (w *Worker) taskOptions(m *managed) engine.TaskOptions {
 	log := w.log
 	if w.opt.ConnectorLog != nil {
 		log = w.opt.ConnectorLog(m.name)
 	}
-	return TaskOptions{
+	return engine.TaskOptions{
 		Bootstrap:  w.opt.Bootstrap,
 		KafkaOpts:  w.opt.KafkaOpts,
 		InstanceID: w.opt.WorkerID,
@@ -841,7 +846,7 @@ func (w *Worker) taskOptions(m *managed) TaskOptions {
 }
 
 // startTask starts task i of c and tracks its exit.
-func (w *Worker) startTask(m *managed, c *Connector, i int) {
+func (w *Worker) startTask(m *managed, c *engine.Connector, i int) {
 	w.mu.Lock()
 	t := m.tasks[i]
 	t.gen++
@@ -859,7 +864,7 @@ func (w *Worker) startTask(m *managed, c *Connector, i int) {
 
 // taskExited records a task's exit. A clean exit (nil) is a stop the
 // worker asked for; an error fails the task and schedules its restart.
-func (w *Worker) taskExited(m *managed, c *Connector, id, gen int, err error) {
+func (w *Worker) taskExited(m *managed, c *engine.Connector, id, gen int, err error) {
 	m.obs.clearTask(id)
 	if err == nil {
 		return
@@ -875,7 +880,7 @@ func (w *Worker) taskExited(m *managed, c *Connector, id, gen int, err error) {
 	if time.Since(t.started) > w.opt.Restart.Max {
 		t.restarts = 0
 	}
-	retry := w.opt.Restart.Enabled && m.target == TargetRunning && !errors.Is(err, ErrTaskStopped)
+	retry := w.opt.Restart.Enabled && m.target == TargetRunning && !errors.Is(err, engine.ErrTaskStopped)
 	if retry {
 		d := w.opt.Restart.delay(t.restarts)
 		t.restarts++
@@ -891,7 +896,7 @@ func (w *Worker) taskExited(m *managed, c *Connector, id, gen int, err error) {
 	}
 }
 
-func (w *Worker) autoRestartTask(m *managed, c *Connector, id, gen int) {
+func (w *Worker) autoRestartTask(m *managed, c *engine.Connector, id, gen int) {
 	if !w.goBG() {
 		return
 	}
@@ -1068,7 +1073,7 @@ func (w *Worker) Offsets(ctx context.Context, name string) ([]offsets.Position, 
 		return nil, err
 	}
 	var ps []offsets.Position
-	err = w.withSink(ctx, m, func(s Sink) error {
+	err = w.withSink(ctx, m, func(s connectors.Sink) error {
 		var err error
 		ps, err = s.Positions(ctx)
 		return err
@@ -1114,7 +1119,7 @@ func (w *Worker) editOffsets(ctx context.Context, name string, all bool, positio
 	if !stopped {
 		return errorf(ErrBadRequest, "Connectors must be in the STOPPED state before their offsets can be modified. This can be done for the specified connector by issuing a 'PUT' request to the '/connectors/%s/stop' endpoint", name)
 	}
-	err = w.withSink(ctx, m, func(s Sink) error { return s.ResetOffsets(ctx, all, positions) })
+	err = w.withSink(ctx, m, func(s connectors.Sink) error { return s.ResetOffsets(ctx, all, positions) })
 	if err != nil {
 		if errors.Is(err, offsets.ErrBusy) {
 			return errorf(ErrConflict, "Offsets of %s are locked by an in-doubt batch; run the connector so that recovery resolves it, stop it and try again", name)
@@ -1132,7 +1137,7 @@ func (w *Worker) editOffsets(ctx context.Context, name string, all bool, positio
 
 // withSink runs fn with the running connector's sink, or with a sink opened
 // for the call.
-func (w *Worker) withSink(ctx context.Context, m *managed, fn func(Sink) error) error {
+func (w *Worker) withSink(ctx context.Context, m *managed, fn func(connectors.Sink) error) error {
 	w.mu.Lock()
 	c := m.conn
 	raw := maps.Clone(m.raw)
@@ -1155,7 +1160,7 @@ func (w *Worker) withSink(ctx context.Context, m *managed, fn func(Sink) error) 
 	if err != nil {
 		return err
 	}
-	s, err := spec.New(octx, Env{Bootstrap: w.opt.Bootstrap, KafkaOpts: w.opt.KafkaOpts, Log: w.log.With("connector", m.name), Pipeline: pipe, Policy: w.reg.Policy()}, conn, v)
+	s, err := spec.New(octx, connectors.Env{Bootstrap: w.opt.Bootstrap, KafkaOpts: w.opt.KafkaOpts, Log: w.log.With("connector", m.name), Pipeline: pipe, Policy: w.reg.Policy()}, conn, v)
 	if err != nil {
 		return err
 	}

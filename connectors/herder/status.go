@@ -1,4 +1,4 @@
-package connectors
+package herder
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
+	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/engine"
 	"github.com/txsink/txsink/connectors/secrets"
 	"github.com/txsink/txsink/offsets"
 	"github.com/txsink/txsink/twophase"
@@ -99,6 +101,12 @@ type RoundSummary struct {
 	Total   time.Duration
 }
 
+// tp is a topic partition.
+type tp struct {
+	topic     string
+	partition int32
+}
+
 // statusTimeout bounds the Kafka and sink look-ups of a status request.
 const statusTimeout = 3 * time.Second
 
@@ -172,7 +180,7 @@ func (w *Worker) TaskStatus(ctx context.Context, name string, id int) (TaskStatu
 	return TaskStatus{}, errorf(ErrNotFound, "No status found for task %s-%d", name, id)
 }
 
-func (w *Worker) openConn(m *managed) *Connector {
+func (w *Worker) openConn(m *managed) *engine.Connector {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return m.conn
@@ -239,7 +247,7 @@ type taskObs struct {
 	waiting *Waiting
 }
 
-var _ Observer = (*observer)(nil)
+var _ engine.Observer = (*observer)(nil)
 
 func newObserver(w *Worker, name string) *observer {
 	return &observer{w: w, name: name, tasks: map[int]*taskObs{}, seen: map[twophase.BatchID]time.Time{}}
@@ -276,7 +284,7 @@ func (o *observer) Revoked(task int, topic string, partitions []int32) {
 }
 
 // Round implements Observer.
-func (o *observer) Round(task int, r RoundStats) {
+func (o *observer) Round(task int, r engine.RoundStats) {
 	o.mu.Lock()
 	t := o.task(task)
 	for _, p := range r.Positions {
@@ -405,7 +413,7 @@ func (o *observer) positions() []offsets.Position {
 
 // inDoubt lists the connector's prepared batches and remembers when each
 // was first seen.
-func (o *observer) inDoubt(ctx context.Context, s Sink) ([]InDoubtBatch, error) {
+func (o *observer) inDoubt(ctx context.Context, s connectors.Sink) ([]InDoubtBatch, error) {
 	ids, err := s.InDoubt(ctx, o.name)
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package connectors
+package herder
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package connectors
+package herder
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/txsink/txsink/config"
+	"github.com/txsink/txsink/connectors"
 )
 
 func TestStateFileRoundTrip(t *testing.T) {
@@ -65,8 +66,8 @@ func TestRestartPolicyDelay(t *testing.T) {
 // TestWorkerRejectsInvalidConfig: Create validates before it stores
 // anything; a name clash is ErrExists; unknown connectors are ErrNotFound.
 func TestWorkerRejectsInvalidConfig(t *testing.T) {
-	reg := &Registry{}
-	if err := reg.Register(Spec{Name: "nop", Class: "io.test.Nop", Defs: config.Defs{{Name: "nop.secret", Type: config.Password}}}); err != nil {
+	reg := &connectors.Registry{}
+	if err := reg.Register(connectors.Spec{Name: "nop", Class: "io.test.Nop", Defs: config.Defs{{Name: "nop.secret", Type: config.Password}}}); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
@@ -121,8 +122,8 @@ func TestWorkerRejectsInvalidConfig(t *testing.T) {
 // by one that moves it elsewhere without sending them again, as a sink's
 // password is (issue 12's rule, applied to the Schema Registry).
 func TestRegistryCredentialsBoundToRegistry(t *testing.T) {
-	reg := &Registry{}
-	if err := reg.Register(Spec{Name: "nop", Class: "io.test.Nop"}); err != nil {
+	reg := &connectors.Registry{}
+	if err := reg.Register(connectors.Spec{Name: "nop", Class: "io.test.Nop"}); err != nil {
 		t.Fatal(err)
 	}
 	w, err := NewWorker(reg, WorkerOptions{DataDir: t.TempDir(), WorkerID: "w"})

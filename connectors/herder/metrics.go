@@ -1,4 +1,4 @@
-package connectors
+package herder
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/engine"
 )
 
 // workerMetrics are the worker's Prometheus metrics. Labels carry only
@@ -96,7 +98,7 @@ func (m *workerMetrics) register(r prometheus.Registerer) error {
 	return nil
 }
 
-func (m *workerMetrics) round(name string, r RoundStats) {
+func (m *workerMetrics) round(name string, r engine.RoundStats) {
 	m.consumed.WithLabelValues(name).Add(float64(r.Records))
 	outcome := r.Outcome
 	if outcome == "" {
@@ -146,7 +148,7 @@ func (m *workerMetrics) Collect(ch chan<- prometheus.Metric) {
 		state  State
 		tasks  map[State]int
 		obs    *observer
-		sink   Sink
+		sink   connectors.Sink
 		hasRun bool
 	}
 	w.mu.Lock()
