@@ -42,7 +42,8 @@ func (a Auth) Enabled() bool {
 
 // Options configure the API.
 type Options struct {
-	Worker *herder.Worker
+	// Herder is the worker's herder.
+	Herder Herder
 	// Levels, when set, backs /admin/loggers.
 	Levels *Levels
 	// Metrics serves GET /metrics (default: the default Prometheus
@@ -72,7 +73,7 @@ type Options struct {
 // Server holds the API's resources.
 type Server struct {
 	opt Options
-	w   *herder.Worker
+	h   Herder
 	log *slog.Logger
 }
 
@@ -90,7 +91,7 @@ func New(opt Options) chi.Router {
 	if opt.Levels == nil {
 		opt.Levels = NewLevels(slog.LevelInfo)
 	}
-	s := &Server{opt: opt, w: opt.Worker, log: opt.Log}
+	s := &Server{opt: opt, h: opt.Herder, log: opt.Log}
 	return s.Routes()
 }
 
@@ -117,14 +118,14 @@ func (s *Server) Routes() chi.Router {
 func (s *Server) root(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 	defer cancel()
-	writeJSON(w, http.StatusOK, serverInfo{Version: s.opt.Version, Commit: s.opt.Commit, KafkaClusterID: s.w.ClusterID(ctx)})
+	writeJSON(w, http.StatusOK, serverInfo{Version: s.opt.Version, Commit: s.opt.Commit, KafkaClusterID: s.h.ClusterID(ctx)})
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
-	ready, storeErr := s.w.Ready()
+	ready, err := s.h.Ready(r.Context())
 	switch {
-	case storeErr != nil:
-		writeJSON(w, http.StatusServiceUnavailable, healthBody{Status: "unhealthy", Message: "Worker cannot write its state to the data directory: " + storeErr.Error()})
+	case err != nil:
+		writeJSON(w, http.StatusServiceUnavailable, healthBody{Status: "unhealthy", Message: err.Error()})
 	case !ready:
 		writeJSON(w, http.StatusServiceUnavailable, healthBody{Status: "starting", Message: "Worker is still starting up (or shutting down)."})
 	default:
@@ -237,7 +238,7 @@ func jsonErrorText(err error) string {
 
 // handleErr writes an apiError or a worker error.
 func (s *Server) handleErr(w http.ResponseWriter, err error, secs []string) {
-	secs = append(secs, s.w.Secrets()...)
+	secs = append(secs, s.h.Secrets()...)
 	var ae *apiError
 	if errors.As(err, &ae) {
 		writeError(w, ae.code, secrets.ScrubString(ae.msg, secs))

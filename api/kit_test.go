@@ -251,7 +251,7 @@ func (e *env) start(opts ...envOpt) {
 	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	o := Options{Worker: w, Levels: levels, Metrics: promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}), Log: levels.Logger(base, "txsink.api"), Version: "1.2.3", Commit: "abc123", MaxBodyBytes: 64 << 10}
+	o := Options{Herder: w, Levels: levels, Metrics: promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}), Log: levels.Logger(base, "txsink.api"), Version: "1.2.3", Commit: "abc123", MaxBodyBytes: 64 << 10}
 	for _, f := range opts {
 		f(&o)
 	}

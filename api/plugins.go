@@ -23,7 +23,7 @@ func (rs pluginsResource) Routes() chi.Router {
 	return r
 }
 
-func (rs pluginsResource) reg() *connectors.Registry { return rs.s.w.Registry() }
+func (rs pluginsResource) reg() *connectors.Registry { return rs.s.h.Registry() }
 
 // list is GET /connector-plugins: one entry per sink, by class.
 func (rs pluginsResource) list(w http.ResponseWriter, r *http.Request) {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
@@ -54,7 +55,7 @@ func TestBodiesMustBeJSON(t *testing.T) {
 			t.Errorf("POST with Content-Type %q: %d %s, want 415", ct, r.code, r.body)
 		}
 	}
-	if got := e.worker.Connectors(); len(got) != 0 {
+	if got, _ := e.worker.Connectors(context.Background()); len(got) != 0 {
 		t.Fatalf("connectors created by refused requests: %v", got)
 	}
 	e.must(201, "POST", "/connectors", fakeConfigBody("c1"))
@@ -101,7 +102,7 @@ func TestHostHeader(t *testing.T) {
 			t.Errorf("Host %q: %d %s, want 200", h, r.code, r.body)
 		}
 	}
-	if got := e.worker.Connectors(); len(got) != 0 {
+	if got, _ := e.worker.Connectors(context.Background()); len(got) != 0 {
 		t.Fatalf("connectors created by refused requests: %v", got)
 	}
 }
@@ -131,7 +132,7 @@ func TestCrossOrigin(t *testing.T) {
 			t.Errorf("GET from Origin %q: %d, CORS header %q; want 200 without", o, r.code, r.hdr.Get("Access-Control-Allow-Origin"))
 		}
 	}
-	if got := e.worker.Connectors(); len(got) != 0 {
+	if got, _ := e.worker.Connectors(context.Background()); len(got) != 0 {
 		t.Fatalf("connectors created cross-origin: %v", got)
 	}
 	// The worker's own origin is not cross-origin.
@@ -191,7 +192,7 @@ func TestDotNamesRefused(t *testing.T) {
 			t.Errorf("PUT /connectors/%s/config: %d %s", n, r.code, r.body)
 		}
 	}
-	if got := e.worker.Connectors(); len(got) != 0 {
+	if got, _ := e.worker.Connectors(context.Background()); len(got) != 0 {
 		t.Fatalf("created: %v", got)
 	}
 }

@@ -163,7 +163,7 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) (verdict, error)
 		return verdict{}, fmt.Errorf("REST API: %w", err)
 	}
 	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: api.New(api.Options{
-		Worker: worker, Metrics: promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}),
+		Herder: worker, Metrics: promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}),
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Version: buildinfo.Version, Commit: buildinfo.CommitID(),
 	})}
 	go func() { _ = srv.Serve(ln) }()

@@ -151,7 +151,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 		scheme = "https"
 	}
 	router := api.New(api.Options{
-		Worker:            worker,
+		Herder:            worker,
 		Levels:            levels,
 		Metrics:           promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}),
 		Log:               levels.Logger(base, "txsink.api"),
@@ -188,7 +188,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 			break
 		}
 		name := strings.TrimSpace(raw[config.KeyName])
-		if _, err := worker.Info(name); err == nil {
+		if _, err := worker.Info(ctx, name); err == nil {
 			log.Info("connector from file already exists; keeping the stored one", "connector", name, "file", f)
 			continue
 		}
@@ -199,7 +199,8 @@ func cmdServe(args []string, stderr io.Writer) int {
 			break
 		}
 	}
-	log.Info("worker started", "connectors", len(worker.Connectors()))
+	names, _ := worker.Connectors(ctx)
+	log.Info("worker started", "connectors", len(names))
 
 	select {
 	case <-ctx.Done():

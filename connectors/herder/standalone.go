@@ -368,17 +368,20 @@ func (w *Worker) Close() {
 
 // Ready reports whether the worker finished starting and is not shutting
 // down, and the last error writing its state (nil when fine).
-func (w *Worker) Ready() (bool, error) {
+func (w *Worker) Ready(context.Context) (bool, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.ready && !w.closed, w.storeEr
+	if w.storeEr != nil {
+		return w.ready && !w.closed, fmt.Errorf("Worker cannot write its state to the data directory: %w", w.storeEr)
+	}
+	return w.ready && !w.closed, nil
 }
 
 // Connectors lists the connector names, sorted.
-func (w *Worker) Connectors() []string {
+func (w *Worker) Connectors(context.Context) ([]string, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return slices.Sorted(maps.Keys(w.conns))
+	return slices.Sorted(maps.Keys(w.conns)), nil
 }
 
 // lookup returns the managed connector or a not-found error.
@@ -1028,7 +1031,7 @@ type Info struct {
 }
 
 // Info returns the connector's description.
-func (w *Worker) Info(name string) (Info, error) {
+func (w *Worker) Info(_ context.Context, name string) (Info, error) {
 	m, err := w.lookup(name)
 	if err != nil {
 		return Info{}, err
@@ -1050,7 +1053,7 @@ func (w *Worker) info(m *managed) Info {
 
 // Config returns the connector's stored configuration, unredacted.
 func (w *Worker) Config(name string) (map[string]string, error) {
-	inf, err := w.Info(name)
+	inf, err := w.Info(context.Background(), name)
 	return inf.Config, err
 }
 

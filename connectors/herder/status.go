@@ -166,20 +166,6 @@ func (w *Worker) Status(ctx context.Context, name string) (ConnectorStatus, erro
 	return st, nil
 }
 
-// TaskStatus returns one task's status.
-func (w *Worker) TaskStatus(ctx context.Context, name string, id int) (TaskStatus, error) {
-	st, err := w.Status(ctx, name)
-	if err != nil {
-		return TaskStatus{}, err
-	}
-	for _, t := range st.Tasks {
-		if t.ID == id {
-			return t, nil
-		}
-	}
-	return TaskStatus{}, errorf(ErrNotFound, "No status found for task %s-%d", name, id)
-}
-
 func (w *Worker) openConn(m *managed) *engine.Connector {
 	w.mu.Lock()
 	defer w.mu.Unlock()
