@@ -13,7 +13,7 @@ import (
 
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
-	"github.com/txsink/txsink/connectors/herder"
+	"github.com/txsink/txsink/connectors/engine"
 	"github.com/txsink/txsink/connectors/secrets"
 	"github.com/txsink/txsink/offsets"
 )
@@ -124,7 +124,7 @@ func (rs connectorsResource) create(w http.ResponseWriter, r *http.Request) {
 	if req.InitialState != nil {
 		initial = *req.InitialState
 	}
-	target, err := herder.ParseTargetState(initial)
+	target, err := engine.ParseTargetState(initial)
 	if err != nil {
 		rs.s.handleErr(w, badRequest("%s", err.Error()), secs)
 		return
@@ -223,7 +223,7 @@ func (rs connectorsResource) patchConfig(w http.ResponseWriter, r *http.Request)
 		return
 	}
 	// "[hidden]" sent back for a secret keeps the stored one while the
-	// connector's host, port and user stay (Worker.PatchConfig).
+	// connector's host, port and user stay (Standalone.PatchConfig).
 	inf, err := rs.s.h.PatchConfig(r.Context(), name, patch)
 	if err != nil {
 		rs.s.handleErr(w, err, secs)

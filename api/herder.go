@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/engine"
 	"github.com/txsink/txsink/connectors/herder"
 	"github.com/txsink/txsink/offsets"
 )
@@ -36,10 +37,10 @@ type Herder interface {
 	// Info returns a connector's configuration (unredacted) and tasks.
 	Info(ctx context.Context, name string) (herder.Info, error)
 	// Status returns the states of a connector and its tasks.
-	Status(ctx context.Context, name string) (herder.ConnectorStatus, error)
+	Status(ctx context.Context, name string) (engine.ConnectorStatus, error)
 
 	// Create adds a connector in the initial target state.
-	Create(ctx context.Context, name string, raw map[string]string, initial herder.TargetState) (herder.Info, error)
+	Create(ctx context.Context, name string, raw map[string]string, initial engine.TargetState) (herder.Info, error)
 	// PutConfig creates the connector (created is true) or replaces its
 	// configuration.
 	PutConfig(ctx context.Context, name string, raw map[string]string) (info herder.Info, created bool, err error)
@@ -57,7 +58,7 @@ type Herder interface {
 	// Restart restarts the connector and, with includeTasks, its tasks
 	// (onlyFailed: only FAILED ones) in the background, and returns the
 	// status showing RESTARTING for what will be restarted.
-	Restart(ctx context.Context, name string, includeTasks, onlyFailed bool) (herder.ConnectorStatus, error)
+	Restart(ctx context.Context, name string, includeTasks, onlyFailed bool) (engine.ConnectorStatus, error)
 	// RestartTask restarts one task of a running connector.
 	RestartTask(ctx context.Context, name string, task int) error
 
@@ -70,4 +71,4 @@ type Herder interface {
 	ResetOffsets(ctx context.Context, name string) error
 }
 
-var _ Herder = (*herder.Worker)(nil)
+var _ Herder = (*herder.Standalone)(nil)

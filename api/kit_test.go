@@ -21,6 +21,7 @@ import (
 
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/engine"
 	"github.com/txsink/txsink/connectors/herder"
 	"github.com/txsink/txsink/offsets"
 	"github.com/txsink/txsink/twophase"
@@ -184,7 +185,7 @@ func fakeSpec(st *fakeStore) connectors.Spec {
 type env struct {
 	t      *testing.T
 	srv    *httptest.Server
-	worker *herder.Worker
+	worker *herder.Standalone
 	store  *fakeStore
 	kafka  *kfake.Cluster
 	logs   *syncBuffer
@@ -228,7 +229,7 @@ func (e *env) start(opts ...envOpt) {
 	if err := reg.Register(fakeSpec(e.store)); err != nil {
 		t.Fatal(err)
 	}
-	var w *herder.Worker
+	var w *herder.Standalone
 	base := NewScrubHandler(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: LevelTrace}), func() []string {
 		if w == nil {
 			return nil
@@ -238,13 +239,13 @@ func (e *env) start(opts ...envOpt) {
 	levels := NewLevels(slog.LevelDebug)
 	promReg := prometheus.NewRegistry()
 	var err error
-	w, err = herder.NewWorker(reg, herder.WorkerOptions{
-		DataDir: e.dir, WorkerID: "worker-1", Bootstrap: e.kafka.ListenAddrs(),
+	w, err = herder.NewStandalone(reg, herder.StandaloneOptions{DataDir: e.dir, Engine: engine.Options{
+		WorkerID: "worker-1", Bootstrap: e.kafka.ListenAddrs(),
 		Log:          levels.Logger(base, "txsink.worker"),
 		ConnectorLog: func(n string) *slog.Logger { return levels.Logger(base, "txsink.connectors."+n) },
-		Restart:      herder.RestartPolicy{Enabled: true, Initial: 50 * time.Millisecond, Max: time.Second},
+		Restart:      engine.RestartPolicy{Enabled: true, Initial: 50 * time.Millisecond, Max: time.Second},
 		Registerer:   promReg,
-	})
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +338,7 @@ func (e *env) must(code int, method, path string, body any) resp {
 
 // waitState polls the status until the connector and its tasks are in
 // state (or fails).
-func (e *env) waitState(name string, state herder.State, tasks int) herder.ConnectorStatus {
+func (e *env) waitState(name string, state engine.State, tasks int) engine.ConnectorStatus {
 	e.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {

@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/txsink/txsink/config"
-	"github.com/txsink/txsink/connectors/herder"
+	"github.com/txsink/txsink/connectors/engine"
 	"github.com/txsink/txsink/connectors/secrets"
 	"github.com/txsink/txsink/internal/testpki"
 )
@@ -203,20 +203,20 @@ func TestDotNamesRefused(t *testing.T) {
 func TestSecretBoundToTarget(t *testing.T) {
 	e := newEnv(t)
 	e.must(201, "POST", "/connectors", fakeConfigBody("c1"))
-	e.waitState("c1", herder.StateRunning, 1)
+	e.waitState("c1", engine.StateRunning, 1)
 
 	e.must(200, "PATCH", "/connectors/c1/config", map[string]string{"fake.url": "fake://writer@attacker.example/db"})
 	stored, _ := e.worker.Config("c1")
 	if strings.Contains(fmt.Sprint(stored), canary) {
 		t.Fatalf("the stored secret survived the move: %v", secrets.RedactConfig(nil, stored))
 	}
-	st := e.waitState("c1", herder.StateFailed, 0)
+	st := e.waitState("c1", engine.StateFailed, 0)
 	if !strings.Contains(st.Connector.Trace, "fake.secret") || !strings.Contains(st.Connector.Trace, "dropped") {
 		t.Errorf("trace %q does not say the secret was dropped", st.Connector.Trace)
 	}
 	// Sending it again brings the connector back.
 	e.must(200, "PATCH", "/connectors/c1/config", map[string]string{"fake.secret": "New-" + canary})
-	e.waitState("c1", herder.StateRunning, 1)
+	e.waitState("c1", engine.StateRunning, 1)
 
 	// PUT of what GET shows, with the host changed: "[hidden]" does not
 	// follow the move.
@@ -231,7 +231,7 @@ func TestSecretBoundToTarget(t *testing.T) {
 	if strings.Contains(fmt.Sprint(stored), canary) || stored["fake.secret"] != "" {
 		t.Fatalf("PUT [hidden] carried the secret to the new host: %v", secrets.RedactConfig(nil, stored))
 	}
-	e.waitState("c1", herder.StateFailed, 0)
+	e.waitState("c1", engine.StateFailed, 0)
 	// The same round trip without a move keeps it.
 	e.must(200, "PATCH", "/connectors/c1/config", map[string]string{"fake.secret": canary})
 	_ = json.Unmarshal(e.must(200, "GET", "/connectors/c1/config", nil).body, &cfg)
@@ -240,7 +240,7 @@ func TestSecretBoundToTarget(t *testing.T) {
 	if stored, _ = e.worker.Config("c1"); stored["fake.secret"] != canary {
 		t.Fatalf("round trip without a move lost the secret")
 	}
-	e.waitState("c1", herder.StateRunning, 1)
+	e.waitState("c1", engine.StateRunning, 1)
 	// Offsets of a stopped connector whose secret was dropped: 409 with
 	// the reason, not a connection attempt.
 	e.must(200, "PATCH", "/connectors/c1/config", map[string]string{"fake.url": "fake://writer@third.example/db"})

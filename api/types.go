@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/engine"
 	"github.com/txsink/txsink/connectors/herder"
 	"github.com/txsink/txsink/connectors/secrets"
 	"github.com/txsink/txsink/offsets"
@@ -209,7 +210,7 @@ func toInfo(reg *connectors.Registry, inf herder.Info) connectorInfo {
 	return out
 }
 
-func toTaskState(t herder.TaskStatus) taskState {
+func toTaskState(t engine.TaskStatus) taskState {
 	ts := taskState{ID: t.ID, State: string(t.State), WorkerID: t.WorkerID, Trace: t.Trace}
 	ext := &taskExt{Partitions: []partitionStatus{}, InDoubt: toInDoubt(t.InDoubt), Restarts: t.Restarts}
 	for _, p := range t.Partitions {
@@ -237,7 +238,7 @@ func toTaskState(t herder.TaskStatus) taskState {
 	return ts
 }
 
-func toInDoubt(bs []herder.InDoubtBatch) []inDoubtBatch {
+func toInDoubt(bs []engine.InDoubtBatch) []inDoubtBatch {
 	out := []inDoubtBatch{}
 	for _, b := range bs {
 		out = append(out, inDoubtBatch{Topic: b.Topic, Partition: b.Partition, FirstOffset: b.FirstOffset, LastOffset: b.LastOffset, Since: b.Since})
@@ -245,7 +246,7 @@ func toInDoubt(bs []herder.InDoubtBatch) []inDoubtBatch {
 	return out
 }
 
-func toStatus(st herder.ConnectorStatus) connectorStatus {
+func toStatus(st engine.ConnectorStatus) connectorStatus {
 	out := connectorStatus{
 		Name: st.Name,
 		Type: st.Type,

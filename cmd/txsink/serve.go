@@ -23,6 +23,7 @@ import (
 	"github.com/txsink/txsink/api"
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/engine"
 	"github.com/txsink/txsink/connectors/herder"
 	"github.com/txsink/txsink/connectors/secrets"
 	"github.com/txsink/txsink/internal/buildinfo"
@@ -80,7 +81,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 
 	// Every log line goes through the secret scrubber, then the named
 	// levels of /admin/loggers.
-	var worker *herder.Worker
+	var worker *herder.Standalone
 	ho := &slog.HandlerOptions{Level: api.LevelTrace}
 	var base slog.Handler = slog.NewTextHandler(stderr, ho)
 	if wc.LogFormat == "json" {
@@ -116,17 +117,19 @@ func cmdServe(args []string, stderr io.Writer) int {
 	if *unsafeTest {
 		log.Warn("started with -" + unsafeTestFlag + ": connectors may switch off exactly-once safeguards; never do this in production")
 	}
-	worker, err = herder.NewWorker(reg, herder.WorkerOptions{
-		DataDir:   wc.DataDir,
-		WorkerID:  wc.WorkerID,
-		Bootstrap: wc.Bootstrap,
-		KafkaOpts: kopts,
-		Log:       levels.Logger(base, "txsink.worker"),
-		ConnectorLog: func(name string) *slog.Logger {
-			return levels.Logger(base, "txsink.connectors."+name)
+	worker, err = herder.NewStandalone(reg, herder.StandaloneOptions{
+		DataDir: wc.DataDir,
+		Engine: engine.Options{
+			WorkerID:  wc.WorkerID,
+			Bootstrap: wc.Bootstrap,
+			KafkaOpts: kopts,
+			Log:       levels.Logger(base, "txsink.worker"),
+			ConnectorLog: func(name string) *slog.Logger {
+				return levels.Logger(base, "txsink.connectors."+name)
+			},
+			Restart:    engine.RestartPolicy{Enabled: wc.RestartEnabled, Initial: wc.RestartInitial, Max: wc.RestartMax},
+			Registerer: promReg,
 		},
-		Restart:    herder.RestartPolicy{Enabled: wc.RestartEnabled, Initial: wc.RestartInitial, Max: wc.RestartMax},
-		Registerer: promReg,
 	})
 	if err != nil {
 		fmt.Fprintln(stderr, "txsink serve:", err)
@@ -192,7 +195,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 			log.Info("connector from file already exists; keeping the stored one", "connector", name, "file", f)
 			continue
 		}
-		if _, err := worker.Create(ctx, name, raw, herder.TargetRunning); err != nil {
+		if _, err := worker.Create(ctx, name, raw, engine.TargetRunning); err != nil {
 			fmt.Fprintf(stderr, "txsink serve: connector from %s: %s\n", f, secrets.ScrubString(err.Error(), secrets.Of(worker.Registry(), raw)))
 			code = exitStartFail
 			stop()
