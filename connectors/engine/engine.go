@@ -338,36 +338,38 @@ func (e *Engine) Apply(ctx context.Context, name string, cfg Config) {
 // waits the initial delay). A herder halts a connector before it changes
 // its configuration or restarts it, and applies it afterwards.
 func (e *Engine) Halt(name string) {
-	c := e.lookup(name)
-	if c == nil {
-		return
-	}
-	c.op.Lock()
-	defer c.op.Unlock()
-	e.stopLocked(c)
-	c.mu.Lock()
-	c.restarts = 0
-	c.mu.Unlock()
+	e.stopAndMark(name, func(c *conn) { c.restarts = 0 })
 }
 
 // Remove stops the connector and forgets it, with its metrics.
 func (e *Engine) Remove(name string) {
-	c := e.lookup(name)
+	c := e.stopAndMark(name, func(c *conn) { c.removed = true })
 	if c == nil {
 		return
 	}
-	c.op.Lock()
-	defer c.op.Unlock()
-	e.stopLocked(c)
-	c.mu.Lock()
-	c.removed = true
-	c.mu.Unlock()
 	e.mu.Lock()
 	if e.conns[name] == c {
 		delete(e.conns, name)
 	}
 	e.mu.Unlock()
 	e.metrics.forget(name)
+}
+
+// stopAndMark stops the connector under its op lock and then lets mark
+// change its fields (under its mu). It returns the connector, nil when the
+// engine does not know it.
+func (e *Engine) stopAndMark(name string, mark func(*conn)) *conn {
+	c := e.lookup(name)
+	if c == nil {
+		return nil
+	}
+	c.op.Lock()
+	defer c.op.Unlock()
+	e.stopLocked(c)
+	c.mu.Lock()
+	mark(c)
+	c.mu.Unlock()
+	return c
 }
 
 // Running reports whether the connector runs on this worker (its sink is
