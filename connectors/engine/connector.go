@@ -1,9 +1,3 @@
-// Package engine is txsink's runtime on one worker: it opens a connector's
-// sink and runs its tasks, each of which owns Kafka partitions through the
-// connector's consumer group, polls read_committed batches, and hands each
-// round to the commit protocol of the connector's delivery guarantee. It
-// knows nothing of where configurations are kept: a herder
-// (connectors/herder) tells it what to run.
 package engine
 
 import (
