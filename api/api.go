@@ -21,7 +21,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/txsink/txsink/config"
-	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/herder"
+	"github.com/txsink/txsink/connectors/secrets"
 )
 
 // DefaultMaxBodyBytes bounds request bodies (HTTP 413 above it).
@@ -41,7 +42,8 @@ func (a Auth) Enabled() bool {
 
 // Options configure the API.
 type Options struct {
-	Worker *connectors.Worker
+	// Herder is the worker's herder.
+	Herder Herder
 	// Levels, when set, backs /admin/loggers.
 	Levels *Levels
 	// Metrics serves GET /metrics (default: the default Prometheus
@@ -71,7 +73,7 @@ type Options struct {
 // Server holds the API's resources.
 type Server struct {
 	opt Options
-	w   *connectors.Worker
+	h   Herder
 	log *slog.Logger
 }
 
@@ -89,7 +91,7 @@ func New(opt Options) chi.Router {
 	if opt.Levels == nil {
 		opt.Levels = NewLevels(slog.LevelInfo)
 	}
-	s := &Server{opt: opt, w: opt.Worker, log: opt.Log}
+	s := &Server{opt: opt, h: opt.Herder, log: opt.Log}
 	return s.Routes()
 }
 
@@ -116,14 +118,14 @@ func (s *Server) Routes() chi.Router {
 func (s *Server) root(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 	defer cancel()
-	writeJSON(w, http.StatusOK, serverInfo{Version: s.opt.Version, Commit: s.opt.Commit, KafkaClusterID: s.w.ClusterID(ctx)})
+	writeJSON(w, http.StatusOK, serverInfo{Version: s.opt.Version, Commit: s.opt.Commit, KafkaClusterID: s.h.ClusterID(ctx)})
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
-	ready, storeErr := s.w.Ready()
+	ready, err := s.h.Ready(r.Context())
 	switch {
-	case storeErr != nil:
-		writeJSON(w, http.StatusServiceUnavailable, healthBody{Status: "unhealthy", Message: "Worker cannot write its state to the data directory: " + storeErr.Error()})
+	case err != nil:
+		writeJSON(w, http.StatusServiceUnavailable, healthBody{Status: "unhealthy", Message: err.Error()})
 	case !ready:
 		writeJSON(w, http.StatusServiceUnavailable, healthBody{Status: "starting", Message: "Worker is still starting up (or shutting down)."})
 	default:
@@ -150,7 +152,7 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 
 // writeErr maps a worker error to its status code and writes it; secrets
 // are removed from the message.
-func (s *Server) writeErr(w http.ResponseWriter, err error, secrets []string) {
+func (s *Server) writeErr(w http.ResponseWriter, err error, secs []string) {
 	code := http.StatusInternalServerError
 	msg := err.Error()
 	var ferrs config.Errors
@@ -160,16 +162,16 @@ func (s *Server) writeErr(w http.ResponseWriter, err error, secrets []string) {
 		code, msg = http.StatusRequestEntityTooLarge, fmt.Sprintf("Request body is larger than %d bytes", mbe.Limit)
 	case errors.As(err, &ferrs):
 		code, msg = http.StatusBadRequest, invalidConfigMessage(ferrs)
-	case errors.Is(err, connectors.ErrNotFound):
+	case errors.Is(err, herder.ErrNotFound):
 		code = http.StatusNotFound
-	case errors.Is(err, connectors.ErrExists), errors.Is(err, connectors.ErrConflict), errors.Is(err, connectors.ErrSecretDropped):
+	case errors.Is(err, herder.ErrExists), errors.Is(err, herder.ErrConflict), errors.Is(err, herder.ErrSecretDropped):
 		code = http.StatusConflict
-	case errors.Is(err, connectors.ErrBadRequest):
+	case errors.Is(err, herder.ErrBadRequest):
 		code = http.StatusBadRequest
-	case errors.Is(err, connectors.ErrClosed):
+	case errors.Is(err, herder.ErrClosed):
 		code = http.StatusServiceUnavailable
 	}
-	msg = connectors.ScrubString(msg, secrets)
+	msg = secrets.ScrubString(msg, secs)
 	if code == http.StatusInternalServerError {
 		s.log.Error("request failed", "err", msg)
 	}
@@ -235,14 +237,14 @@ func jsonErrorText(err error) string {
 }
 
 // handleErr writes an apiError or a worker error.
-func (s *Server) handleErr(w http.ResponseWriter, err error, secrets []string) {
-	secrets = append(secrets, s.w.Secrets()...)
+func (s *Server) handleErr(w http.ResponseWriter, err error, secs []string) {
+	secs = append(secs, s.h.Secrets()...)
 	var ae *apiError
 	if errors.As(err, &ae) {
-		writeError(w, ae.code, connectors.ScrubString(ae.msg, secrets))
+		writeError(w, ae.code, secrets.ScrubString(ae.msg, secs))
 		return
 	}
-	s.writeErr(w, err, secrets)
+	s.writeErr(w, err, secs)
 }
 
 // Middleware.

@@ -13,7 +13,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/engine"
+	"github.com/txsink/txsink/connectors/secrets"
 	"github.com/txsink/txsink/twophase"
 )
 
@@ -58,12 +59,12 @@ func TestLifecycle(t *testing.T) {
 	if loc := r.hdr.Get("Location"); loc != "/connectors/orders-sink" {
 		t.Errorf("Location %q", loc)
 	}
-	e.waitState("orders-sink", connectors.StateRunning, 1)
+	e.waitState("orders-sink", engine.StateRunning, 1)
 	e.produce(10)
 	e.waitRows("orders-sink", 10)
 
 	e.must(202, "PUT", "/connectors/orders-sink/pause", nil)
-	e.waitState("orders-sink", connectors.StatePaused, 1)
+	e.waitState("orders-sink", engine.StatePaused, 1)
 	before := e.rows("orders-sink")
 	e.produce(5)
 	time.Sleep(300 * time.Millisecond)
@@ -71,7 +72,7 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("rows written while PAUSED: %d -> %d", before, got)
 	}
 	e.must(202, "PUT", "/connectors/orders-sink/resume", nil)
-	e.waitState("orders-sink", connectors.StateRunning, 1)
+	e.waitState("orders-sink", engine.StateRunning, 1)
 	e.waitRows("orders-sink", 15)
 
 	// Offsets may not be edited while RUNNING (400, Connect's message).
@@ -80,7 +81,7 @@ func TestLifecycle(t *testing.T) {
 		t.Errorf("body %s", r.body)
 	}
 	e.must(204, "PUT", "/connectors/orders-sink/stop", nil)
-	e.waitState("orders-sink", connectors.StateStopped, 0)
+	e.waitState("orders-sink", engine.StateStopped, 0)
 	r = e.must(200, "GET", "/connectors/orders-sink/offsets", nil)
 	var offs connectorOffsets
 	_ = json.Unmarshal(r.body, &offs)
@@ -103,10 +104,10 @@ func TestLifecycle(t *testing.T) {
 		t.Errorf("offsets after PATCH: %s", r.body)
 	}
 	e.must(202, "PUT", "/connectors/orders-sink/resume", nil)
-	e.waitState("orders-sink", connectors.StateRunning, 1)
+	e.waitState("orders-sink", engine.StateRunning, 1)
 	e.waitRows("orders-sink", 30) // everything again (p0 from 0, p1 from earliest)
 	e.must(204, "PUT", "/connectors/orders-sink/stop", nil)
-	e.waitState("orders-sink", connectors.StateStopped, 0)
+	e.waitState("orders-sink", engine.StateStopped, 0)
 	r = e.must(200, "DELETE", "/connectors/orders-sink/offsets", nil)
 	if string(r.body) != `{"message":"The offsets for this connector have been reset successfully"}`+"\n" {
 		t.Errorf("DELETE offsets body %s", r.body)
@@ -127,7 +128,7 @@ func TestLifecycle(t *testing.T) {
 func TestConfigUpdateAndRestart(t *testing.T) {
 	e := newEnv(t)
 	e.must(201, "PUT", "/connectors/c1/config", fakeConfig("c1"))
-	e.waitState("c1", connectors.StateRunning, 1)
+	e.waitState("c1", engine.StateRunning, 1)
 	// Read-modify-write with the redacted values.
 	var cfg map[string]string
 	_ = json.Unmarshal(e.must(200, "GET", "/connectors/c1/config", nil).body, &cfg)
@@ -138,24 +139,24 @@ func TestConfigUpdateAndRestart(t *testing.T) {
 	}
 	stored, _ := e.worker.Config("c1")
 	if stored["fake.secret"] != canary || !strings.Contains(stored["fake.url"], canary) {
-		t.Fatalf("secrets lost in a read-modify-write: %v", connectors.RedactConfig(nil, stored))
+		t.Fatalf("secrets lost in a read-modify-write: %v", secrets.RedactConfig(nil, stored))
 	}
-	e.waitState("c1", connectors.StateRunning, 2)
+	e.waitState("c1", engine.StateRunning, 2)
 	r = e.must(200, "PATCH", "/connectors/c1/config", `{"tasks.max":"1","batch.linger.ms":null}`)
 	if got := r.json(t).(map[string]any)["config"].(map[string]any); got["batch.linger.ms"] != nil || got["tasks.max"] != "1" {
 		t.Fatalf("PATCH result %s", r.body)
 	}
-	e.waitState("c1", connectors.StateRunning, 1)
+	e.waitState("c1", engine.StateRunning, 1)
 	e.must(404, "PATCH", "/connectors/nope/config", `{"tasks.max":"1"}`)
 
 	e.must(204, "POST", "/connectors/c1/restart", nil)
-	e.waitState("c1", connectors.StateRunning, 1)
+	e.waitState("c1", engine.StateRunning, 1)
 	r = e.must(202, "POST", "/connectors/c1/restart?includeTasks=true", nil)
 	st := r.json(t).(map[string]any)
 	if st["connector"].(map[string]any)["state"] != "RESTARTING" {
 		t.Errorf("restart response %s", r.body)
 	}
-	e.waitState("c1", connectors.StateRunning, 1)
+	e.waitState("c1", engine.StateRunning, 1)
 	// onlyFailed with nothing failed restarts nothing.
 	r = e.must(202, "POST", "/connectors/c1/restart?includeTasks=true&onlyFailed=true", nil)
 	if st := r.json(t).(map[string]any); st["connector"].(map[string]any)["state"] != "RUNNING" {
@@ -165,7 +166,7 @@ func TestConfigUpdateAndRestart(t *testing.T) {
 	e.must(404, "POST", "/connectors/c1/tasks/7/restart", nil)
 	e.must(404, "GET", "/connectors/c1/tasks/7/status", nil)
 	e.must(404, "GET", "/connectors/c1/tasks/x/status", nil)
-	e.waitState("c1", connectors.StateRunning, 1)
+	e.waitState("c1", engine.StateRunning, 1)
 	e.must(200, "GET", "/connectors/c1/tasks/0/status", nil)
 }
 
@@ -174,7 +175,7 @@ func TestConfigUpdateAndRestart(t *testing.T) {
 func TestStatusExtensions(t *testing.T) {
 	e := newEnv(t)
 	e.must(201, "POST", "/connectors", map[string]any{"name": "s1", "config": fakeConfig("s1")})
-	e.waitState("s1", connectors.StateRunning, 1)
+	e.waitState("s1", engine.StateRunning, 1)
 	e.produce(4)
 	e.waitRows("s1", 4)
 	e.store.mu.Lock()
@@ -221,13 +222,13 @@ func TestRestoreOnRestart(t *testing.T) {
 	for name, st := range map[string]string{"run": "RUNNING", "paused": "PAUSED", "stopped": "STOPPED"} {
 		e.must(201, "POST", "/connectors", map[string]any{"name": name, "config": fakeConfig(name), "initial_state": st})
 	}
-	e.waitState("run", connectors.StateRunning, 1)
-	e.waitState("paused", connectors.StatePaused, 1)
-	e.waitState("stopped", connectors.StateStopped, 0)
+	e.waitState("run", engine.StateRunning, 1)
+	e.waitState("paused", engine.StatePaused, 1)
+	e.waitState("stopped", engine.StateStopped, 0)
 	e.restart()
-	e.waitState("run", connectors.StateRunning, 1)
-	e.waitState("paused", connectors.StatePaused, 1)
-	e.waitState("stopped", connectors.StateStopped, 0)
+	e.waitState("run", engine.StateRunning, 1)
+	e.waitState("paused", engine.StatePaused, 1)
+	e.waitState("stopped", engine.StateStopped, 0)
 	if got := string(e.must(200, "GET", "/connectors", nil).body); got != `["paused","run","stopped"]`+"\n" {
 		t.Errorf("connectors after restart: %s", got)
 	}
@@ -315,7 +316,7 @@ func TestSecretsNeverShown(t *testing.T) {
 	var bodies []string
 	add := func(r resp) { bodies = append(bodies, string(r.body)) }
 	add(e.must(201, "POST", "/connectors", map[string]any{"name": "secret-conn", "config": cfg}))
-	e.waitState("secret-conn", connectors.StateRunning, 1)
+	e.waitState("secret-conn", engine.StateRunning, 1)
 	e.produce(3)
 	e.waitRows("secret-conn", 3)
 	bad := fakeConfig("secret-conn")
@@ -427,7 +428,7 @@ func TestRootAndHealth(t *testing.T) {
 func TestFailedTaskRestartsWithBackoff(t *testing.T) {
 	e := newEnv(t)
 	e.must(201, "POST", "/connectors", map[string]any{"name": "flaky", "config": fakeConfig("flaky")})
-	e.waitState("flaky", connectors.StateRunning, 1)
+	e.waitState("flaky", engine.StateRunning, 1)
 	e.store.mu.Lock()
 	e.store.failWrites = 2
 	e.store.mu.Unlock()
@@ -450,7 +451,7 @@ func TestFailedTaskRestartsWithBackoff(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	e.waitRows("flaky", 6)
-	e.waitState("flaky", connectors.StateRunning, 1)
+	e.waitState("flaky", engine.StateRunning, 1)
 	if m := string(e.must(200, "GET", "/metrics", nil).body); !strings.Contains(m, `txsink_task_restarts_total{connector="flaky"}`) {
 		t.Error("no txsink_task_restarts_total")
 	}

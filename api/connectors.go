@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"net/http"
 	"strconv"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/engine"
+	"github.com/txsink/txsink/connectors/secrets"
 	"github.com/txsink/txsink/offsets"
 )
 
@@ -44,11 +47,15 @@ func (rs connectorsResource) Routes() chi.Router {
 	return r
 }
 
-func (rs connectorsResource) reg() *connectors.Registry { return rs.s.w.Registry() }
+func (rs connectorsResource) reg() *connectors.Registry { return rs.s.h.Registry() }
 
 // list is GET /connectors[?expand=status&expand=info].
 func (rs connectorsResource) list(w http.ResponseWriter, r *http.Request) {
-	names := rs.s.w.Connectors()
+	names, err := rs.s.h.Connectors(r.Context())
+	if err != nil {
+		rs.s.handleErr(w, err, nil)
+		return
+	}
 	if names == nil {
 		names = []string{}
 	}
@@ -64,14 +71,14 @@ func (rs connectorsResource) list(w http.ResponseWriter, r *http.Request) {
 		for _, x := range expand {
 			switch x {
 			case "status":
-				st, err := rs.s.w.Status(r.Context(), n)
+				st, err := rs.s.h.Status(r.Context(), n)
 				if err != nil {
 					ok = false
 					continue
 				}
 				e["status"] = toStatus(st)
 			case "info":
-				inf, err := rs.s.w.Info(n)
+				inf, err := rs.s.h.Info(r.Context(), n)
 				if err != nil {
 					ok = false
 					continue
@@ -93,38 +100,38 @@ func (rs connectorsResource) create(w http.ResponseWriter, r *http.Request) {
 		rs.s.handleErr(w, err, nil)
 		return
 	}
-	secrets := connectors.Secrets(rs.reg(), req.Config)
+	secs := secrets.Of(rs.reg(), req.Config)
 	name := ""
 	if req.Name != nil {
 		name = strings.TrimSpace(*req.Name)
 	}
 	if req.Config == nil {
-		rs.s.handleErr(w, badRequest("Connector config is required: the body must be {\"name\": …, \"config\": {…}}"), secrets)
+		rs.s.handleErr(w, badRequest("Connector config is required: the body must be {\"name\": …, \"config\": {…}}"), secs)
 		return
 	}
 	if name == "" {
 		name = strings.TrimSpace(req.Config[config.KeyName])
 	}
 	if name == "" {
-		rs.s.handleErr(w, badRequest("Connector name is required"), secrets)
+		rs.s.handleErr(w, badRequest("Connector name is required"), secs)
 		return
 	}
 	if err := config.CheckName(name); err != nil {
-		rs.s.handleErr(w, badRequest("%s", err.Error()), secrets)
+		rs.s.handleErr(w, badRequest("%s", err.Error()), secs)
 		return
 	}
 	initial := ""
 	if req.InitialState != nil {
 		initial = *req.InitialState
 	}
-	target, err := connectors.ParseTargetState(initial)
+	target, err := engine.ParseTargetState(initial)
 	if err != nil {
-		rs.s.handleErr(w, badRequest("%s", err.Error()), secrets)
+		rs.s.handleErr(w, badRequest("%s", err.Error()), secs)
 		return
 	}
-	inf, err := rs.s.w.Create(r.Context(), name, req.Config, target)
+	inf, err := rs.s.h.Create(r.Context(), name, req.Config, target)
 	if err != nil {
-		rs.s.handleErr(w, err, secrets)
+		rs.s.handleErr(w, err, secs)
 		return
 	}
 	w.Header().Set("Location", "/connectors/"+name)
@@ -133,7 +140,7 @@ func (rs connectorsResource) create(w http.ResponseWriter, r *http.Request) {
 
 // get is GET /connectors/{name}.
 func (rs connectorsResource) get(w http.ResponseWriter, r *http.Request) {
-	inf, err := rs.s.w.Info(chi.URLParam(r, "name"))
+	inf, err := rs.s.h.Info(r.Context(), chi.URLParam(r, "name"))
 	if err != nil {
 		rs.s.handleErr(w, err, nil)
 		return
@@ -143,7 +150,7 @@ func (rs connectorsResource) get(w http.ResponseWriter, r *http.Request) {
 
 // delete is DELETE /connectors/{name}: 204.
 func (rs connectorsResource) delete(w http.ResponseWriter, r *http.Request) {
-	if err := rs.s.w.Delete(r.Context(), chi.URLParam(r, "name")); err != nil {
+	if err := rs.s.h.Delete(r.Context(), chi.URLParam(r, "name")); err != nil {
 		rs.s.handleErr(w, err, nil)
 		return
 	}
@@ -152,12 +159,12 @@ func (rs connectorsResource) delete(w http.ResponseWriter, r *http.Request) {
 
 // getConfig is GET /connectors/{name}/config.
 func (rs connectorsResource) getConfig(w http.ResponseWriter, r *http.Request) {
-	cfg, err := rs.s.w.Config(chi.URLParam(r, "name"))
+	inf, err := rs.s.h.Info(r.Context(), chi.URLParam(r, "name"))
 	if err != nil {
 		rs.s.handleErr(w, err, nil)
 		return
 	}
-	writeJSON(w, http.StatusOK, connectors.RedactConfig(rs.reg(), cfg))
+	writeJSON(w, http.StatusOK, secrets.RedactConfig(rs.reg(), inf.Config))
 }
 
 // putConfig is PUT /connectors/{name}/config: 201 when created, 200 when
@@ -169,18 +176,18 @@ func (rs connectorsResource) putConfig(w http.ResponseWriter, r *http.Request) {
 		rs.s.handleErr(w, err, nil)
 		return
 	}
-	secrets := connectors.Secrets(rs.reg(), cfg)
+	secs := secrets.Of(rs.reg(), cfg)
 	if cfg == nil {
-		rs.s.handleErr(w, badRequest("Connector config is required"), secrets)
+		rs.s.handleErr(w, badRequest("Connector config is required"), secs)
 		return
 	}
 	if err := config.CheckName(name); err != nil {
-		rs.s.handleErr(w, badRequest("%s", err.Error()), secrets)
+		rs.s.handleErr(w, badRequest("%s", err.Error()), secs)
 		return
 	}
-	inf, created, err := rs.s.w.PutConfig(r.Context(), name, cfg)
+	inf, created, err := rs.s.h.PutConfig(r.Context(), name, cfg)
 	if err != nil {
-		rs.s.handleErr(w, err, secrets)
+		rs.s.handleErr(w, err, secs)
 		return
 	}
 	code := http.StatusOK
@@ -206,20 +213,20 @@ func (rs connectorsResource) patchConfig(w http.ResponseWriter, r *http.Request)
 			flat[k] = *v
 		}
 	}
-	secrets := connectors.Secrets(rs.reg(), flat)
+	secs := secrets.Of(rs.reg(), flat)
 	if n, ok := patch[config.KeyName]; ok && (n == nil || *n != name) {
 		shown := "null"
 		if n != nil {
 			shown = *n
 		}
-		rs.s.handleErr(w, badRequest("Connector name configuration (%s) doesn't match connector name in the URL (%s)", shown, name), secrets)
+		rs.s.handleErr(w, badRequest("Connector name configuration (%s) doesn't match connector name in the URL (%s)", shown, name), secs)
 		return
 	}
 	// "[hidden]" sent back for a secret keeps the stored one while the
-	// connector's host, port and user stay (Worker.PatchConfig).
-	inf, err := rs.s.w.PatchConfig(r.Context(), name, patch)
+	// connector's host, port and user stay (Standalone.PatchConfig).
+	inf, err := rs.s.h.PatchConfig(r.Context(), name, patch)
 	if err != nil {
-		rs.s.handleErr(w, err, secrets)
+		rs.s.handleErr(w, err, secs)
 		return
 	}
 	writeJSON(w, http.StatusOK, toInfo(rs.reg(), inf))
@@ -227,7 +234,7 @@ func (rs connectorsResource) patchConfig(w http.ResponseWriter, r *http.Request)
 
 // status is GET /connectors/{name}/status.
 func (rs connectorsResource) status(w http.ResponseWriter, r *http.Request) {
-	st, err := rs.s.w.Status(r.Context(), chi.URLParam(r, "name"))
+	st, err := rs.s.h.Status(r.Context(), chi.URLParam(r, "name"))
 	if err != nil {
 		rs.s.handleErr(w, err, nil)
 		return
@@ -249,7 +256,7 @@ func (rs connectorsResource) restart(w http.ResponseWriter, r *http.Request) {
 		rs.s.handleErr(w, err, nil)
 		return
 	}
-	st, err := rs.s.w.Restart(r.Context(), name, includeTasks, onlyFailed)
+	st, err := rs.s.h.Restart(r.Context(), name, includeTasks, onlyFailed)
 	if err != nil {
 		rs.s.handleErr(w, err, nil)
 		return
@@ -275,17 +282,17 @@ func boolParam(r *http.Request, name string) (bool, error) {
 
 // pause is PUT /connectors/{name}/pause: 202.
 func (rs connectorsResource) pause(w http.ResponseWriter, r *http.Request) {
-	rs.lifecycle(w, r, rs.s.w.Pause, http.StatusAccepted)
+	rs.lifecycle(w, r, rs.s.h.Pause, http.StatusAccepted)
 }
 
 // resume is PUT /connectors/{name}/resume: 202.
 func (rs connectorsResource) resume(w http.ResponseWriter, r *http.Request) {
-	rs.lifecycle(w, r, rs.s.w.Resume, http.StatusAccepted)
+	rs.lifecycle(w, r, rs.s.h.Resume, http.StatusAccepted)
 }
 
 // stop is PUT /connectors/{name}/stop: 204.
 func (rs connectorsResource) stop(w http.ResponseWriter, r *http.Request) {
-	rs.lifecycle(w, r, rs.s.w.Stop, http.StatusNoContent)
+	rs.lifecycle(w, r, rs.s.h.Stop, http.StatusNoContent)
 }
 
 func (rs connectorsResource) lifecycle(w http.ResponseWriter, r *http.Request, op func(ctx context.Context, name string) error, code int) {
@@ -298,12 +305,12 @@ func (rs connectorsResource) lifecycle(w http.ResponseWriter, r *http.Request, o
 
 // tasks is GET /connectors/{name}/tasks.
 func (rs connectorsResource) tasks(w http.ResponseWriter, r *http.Request) {
-	inf, err := rs.s.w.Info(chi.URLParam(r, "name"))
+	inf, err := rs.s.h.Info(r.Context(), chi.URLParam(r, "name"))
 	if err != nil {
 		rs.s.handleErr(w, err, nil)
 		return
 	}
-	cfg := connectors.RedactConfig(rs.reg(), inf.Config)
+	cfg := secrets.RedactConfig(rs.reg(), inf.Config)
 	out := []taskInfo{}
 	for _, t := range inf.Tasks {
 		out = append(out, taskInfo{ID: taskID{Connector: inf.Name, Task: t}, Config: cfg})
@@ -324,12 +331,18 @@ func (rs connectorsResource) taskStatus(w http.ResponseWriter, r *http.Request) 
 		writeError(w, http.StatusNotFound, "HTTP 404 Not Found")
 		return
 	}
-	st, err := rs.s.w.TaskStatus(r.Context(), name, id)
+	st, err := rs.s.h.Status(r.Context(), name)
 	if err != nil {
 		rs.s.handleErr(w, err, nil)
 		return
 	}
-	writeJSON(w, http.StatusOK, toTaskState(st))
+	for _, t := range st.Tasks {
+		if t.ID == id {
+			writeJSON(w, http.StatusOK, toTaskState(t))
+			return
+		}
+	}
+	rs.s.handleErr(w, &apiError{code: http.StatusNotFound, msg: fmt.Sprintf("No status found for task %s-%d", name, id)}, nil)
 }
 
 // restartTask is POST /connectors/{name}/tasks/{task}/restart: 204.
@@ -340,7 +353,7 @@ func (rs connectorsResource) restartTask(w http.ResponseWriter, r *http.Request)
 		writeError(w, http.StatusNotFound, "HTTP 404 Not Found")
 		return
 	}
-	if err := rs.s.w.RestartTask(r.Context(), name, id); err != nil {
+	if err := rs.s.h.RestartTask(r.Context(), name, id); err != nil {
 		rs.s.handleErr(w, err, nil)
 		return
 	}
@@ -349,7 +362,7 @@ func (rs connectorsResource) restartTask(w http.ResponseWriter, r *http.Request)
 
 // offsets is GET /connectors/{name}/offsets: the offsets stored in the sink.
 func (rs connectorsResource) offsets(w http.ResponseWriter, r *http.Request) {
-	ps, err := rs.s.w.Offsets(r.Context(), chi.URLParam(r, "name"))
+	ps, err := rs.s.h.Offsets(r.Context(), chi.URLParam(r, "name"))
 	if err != nil {
 		rs.s.handleErr(w, err, nil)
 		return
@@ -372,11 +385,11 @@ func (rs connectorsResource) alterOffsets(w http.ResponseWriter, r *http.Request
 		rs.s.handleErr(w, err, nil)
 		return
 	}
-	if _, err := rs.s.w.Info(name); err != nil {
+	if _, err := rs.s.h.Info(r.Context(), name); err != nil {
 		rs.s.handleErr(w, err, nil)
 		return
 	}
-	if err := rs.s.w.AlterOffsets(r.Context(), name, ps); err != nil {
+	if err := rs.s.h.AlterOffsets(r.Context(), name, ps); err != nil {
 		rs.s.handleErr(w, err, nil)
 		return
 	}
@@ -385,7 +398,7 @@ func (rs connectorsResource) alterOffsets(w http.ResponseWriter, r *http.Request
 
 // resetOffsets is DELETE /connectors/{name}/offsets.
 func (rs connectorsResource) resetOffsets(w http.ResponseWriter, r *http.Request) {
-	if err := rs.s.w.ResetOffsets(r.Context(), chi.URLParam(r, "name")); err != nil {
+	if err := rs.s.h.ResetOffsets(r.Context(), chi.URLParam(r, "name")); err != nil {
 		rs.s.handleErr(w, err, nil)
 		return
 	}

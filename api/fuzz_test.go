@@ -8,6 +8,7 @@ import (
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
 	"github.com/txsink/txsink/connectors/postgres"
+	"github.com/txsink/txsink/connectors/secrets"
 )
 
 // FuzzConnectorConfig parses a create-connector body as the API does and
@@ -50,18 +51,18 @@ func FuzzConnectorConfig(f *testing.F) {
 				t.Fatalf("field error without a name or message: %+v", e)
 			}
 		}
-		secrets := connectors.Secrets(reg, raw)
+		secs := secrets.Of(reg, raw)
 		var pw []string
 		for k, v := range raw {
 			if k == postgres.KeyPassword && len(v) >= 3 {
 				pw = append(pw, v)
 			}
 		}
-		shown, _ := json.Marshal(connectors.RedactConfig(reg, raw))
+		shown, _ := json.Marshal(secrets.RedactConfig(reg, raw))
 		vr, _ := json.Marshal(Validate(reg, spec, raw))
 		msg := ""
 		if len(errs) > 0 {
-			msg = connectors.ScrubString(invalidConfigMessage(errs), secrets)
+			msg = secrets.ScrubString(invalidConfigMessage(errs), secs)
 		}
 		for _, p := range pw {
 			if strings.Contains(string(shown), p) || strings.Contains(string(vr), p) || strings.Contains(msg, p) {

@@ -21,6 +21,8 @@ import (
 
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/engine"
+	"github.com/txsink/txsink/connectors/herder"
 	"github.com/txsink/txsink/offsets"
 	"github.com/txsink/txsink/twophase"
 )
@@ -183,7 +185,7 @@ func fakeSpec(st *fakeStore) connectors.Spec {
 type env struct {
 	t      *testing.T
 	srv    *httptest.Server
-	worker *connectors.Worker
+	worker *herder.Standalone
 	store  *fakeStore
 	kafka  *kfake.Cluster
 	logs   *syncBuffer
@@ -227,7 +229,7 @@ func (e *env) start(opts ...envOpt) {
 	if err := reg.Register(fakeSpec(e.store)); err != nil {
 		t.Fatal(err)
 	}
-	var w *connectors.Worker
+	var w *herder.Standalone
 	base := NewScrubHandler(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: LevelTrace}), func() []string {
 		if w == nil {
 			return nil
@@ -237,20 +239,20 @@ func (e *env) start(opts ...envOpt) {
 	levels := NewLevels(slog.LevelDebug)
 	promReg := prometheus.NewRegistry()
 	var err error
-	w, err = connectors.NewWorker(reg, connectors.WorkerOptions{
-		DataDir: e.dir, WorkerID: "worker-1", Bootstrap: e.kafka.ListenAddrs(),
+	w, err = herder.NewStandalone(reg, herder.StandaloneOptions{DataDir: e.dir, Engine: engine.Options{
+		WorkerID: "worker-1", Bootstrap: e.kafka.ListenAddrs(),
 		Log:          levels.Logger(base, "txsink.worker"),
 		ConnectorLog: func(n string) *slog.Logger { return levels.Logger(base, "txsink.connectors."+n) },
-		Restart:      connectors.RestartPolicy{Enabled: true, Initial: 50 * time.Millisecond, Max: time.Second},
+		Restart:      engine.RestartPolicy{Enabled: true, Initial: 50 * time.Millisecond, Max: time.Second},
 		Registerer:   promReg,
-	})
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	o := Options{Worker: w, Levels: levels, Metrics: promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}), Log: levels.Logger(base, "txsink.api"), Version: "1.2.3", Commit: "abc123", MaxBodyBytes: 64 << 10}
+	o := Options{Herder: w, Levels: levels, Metrics: promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}), Log: levels.Logger(base, "txsink.api"), Version: "1.2.3", Commit: "abc123", MaxBodyBytes: 64 << 10}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -336,7 +338,7 @@ func (e *env) must(code int, method, path string, body any) resp {
 
 // waitState polls the status until the connector and its tasks are in
 // state (or fails).
-func (e *env) waitState(name string, state connectors.State, tasks int) connectors.ConnectorStatus {
+func (e *env) waitState(name string, state engine.State, tasks int) engine.ConnectorStatus {
 	e.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {

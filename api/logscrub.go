@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/secrets"
 )
 
 // NewScrubHandler returns a handler that removes secrets from every log
@@ -27,20 +27,20 @@ func (h *scrubHandler) Enabled(ctx context.Context, l slog.Level) bool {
 }
 
 func (h *scrubHandler) Handle(ctx context.Context, r slog.Record) error {
-	secrets := h.secrets()
-	out := slog.NewRecord(r.Time, r.Level, connectors.ScrubString(r.Message, secrets), r.PC)
+	secs := h.secrets()
+	out := slog.NewRecord(r.Time, r.Level, secrets.ScrubString(r.Message, secs), r.PC)
 	r.Attrs(func(a slog.Attr) bool {
-		out.AddAttrs(scrubAttr(a, secrets))
+		out.AddAttrs(scrubAttr(a, secs))
 		return true
 	})
 	return h.inner.Handle(ctx, out)
 }
 
 func (h *scrubHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	secrets := h.secrets()
+	secs := h.secrets()
 	clean := make([]slog.Attr, len(as))
 	for i, a := range as {
-		clean[i] = scrubAttr(a, secrets)
+		clean[i] = scrubAttr(a, secs)
 	}
 	return &scrubHandler{inner: h.inner.WithAttrs(clean), secrets: h.secrets}
 }
@@ -49,20 +49,20 @@ func (h *scrubHandler) WithGroup(g string) slog.Handler {
 	return &scrubHandler{inner: h.inner.WithGroup(g), secrets: h.secrets}
 }
 
-func scrubAttr(a slog.Attr, secrets []string) slog.Attr {
+func scrubAttr(a slog.Attr, secs []string) slog.Attr {
 	v := a.Value.Resolve()
 	switch v.Kind() {
 	case slog.KindString:
-		return slog.String(a.Key, connectors.ScrubString(v.String(), secrets))
+		return slog.String(a.Key, secrets.ScrubString(v.String(), secs))
 	case slog.KindGroup:
 		as := v.Group()
 		out := make([]any, len(as))
 		for i, x := range as {
-			out[i] = scrubAttr(x, secrets)
+			out[i] = scrubAttr(x, secs)
 		}
 		return slog.Group(a.Key, out...)
 	case slog.KindAny:
-		return slog.String(a.Key, connectors.ScrubString(fmt.Sprint(v.Any()), secrets))
+		return slog.String(a.Key, secrets.ScrubString(fmt.Sprint(v.Any()), secs))
 	}
 	return a
 }

@@ -15,7 +15,7 @@ import (
 // routed.
 func TestOpenAPIMatchesRoutes(t *testing.T) {
 	e := newEnv(t)
-	router := New(Options{Worker: e.worker})
+	router := New(Options{Herder: e.worker})
 	var doc struct {
 		OpenAPI string                                `json:"openapi"`
 		Paths   map[string]map[string]json.RawMessage `json:"paths"`

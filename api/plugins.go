@@ -8,6 +8,7 @@ import (
 
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/secrets"
 )
 
 // pluginsResource serves /connector-plugins.
@@ -22,7 +23,7 @@ func (rs pluginsResource) Routes() chi.Router {
 	return r
 }
 
-func (rs pluginsResource) reg() *connectors.Registry { return rs.s.w.Registry() }
+func (rs pluginsResource) reg() *connectors.Registry { return rs.s.h.Registry() }
 
 // list is GET /connector-plugins: one entry per sink, by class.
 func (rs pluginsResource) list(w http.ResponseWriter, r *http.Request) {
@@ -104,10 +105,10 @@ func (rs pluginsResource) validate(w http.ResponseWriter, r *http.Request) {
 	if raw == nil {
 		raw = map[string]string{}
 	}
-	secrets := connectors.Secrets(rs.reg(), raw)
+	secs := secrets.Of(rs.reg(), raw)
 	if c, ok := raw[config.KeyClass]; ok {
 		if got, found := rs.reg().Lookup(c); !found || got.Name != spec.Name {
-			rs.s.handleErr(w, badRequest("Included connector type %s does not match request type %s", c, chi.URLParam(r, "plugin")), secrets)
+			rs.s.handleErr(w, badRequest("Included connector type %s does not match request type %s", c, chi.URLParam(r, "plugin")), secs)
 			return
 		}
 	} else {
@@ -119,8 +120,8 @@ func (rs pluginsResource) validate(w http.ResponseWriter, r *http.Request) {
 // Validate builds the validate response for raw against spec.
 func Validate(reg *connectors.Registry, spec connectors.Spec, raw map[string]string) configInfos {
 	_, _, errs := reg.Validate(raw)
-	secrets := connectors.Secrets(reg, raw)
-	shown := connectors.RedactConfig(reg, raw)
+	secs := secrets.Of(reg, raw)
+	shown := secrets.RedactConfig(reg, raw)
 	defs := spec.AllDefs()
 	out := configInfos{Name: spec.Class, Groups: []string{}, Configs: []configInfo{}}
 	seenGroup := map[string]bool{}
@@ -142,7 +143,7 @@ func Validate(reg *connectors.Registry, spec connectors.Spec, raw map[string]str
 			v.Value = &dv
 		}
 		for _, m := range errs.For(k.Name) {
-			v.Errors = append(v.Errors, connectors.ScrubString(m, secrets))
+			v.Errors = append(v.Errors, secrets.ScrubString(m, secs))
 		}
 		out.ErrorCount += len(v.Errors)
 		out.Configs = append(out.Configs, configInfo{Definition: k, Value: v})
@@ -155,7 +156,7 @@ func Validate(reg *connectors.Registry, spec connectors.Spec, raw map[string]str
 		out.ErrorCount++
 		out.Configs = append(out.Configs, configInfo{
 			Definition: configKeyInfo{Name: e.Name, Type: "STRING", Importance: "LOW", Width: "NONE", DisplayName: e.Name, Dependents: []string{}},
-			Value:      configValueInfo{Name: e.Name, RecommendedValues: []string{}, Errors: []string{connectors.ScrubString(e.Msg, secrets)}, Visible: true},
+			Value:      configValueInfo{Name: e.Name, RecommendedValues: []string{}, Errors: []string{secrets.ScrubString(e.Msg, secs)}, Visible: true},
 		})
 	}
 	return out

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
@@ -11,7 +12,8 @@ import (
 	"testing"
 
 	"github.com/txsink/txsink/config"
-	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/engine"
+	"github.com/txsink/txsink/connectors/secrets"
 	"github.com/txsink/txsink/internal/testpki"
 )
 
@@ -53,7 +55,7 @@ func TestBodiesMustBeJSON(t *testing.T) {
 			t.Errorf("POST with Content-Type %q: %d %s, want 415", ct, r.code, r.body)
 		}
 	}
-	if got := e.worker.Connectors(); len(got) != 0 {
+	if got, _ := e.worker.Connectors(context.Background()); len(got) != 0 {
 		t.Fatalf("connectors created by refused requests: %v", got)
 	}
 	e.must(201, "POST", "/connectors", fakeConfigBody("c1"))
@@ -100,7 +102,7 @@ func TestHostHeader(t *testing.T) {
 			t.Errorf("Host %q: %d %s, want 200", h, r.code, r.body)
 		}
 	}
-	if got := e.worker.Connectors(); len(got) != 0 {
+	if got, _ := e.worker.Connectors(context.Background()); len(got) != 0 {
 		t.Fatalf("connectors created by refused requests: %v", got)
 	}
 }
@@ -130,7 +132,7 @@ func TestCrossOrigin(t *testing.T) {
 			t.Errorf("GET from Origin %q: %d, CORS header %q; want 200 without", o, r.code, r.hdr.Get("Access-Control-Allow-Origin"))
 		}
 	}
-	if got := e.worker.Connectors(); len(got) != 0 {
+	if got, _ := e.worker.Connectors(context.Background()); len(got) != 0 {
 		t.Fatalf("connectors created cross-origin: %v", got)
 	}
 	// The worker's own origin is not cross-origin.
@@ -190,7 +192,7 @@ func TestDotNamesRefused(t *testing.T) {
 			t.Errorf("PUT /connectors/%s/config: %d %s", n, r.code, r.body)
 		}
 	}
-	if got := e.worker.Connectors(); len(got) != 0 {
+	if got, _ := e.worker.Connectors(context.Background()); len(got) != 0 {
 		t.Fatalf("created: %v", got)
 	}
 }
@@ -201,35 +203,35 @@ func TestDotNamesRefused(t *testing.T) {
 func TestSecretBoundToTarget(t *testing.T) {
 	e := newEnv(t)
 	e.must(201, "POST", "/connectors", fakeConfigBody("c1"))
-	e.waitState("c1", connectors.StateRunning, 1)
+	e.waitState("c1", engine.StateRunning, 1)
 
 	e.must(200, "PATCH", "/connectors/c1/config", map[string]string{"fake.url": "fake://writer@attacker.example/db"})
 	stored, _ := e.worker.Config("c1")
 	if strings.Contains(fmt.Sprint(stored), canary) {
-		t.Fatalf("the stored secret survived the move: %v", connectors.RedactConfig(nil, stored))
+		t.Fatalf("the stored secret survived the move: %v", secrets.RedactConfig(nil, stored))
 	}
-	st := e.waitState("c1", connectors.StateFailed, 0)
+	st := e.waitState("c1", engine.StateFailed, 0)
 	if !strings.Contains(st.Connector.Trace, "fake.secret") || !strings.Contains(st.Connector.Trace, "dropped") {
 		t.Errorf("trace %q does not say the secret was dropped", st.Connector.Trace)
 	}
 	// Sending it again brings the connector back.
 	e.must(200, "PATCH", "/connectors/c1/config", map[string]string{"fake.secret": "New-" + canary})
-	e.waitState("c1", connectors.StateRunning, 1)
+	e.waitState("c1", engine.StateRunning, 1)
 
 	// PUT of what GET shows, with the host changed: "[hidden]" does not
 	// follow the move.
 	var cfg map[string]string
 	_ = json.Unmarshal(e.must(200, "GET", "/connectors/c1/config", nil).body, &cfg)
-	if cfg["fake.secret"] != connectors.Hidden {
+	if cfg["fake.secret"] != secrets.Hidden {
 		t.Fatalf("GET config shows fake.secret %q", cfg["fake.secret"])
 	}
 	cfg["fake.url"] = "fake://writer@elsewhere.example/db"
 	e.must(200, "PUT", "/connectors/c1/config", cfg)
 	stored, _ = e.worker.Config("c1")
 	if strings.Contains(fmt.Sprint(stored), canary) || stored["fake.secret"] != "" {
-		t.Fatalf("PUT [hidden] carried the secret to the new host: %v", connectors.RedactConfig(nil, stored))
+		t.Fatalf("PUT [hidden] carried the secret to the new host: %v", secrets.RedactConfig(nil, stored))
 	}
-	e.waitState("c1", connectors.StateFailed, 0)
+	e.waitState("c1", engine.StateFailed, 0)
 	// The same round trip without a move keeps it.
 	e.must(200, "PATCH", "/connectors/c1/config", map[string]string{"fake.secret": canary})
 	_ = json.Unmarshal(e.must(200, "GET", "/connectors/c1/config", nil).body, &cfg)
@@ -238,7 +240,7 @@ func TestSecretBoundToTarget(t *testing.T) {
 	if stored, _ = e.worker.Config("c1"); stored["fake.secret"] != canary {
 		t.Fatalf("round trip without a move lost the secret")
 	}
-	e.waitState("c1", connectors.StateRunning, 1)
+	e.waitState("c1", engine.StateRunning, 1)
 	// Offsets of a stopped connector whose secret was dropped: 409 with
 	// the reason, not a connection attempt.
 	e.must(200, "PATCH", "/connectors/c1/config", map[string]string{"fake.url": "fake://writer@third.example/db"})

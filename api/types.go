@@ -5,6 +5,9 @@ import (
 	"time"
 
 	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/engine"
+	"github.com/txsink/txsink/connectors/herder"
+	"github.com/txsink/txsink/connectors/secrets"
 	"github.com/txsink/txsink/offsets"
 )
 
@@ -199,15 +202,15 @@ type healthBody struct {
 	Message string `json:"message"`
 }
 
-func toInfo(reg *connectors.Registry, inf connectors.Info) connectorInfo {
-	out := connectorInfo{Name: inf.Name, Config: connectors.RedactConfig(reg, inf.Config), Type: inf.Type, Tasks: []taskID{}}
+func toInfo(reg *connectors.Registry, inf herder.Info) connectorInfo {
+	out := connectorInfo{Name: inf.Name, Config: secrets.RedactConfig(reg, inf.Config), Type: inf.Type, Tasks: []taskID{}}
 	for _, t := range inf.Tasks {
 		out.Tasks = append(out.Tasks, taskID{Connector: inf.Name, Task: t})
 	}
 	return out
 }
 
-func toTaskState(t connectors.TaskStatus) taskState {
+func toTaskState(t engine.TaskStatus) taskState {
 	ts := taskState{ID: t.ID, State: string(t.State), WorkerID: t.WorkerID, Trace: t.Trace}
 	ext := &taskExt{Partitions: []partitionStatus{}, InDoubt: toInDoubt(t.InDoubt), Restarts: t.Restarts}
 	for _, p := range t.Partitions {
@@ -235,7 +238,7 @@ func toTaskState(t connectors.TaskStatus) taskState {
 	return ts
 }
 
-func toInDoubt(bs []connectors.InDoubtBatch) []inDoubtBatch {
+func toInDoubt(bs []engine.InDoubtBatch) []inDoubtBatch {
 	out := []inDoubtBatch{}
 	for _, b := range bs {
 		out = append(out, inDoubtBatch{Topic: b.Topic, Partition: b.Partition, FirstOffset: b.FirstOffset, LastOffset: b.LastOffset, Since: b.Since})
@@ -243,7 +246,7 @@ func toInDoubt(bs []connectors.InDoubtBatch) []inDoubtBatch {
 	return out
 }
 
-func toStatus(st connectors.ConnectorStatus) connectorStatus {
+func toStatus(st engine.ConnectorStatus) connectorStatus {
 	out := connectorStatus{
 		Name: st.Name,
 		Type: st.Type,

@@ -1,7 +1,9 @@
-// Package connectors is txsink's runtime: a registry of sinks by name, and
-// the task loop that owns Kafka partitions through a consumer group, polls
-// read_committed batches, and hands each round to the commit protocol of the
-// connector's delivery guarantee.
+// Package connectors is the sink contract: what a sink implements (Sink,
+// and optionally DeadLetterCounter), how it is registered by name (Spec,
+// Registry), what it gets from the worker (Env, Policy) and how its errors
+// steer the runtime (Terminal, RecordLocator). The runtime that runs
+// connectors and tasks is connectors/engine; the herders that keep their
+// configurations are connectors/herder.
 package connectors
 
 import (
@@ -17,6 +19,7 @@ import (
 
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors/convert"
+	"github.com/txsink/txsink/connectors/secrets"
 	"github.com/txsink/txsink/connectors/transform"
 	"github.com/txsink/txsink/offsets"
 	"github.com/txsink/txsink/twophase"
@@ -57,6 +60,13 @@ type Sink interface {
 // them.
 type DeadLetterCounter interface {
 	TakeDeadLettered(ids []twophase.BatchID) int
+}
+
+// RecordLocator is implemented by errors about one bad record (sinks'
+// record errors), so the runtime can stop the partition exactly there.
+type RecordLocator interface {
+	error
+	RecordCoordinates() (topic string, partition int32, offset int64)
 }
 
 // Terminal marks errors that retrying cannot fix: a missing target table,
@@ -121,10 +131,14 @@ type Spec struct {
 	// secrets are used: a canonical text of the sink's hosts, ports and
 	// user, without any secret. A stored secret is kept across a
 	// configuration change only while Identity stays the same (see
-	// Worker.PatchConfig).
+	// secrets.Bind).
 	Identity func(v config.Values) (string, error)
 	New      Factory
 }
+
+// RedactURL hides the credentials of a URL-like value, for a sink's error
+// messages (see secrets.RedactURL).
+func RedactURL(v string) string { return secrets.RedactURL(v) }
 
 // AllDefs returns the common settings, the converters' and the sink's.
 func (s Spec) AllDefs() config.Defs {
@@ -133,6 +147,8 @@ func (s Spec) AllDefs() config.Defs {
 	out = append(out, transform.Defs...)
 	return append(out, s.Defs...)
 }
+
+var _ secrets.Lookup = (*Registry)(nil)
 
 // Registry maps sink names and class aliases to specs. The zero value is
 // empty and ready to use.
@@ -229,6 +245,18 @@ func (r *Registry) Validate(raw map[string]string) (Spec, config.Values, config.
 		}
 	}
 	return spec, v, errs
+}
+
+// DefsFor returns the definitions that apply to a raw configuration: its
+// sink's (AllDefs), or the common connector settings when its
+// connector.class is unknown or r is nil. It makes r a secrets.Lookup.
+func (r *Registry) DefsFor(raw map[string]string) config.Defs {
+	if r != nil {
+		if spec, ok := r.Lookup(raw[config.KeyClass]); ok {
+			return spec.AllDefs()
+		}
+	}
+	return config.ConnectorDefs
 }
 
 func (r *Registry) names() []string {

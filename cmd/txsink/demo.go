@@ -27,7 +27,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txsink/txsink/api"
-	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/engine"
+	"github.com/txsink/txsink/connectors/herder"
 	"github.com/txsink/txsink/internal/buildinfo"
 	"github.com/txsink/txsink/internal/pglocal"
 )
@@ -147,10 +148,10 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) (verdict, error)
 	}
 	defer os.RemoveAll(dataDir)
 	promReg := prometheus.NewRegistry()
-	worker, err := connectors.NewWorker(registry(), connectors.WorkerOptions{
-		DataDir: dataDir, WorkerID: "demo", Bootstrap: kafka.ListenAddrs(),
+	worker, err := herder.NewStandalone(registry(), herder.StandaloneOptions{DataDir: dataDir, Engine: engine.Options{
+		WorkerID: "demo", Bootstrap: kafka.ListenAddrs(),
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: promReg,
-	})
+	}})
 	if err != nil {
 		return verdict{}, err
 	}
@@ -163,7 +164,7 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) (verdict, error)
 		return verdict{}, fmt.Errorf("REST API: %w", err)
 	}
 	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: api.New(api.Options{
-		Worker: worker, Metrics: promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}),
+		Herder: worker, Metrics: promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}),
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Version: buildinfo.Version, Commit: buildinfo.CommitID(),
 	})}
 	go func() { _ = srv.Serve(ln) }()

@@ -23,6 +23,7 @@ import (
 
 	"github.com/txsink/txsink/connectors"
 	"github.com/txsink/txsink/connectors/clickhouse"
+	"github.com/txsink/txsink/connectors/engine"
 	"github.com/txsink/txsink/connectors/postgres"
 	"github.com/txsink/txsink/internal/buildinfo"
 )
@@ -125,8 +126,8 @@ func (c *commonFlags) logger(w io.Writer) (*slog.Logger, error) {
 	return nil, fmt.Errorf("-log-format: must be text or json, got %q", c.logFormat)
 }
 
-func (c *commonFlags) taskOptions(log *slog.Logger) connectors.TaskOptions {
-	return connectors.TaskOptions{
+func (c *commonFlags) taskOptions(log *slog.Logger) engine.TaskOptions {
+	return engine.TaskOptions{
 		Bootstrap:  splitList(c.bootstrap),
 		InstanceID: c.workerID,
 		Log:        log,
@@ -137,7 +138,7 @@ func defaultWorkerID() string {
 	if h, err := os.Hostname(); err == nil && h != "" {
 		return h
 	}
-	return connectors.NewInstanceID()
+	return engine.NewInstanceID()
 }
 
 func envOr(k, def string) string {
@@ -244,7 +245,7 @@ func cmdRun(args []string, stderr io.Writer) int {
 	c.Stop()
 	if err := c.Wait(); err != nil {
 		fmt.Fprintln(stderr, "txsink run: connector failed:", err)
-		if errors.Is(err, connectors.ErrTaskStopped) {
+		if errors.Is(err, engine.ErrTaskStopped) {
 			return exitTaskFailed
 		}
 		return exitTaskFailed
@@ -260,12 +261,12 @@ const startupRetry = 60 * time.Second
 // openWithRetry opens the connector, retrying for up to startupRetry while
 // the failure is a connection the sink may accept soon; configuration and
 // preflight errors fail at once.
-func openWithRetry(ctx context.Context, reg *connectors.Registry, raw map[string]string, opt connectors.TaskOptions, log *slog.Logger) (*connectors.Connector, error) {
+func openWithRetry(ctx context.Context, reg *connectors.Registry, raw map[string]string, opt engine.TaskOptions, log *slog.Logger) (*engine.Connector, error) {
 	deadline := time.Now().Add(startupRetry)
 	wait := 250 * time.Millisecond
 	for {
 		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		c, err := connectors.Open(octx, reg, raw, opt)
+		c, err := engine.Open(octx, reg, raw, opt)
 		cancel()
 		if err == nil || !transientOpenError(err) || time.Now().After(deadline) || ctx.Err() != nil {
 			return c, err

@@ -23,6 +23,9 @@ import (
 	"github.com/txsink/txsink/api"
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/engine"
+	"github.com/txsink/txsink/connectors/herder"
+	"github.com/txsink/txsink/connectors/secrets"
 	"github.com/txsink/txsink/internal/buildinfo"
 )
 
@@ -78,7 +81,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 
 	// Every log line goes through the secret scrubber, then the named
 	// levels of /admin/loggers.
-	var worker *connectors.Worker
+	var worker *herder.Standalone
 	ho := &slog.HandlerOptions{Level: api.LevelTrace}
 	var base slog.Handler = slog.NewTextHandler(stderr, ho)
 	if wc.LogFormat == "json" {
@@ -114,17 +117,19 @@ func cmdServe(args []string, stderr io.Writer) int {
 	if *unsafeTest {
 		log.Warn("started with -" + unsafeTestFlag + ": connectors may switch off exactly-once safeguards; never do this in production")
 	}
-	worker, err = connectors.NewWorker(reg, connectors.WorkerOptions{
-		DataDir:   wc.DataDir,
-		WorkerID:  wc.WorkerID,
-		Bootstrap: wc.Bootstrap,
-		KafkaOpts: kopts,
-		Log:       levels.Logger(base, "txsink.worker"),
-		ConnectorLog: func(name string) *slog.Logger {
-			return levels.Logger(base, "txsink.connectors."+name)
+	worker, err = herder.NewStandalone(reg, herder.StandaloneOptions{
+		DataDir: wc.DataDir,
+		Engine: engine.Options{
+			WorkerID:  wc.WorkerID,
+			Bootstrap: wc.Bootstrap,
+			KafkaOpts: kopts,
+			Log:       levels.Logger(base, "txsink.worker"),
+			ConnectorLog: func(name string) *slog.Logger {
+				return levels.Logger(base, "txsink.connectors."+name)
+			},
+			Restart:    engine.RestartPolicy{Enabled: wc.RestartEnabled, Initial: wc.RestartInitial, Max: wc.RestartMax},
+			Registerer: promReg,
 		},
-		Restart:    connectors.RestartPolicy{Enabled: wc.RestartEnabled, Initial: wc.RestartInitial, Max: wc.RestartMax},
-		Registerer: promReg,
 	})
 	if err != nil {
 		fmt.Fprintln(stderr, "txsink serve:", err)
@@ -149,7 +154,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 		scheme = "https"
 	}
 	router := api.New(api.Options{
-		Worker:            worker,
+		Herder:            worker,
 		Levels:            levels,
 		Metrics:           promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}),
 		Log:               levels.Logger(base, "txsink.api"),
@@ -186,18 +191,19 @@ func cmdServe(args []string, stderr io.Writer) int {
 			break
 		}
 		name := strings.TrimSpace(raw[config.KeyName])
-		if _, err := worker.Info(name); err == nil {
+		if _, err := worker.Info(ctx, name); err == nil {
 			log.Info("connector from file already exists; keeping the stored one", "connector", name, "file", f)
 			continue
 		}
-		if _, err := worker.Create(ctx, name, raw, connectors.TargetRunning); err != nil {
-			fmt.Fprintf(stderr, "txsink serve: connector from %s: %s\n", f, connectors.ScrubString(err.Error(), connectors.Secrets(worker.Registry(), raw)))
+		if _, err := worker.Create(ctx, name, raw, engine.TargetRunning); err != nil {
+			fmt.Fprintf(stderr, "txsink serve: connector from %s: %s\n", f, secrets.ScrubString(err.Error(), secrets.Of(worker.Registry(), raw)))
 			code = exitStartFail
 			stop()
 			break
 		}
 	}
-	log.Info("worker started", "connectors", len(worker.Connectors()))
+	names, _ := worker.Connectors(ctx)
+	log.Info("worker started", "connectors", len(names))
 
 	select {
 	case <-ctx.Done():

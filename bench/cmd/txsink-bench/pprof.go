@@ -14,27 +14,28 @@ import (
 	"time"
 
 	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/engine"
 	"github.com/txsink/txsink/connectors/postgres"
 	"github.com/txsink/txsink/offsets"
 )
 
-// roundCounter is a connectors.Observer counting committed records.
+// roundCounter is an engine.Observer counting committed records.
 type roundCounter struct{ committed atomic.Int64 }
 
 func (*roundCounter) Assigned(int, []offsets.Position) {}
 func (*roundCounter) Revoked(int, string, []int32)     {}
 func (*roundCounter) FenceConflict(int, error)         {}
 func (*roundCounter) Waiting(int, error)               {}
-func (c *roundCounter) Round(_ int, r connectors.RoundStats) {
+func (c *roundCounter) Round(_ int, r engine.RoundStats) {
 	if r.Outcome == "committed" {
 		c.committed.Add(int64(r.Records))
 	}
 }
 
-var _ connectors.Observer = (*roundCounter)(nil)
+var _ engine.Observer = (*roundCounter)(nil)
 
 // profileInProcess drains the main workload once more with the connector
-// runtime inside this process (connectors.Open and Start, the code "txsink
+// runtime inside this process (engine.Open and Start, the code "txsink
 // run" calls) under the CPU profiler, and writes cpu_<mode>.pprof plus
 // `go tool pprof -top` summaries into the output directory. The profile
 // also holds this program's own (idle) goroutines.
@@ -78,7 +79,7 @@ func (b *bench) profileInProcess(ctx context.Context, mode string) error {
 	if err := pprof.StartCPUProfile(f); err != nil {
 		return err
 	}
-	c, err := connectors.Open(ctx, reg, raw, connectors.TaskOptions{
+	c, err := engine.Open(ctx, reg, raw, engine.TaskOptions{
 		Bootstrap:  []string{b.bootstrap},
 		InstanceID: name,
 		Log:        slog.New(slog.NewTextHandler(io.Discard, nil)),

@@ -333,7 +333,7 @@ func (rep *Report) markdown() string {
 		if p.Skipped != "" {
 			fmt.Fprintf(&b, "%s\n", p.Skipped)
 		} else {
-			fmt.Fprintf(&b, "connectors.Open + Start on the main workload under runtime/pprof, %.1f s wall; `%s` (read with `go tool pprof`). Flat top:\n\n```\n%s```\n", p.Seconds, p.File, trimTop(p.Top, 22))
+			fmt.Fprintf(&b, "engine.Open + Start on the main workload under runtime/pprof, %.1f s wall; `%s` (read with `go tool pprof`). Flat top:\n\n```\n%s```\n", p.Seconds, p.File, trimTop(p.Top, 22))
 		}
 	}
 	if len(rep.Notes) > 0 {

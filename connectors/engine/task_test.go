@@ -1,4 +1,4 @@
-package connectors_test
+package engine_test
 
 // Fast tests of the task loop: an in-memory Kafka (kfake, with transactions
 // and read_committed) and a real throwaway PostgreSQL (internal/pgtest).
@@ -24,6 +24,7 @@ import (
 
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/engine"
 	"github.com/txsink/txsink/connectors/postgres"
 	"github.com/txsink/txsink/connectors/record"
 	"github.com/txsink/txsink/internal/pgtest"
@@ -130,13 +131,13 @@ func TestTaskExactlyOnceOnKfake(t *testing.T) {
 				t.Fatal(err)
 			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			conn, err := connectors.Open(ctx, reg, map[string]string{
+			conn, err := engine.Open(ctx, reg, map[string]string{
 				"name": "kfake-" + mode, "connector.class": "postgres", "topics": "events",
 				"connection.url": db, "delivery.guarantee": mode, "pk.mode": "kafka",
 				"batch.max.records": "50", "batch.linger.ms": "5", "session.timeout.ms": "3000",
 				// The largest batch.max.bytes: the Kafka client must accept it.
 				"batch.max.bytes": "1073741824",
-			}, connectors.TaskOptions{Bootstrap: c.ListenAddrs(), InstanceID: "t", Log: log})
+			}, engine.TaskOptions{Bootstrap: c.ListenAddrs(), InstanceID: "t", Log: log})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -190,10 +191,10 @@ func TestTaskFailsOnMissingTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	conn, err := connectors.Open(ctx, reg, map[string]string{
+	conn, err := engine.Open(ctx, reg, map[string]string{
 		"name": "orphans", "connector.class": "postgres", "topics": "orphans",
 		"connection.url": db, "table.name.format": "no_such_table", "session.timeout.ms": "3000",
-	}, connectors.TaskOptions{Bootstrap: c.ListenAddrs(), InstanceID: "t",
+	}, engine.TaskOptions{Bootstrap: c.ListenAddrs(), InstanceID: "t",
 		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))})
 	if err != nil {
 		t.Fatal(err)
@@ -214,14 +215,14 @@ func TestTaskFailsOnMissingTable(t *testing.T) {
 // roundObserver records rounds for tests.
 type roundObserver struct {
 	mu     sync.Mutex
-	rounds []connectors.RoundStats
+	rounds []engine.RoundStats
 }
 
 func (o *roundObserver) Assigned(int, []offsets.Position) {}
 func (o *roundObserver) Revoked(int, string, []int32)     {}
 func (o *roundObserver) FenceConflict(int, error)         {}
 func (o *roundObserver) Waiting(int, error)               {}
-func (o *roundObserver) Round(_ int, r connectors.RoundStats) {
+func (o *roundObserver) Round(_ int, r engine.RoundStats) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.rounds = append(o.rounds, r)
@@ -266,10 +267,10 @@ func TestTaskReportsDeadLetters(t *testing.T) {
 		t.Fatal(err)
 	}
 	obs := &roundObserver{}
-	conn, err := connectors.Open(ctx, reg, map[string]string{
+	conn, err := engine.Open(ctx, reg, map[string]string{
 		"name": "dl", "connector.class": "postgres", "topics": "dl", "connection.url": db,
 		"errors.tolerance": "all", "errors.deadletterqueue.table.name": "dl_dlq", "session.timeout.ms": "3000",
-	}, connectors.TaskOptions{Bootstrap: c.ListenAddrs(), InstanceID: "t", Observer: obs,
+	}, engine.TaskOptions{Bootstrap: c.ListenAddrs(), InstanceID: "t", Observer: obs,
 		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))})
 	if err != nil {
 		t.Fatal(err)
@@ -323,11 +324,11 @@ func TestTaskInitialLatest(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	conn, err := connectors.Open(ctx, reg, map[string]string{
+	conn, err := engine.Open(ctx, reg, map[string]string{
 		"name": "latest", "connector.class": "postgres", "topics": "late", "connection.url": db,
 		"delivery.guarantee": "exactly_once", "offsets.initial": "latest",
 		"batch.linger.ms": "5", "session.timeout.ms": "3000",
-	}, connectors.TaskOptions{Bootstrap: c.ListenAddrs(), InstanceID: "t", Log: log})
+	}, engine.TaskOptions{Bootstrap: c.ListenAddrs(), InstanceID: "t", Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,10 +442,10 @@ func TestTaskWaitsForUnavailableDependency(t *testing.T) {
 				t.Fatal(err)
 			}
 			obs := &waitObserver{}
-			conn, err := connectors.Open(ctx, reg, map[string]string{
+			conn, err := engine.Open(ctx, reg, map[string]string{
 				"name": "flaky", "connector.class": "flaky", "topics": "flaky", "connection.url": db,
 				"delivery.guarantee": delivery, "batch.linger.ms": "5", "session.timeout.ms": "3000",
-			}, connectors.TaskOptions{Bootstrap: c.ListenAddrs(), InstanceID: "t", Observer: obs,
+			}, engine.TaskOptions{Bootstrap: c.ListenAddrs(), InstanceID: "t", Observer: obs,
 				Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))})
 			if err != nil {
 				t.Fatal(err)

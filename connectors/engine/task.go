@@ -1,4 +1,4 @@
-package connectors
+package engine
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/txsink/txsink/config"
+	"github.com/txsink/txsink/connectors"
 	"github.com/txsink/txsink/connectors/record"
 	"github.com/txsink/txsink/internal/failpoint"
 	"github.com/txsink/txsink/offsets"
@@ -65,13 +66,6 @@ type RoundStats struct {
 	DeadLettered int
 }
 
-// RecordLocator is implemented by errors about one bad record (sinks'
-// record errors), so the runtime can stop the partition exactly there.
-type RecordLocator interface {
-	error
-	RecordCoordinates() (topic string, partition int32, offset int64)
-}
-
 // ErrTaskStopped is wrapped by the error a task returns when it stopped on
 // a bad record with errors.tolerance=none.
 var ErrTaskStopped = errors.New("task stopped at a bad record")
@@ -98,7 +92,7 @@ type partState struct {
 type Task struct {
 	conn config.Connector
 	id   int
-	sink Sink
+	sink connectors.Sink
 	opt  TaskOptions
 	log  *slog.Logger
 
@@ -115,7 +109,7 @@ type Task struct {
 }
 
 // NewTask returns a task; Run starts it.
-func NewTask(conn config.Connector, id int, sink Sink, opt TaskOptions) *Task {
+func NewTask(conn config.Connector, id int, sink connectors.Sink, opt TaskOptions) *Task {
 	log := opt.Log
 	if log == nil {
 		log = slog.Default()
@@ -295,7 +289,7 @@ func (t *Task) runTransactional(ctx context.Context) error {
 				t.rewind(sess.Client())
 				continue
 			}
-			if IsTerminal(err) {
+			if connectors.IsTerminal(err) {
 				return err
 			}
 			if len(res.InDoubt) > 0 {
@@ -354,12 +348,12 @@ func (t *Task) runLocal(ctx context.Context) error {
 	defer cl.Close()
 	close(ready)
 
-	guard, order := offsets.GuardCAS, Atomic
+	guard, order := offsets.GuardCAS, connectors.Atomic
 	switch t.conn.Delivery {
 	case config.AtLeastOnce:
-		guard, order = offsets.GuardNone, RowsFirst
+		guard, order = offsets.GuardNone, connectors.RowsFirst
 	case config.AtMostOnce:
-		guard, order = offsets.GuardNone, OffsetFirst
+		guard, order = offsets.GuardNone, connectors.OffsetFirst
 	}
 	if t.conn.UnsafeNoFencing {
 		guard = offsets.GuardNone
@@ -376,7 +370,7 @@ func (t *Task) runLocal(ctx context.Context) error {
 	}
 }
 
-func (t *Task) localRound(ctx context.Context, cl *kgo.Client, recs []*kgo.Record, guard offsets.Guard, order Order) error {
+func (t *Task) localRound(ctx context.Context, cl *kgo.Client, recs []*kgo.Record, guard offsets.Guard, order connectors.Order) error {
 	t.roundMu.Lock()
 	defer t.roundMu.Unlock()
 	batches := t.cut(recs)
@@ -436,7 +430,7 @@ func (t *Task) localRound(ctx context.Context, cl *kgo.Client, recs []*kgo.Recor
 		t.rewind(cl)
 		return nil
 	}
-	if IsTerminal(firstErr) {
+	if connectors.IsTerminal(firstErr) {
 		return firstErr
 	}
 	if errors.Is(firstErr, record.ErrUnavailable) {
@@ -733,7 +727,7 @@ func (t *Task) rewind(cl *kgo.Client) {
 // noteBadRecord records a bad record reported with errors.tolerance=none so
 // that the following rounds stop before it. It reports whether err was one.
 func (t *Task) noteBadRecord(err error) bool {
-	var rl RecordLocator
+	var rl connectors.RecordLocator
 	if !errors.As(err, &rl) {
 		return false
 	}
@@ -767,7 +761,7 @@ func (t *Task) stoppedError() error {
 // deadLettered asks the sink how many records of the batches it
 // dead-lettered (0 when the sink does not count).
 func (t *Task) deadLettered(batches []*twophase.Batch) int {
-	dc, ok := t.sink.(DeadLetterCounter)
+	dc, ok := t.sink.(connectors.DeadLetterCounter)
 	if !ok {
 		return 0
 	}

@@ -1,4 +1,4 @@
-package connectors
+package herder
 
 import (
 	"context"
@@ -7,16 +7,17 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/txsink/txsink/config"
+	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/engine"
 )
 
 func TestStateFileRoundTrip(t *testing.T) {
 	dir := t.TempDir()
 	st := &storedState{Version: 1, Connectors: map[string]*storedConnector{
-		"a": {Config: map[string]string{"name": "a", "connection.password": "pw"}, Target: TargetPaused, State: StatePaused,
-			Tasks: []storedTask{{ID: 0, State: StateFailed, Trace: "boom"}}},
+		"a": {Config: map[string]string{"name": "a", "connection.password": "pw"}, Target: engine.TargetPaused, State: engine.StatePaused,
+			Tasks: []storedTask{{ID: 0, State: engine.StateFailed, Trace: "boom"}}},
 	}}
 	if err := saveState(dir, st); err != nil {
 		t.Fatal(err)
@@ -52,55 +53,15 @@ func TestStateFileRoundTrip(t *testing.T) {
 	}
 }
 
-func TestRestartPolicyDelay(t *testing.T) {
-	p := RestartPolicy{Enabled: true, Initial: 100 * time.Millisecond, Max: time.Second}
-	want := []time.Duration{100, 200, 400, 800, 1000, 1000}
-	for i, w := range want {
-		if got := p.delay(i); got != w*time.Millisecond {
-			t.Errorf("delay(%d) = %v, want %v", i, got, w*time.Millisecond)
-		}
-	}
-}
-
-func TestRedaction(t *testing.T) {
-	raw := map[string]string{
-		"name":                "c",
-		"connector.class":     "postgres",
-		"connection.url":      "jdbc:postgresql://u:s%40cret@h:5432/db?sslmode=disable&password=qpw123",
-		"connection.password": "Pa55word",
-		"my.api.token":        "tok-123",
-		"comment":             "uses Pa55word",
-	}
-	got := RedactConfig(nil, raw)
-	want := map[string]string{
-		"name":                "c",
-		"connector.class":     "postgres",
-		"connection.url":      "jdbc:postgresql://u:[hidden]@h:5432/db?sslmode=disable&password=[hidden]",
-		"connection.password": Hidden,
-		"my.api.token":        Hidden,
-		"comment":             "uses [hidden]",
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("RedactConfig:\n got %v\nwant %v", got, want)
-	}
-	secrets := Secrets(nil, raw)
-	msg := ScrubString("login as u with s@cret / s%40cret / qpw123 / Pa55word failed at postgres://x:y1z@h", secrets)
-	for _, s := range []string{"s@cret", "s%40cret", "qpw123", "Pa55word", "y1z"} {
-		if strings.Contains(msg, s) {
-			t.Errorf("ScrubString left %q: %s", s, msg)
-		}
-	}
-}
-
 // TestWorkerRejectsInvalidConfig: Create validates before it stores
 // anything; a name clash is ErrExists; unknown connectors are ErrNotFound.
 func TestWorkerRejectsInvalidConfig(t *testing.T) {
-	reg := &Registry{}
-	if err := reg.Register(Spec{Name: "nop", Class: "io.test.Nop", Defs: config.Defs{{Name: "nop.secret", Type: config.Password}}}); err != nil {
+	reg := &connectors.Registry{}
+	if err := reg.Register(connectors.Spec{Name: "nop", Class: "io.test.Nop", Defs: config.Defs{{Name: "nop.secret", Type: config.Password}}}); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	w, err := NewWorker(reg, WorkerOptions{DataDir: dir, WorkerID: "w"})
+	w, err := NewStandalone(reg, StandaloneOptions{DataDir: dir, Engine: engine.Options{WorkerID: "w"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,16 +70,16 @@ func TestWorkerRejectsInvalidConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, err := w.Create(ctx, "a", map[string]string{"connector.class": "nop"}, TargetStopped); err == nil {
+	if _, err := w.Create(ctx, "a", map[string]string{"connector.class": "nop"}, engine.TargetStopped); err == nil {
 		t.Fatal("missing topics accepted")
 	} else if _, ok := err.(config.Errors); !ok {
 		t.Fatalf("error %T %v, want config.Errors", err, err)
 	}
 	cfg := map[string]string{"connector.class": "nop", "topics": "t", "nop.secret": "zzz-secret"}
-	if _, err := w.Create(ctx, "a", cfg, TargetStopped); err != nil {
+	if _, err := w.Create(ctx, "a", cfg, engine.TargetStopped); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Create(ctx, "a", cfg, TargetStopped); err == nil || !strings.Contains(err.Error(), "Connector a already exists") {
+	if _, err := w.Create(ctx, "a", cfg, engine.TargetStopped); err == nil || !strings.Contains(err.Error(), "Connector a already exists") {
 		t.Fatalf("duplicate: %v", err)
 	}
 	if err := w.Pause(ctx, "b"); err == nil || err.Error() != "Connector b not found" {
@@ -128,12 +89,12 @@ func TestWorkerRejectsInvalidConfig(t *testing.T) {
 		t.Errorf("Secrets() = %v", got)
 	}
 	st, err := w.Status(ctx, "a")
-	if err != nil || st.Connector.State != StateStopped || len(st.Tasks) != 0 {
+	if err != nil || st.Connector.State != engine.StateStopped || len(st.Tasks) != 0 {
 		t.Fatalf("status %+v %v", st, err)
 	}
 	// Restored by a new worker on the same directory.
 	w.Close()
-	w2, err := NewWorker(reg, WorkerOptions{DataDir: dir, WorkerID: "w"})
+	w2, err := NewStandalone(reg, StandaloneOptions{DataDir: dir, Engine: engine.Options{WorkerID: "w"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +102,7 @@ func TestWorkerRejectsInvalidConfig(t *testing.T) {
 	if err := w2.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if ts, _ := w2.TargetState("a"); ts != TargetStopped {
+	if ts, _ := w2.TargetState("a"); ts != engine.TargetStopped {
 		t.Errorf("restored target %q", ts)
 	}
 }
@@ -151,11 +112,11 @@ func TestWorkerRejectsInvalidConfig(t *testing.T) {
 // by one that moves it elsewhere without sending them again, as a sink's
 // password is (issue 12's rule, applied to the Schema Registry).
 func TestRegistryCredentialsBoundToRegistry(t *testing.T) {
-	reg := &Registry{}
-	if err := reg.Register(Spec{Name: "nop", Class: "io.test.Nop"}); err != nil {
+	reg := &connectors.Registry{}
+	if err := reg.Register(connectors.Spec{Name: "nop", Class: "io.test.Nop"}); err != nil {
 		t.Fatal(err)
 	}
-	w, err := NewWorker(reg, WorkerOptions{DataDir: t.TempDir(), WorkerID: "w"})
+	w, err := NewStandalone(reg, StandaloneOptions{DataDir: t.TempDir(), Engine: engine.Options{WorkerID: "w"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +129,7 @@ func TestRegistryCredentialsBoundToRegistry(t *testing.T) {
 	cfg := map[string]string{"connector.class": "nop", "topics": "t",
 		"value.converter": "org.apache.kafka.connect.json.JsonConverter", "value.converter.schemas.enable": "false",
 		"value.converter.schema.registry.url": "https://sr-a.example:8081", info: "u:zzz-registry-secret"}
-	if _, err := w.Create(ctx, "a", cfg, TargetStopped); err != nil {
+	if _, err := w.Create(ctx, "a", cfg, engine.TargetStopped); err != nil {
 		t.Fatal(err)
 	}
 	set := func(k, v string) {

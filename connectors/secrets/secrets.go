@@ -1,4 +1,14 @@
-package connectors
+// Package secrets is txsink's one place for the secrets of connector
+// configurations: which settings are secret, how they are hidden in what
+// the worker shows, and how a configuration change keeps or drops a stored
+// secret (Bind).
+//
+// Everything the worker shows goes through it: the API (RedactConfig,
+// ScrubString), status traces and errors (ScrubString with the connector's
+// secrets, Of), and the log handler (ScrubString with every connector's
+// secrets). Metrics carry only connector names and fixed words (validated
+// names cannot hold secrets).
+package secrets
 
 import (
 	"net/url"
@@ -13,11 +23,12 @@ import (
 // status traces, logs and metrics.
 const Hidden = "[hidden]"
 
-// This file is txsink's one place for redaction. Everything the worker
-// shows goes through it: the API (RedactConfig, ScrubString), status
-// traces and errors (ScrubString with the connector's Secrets), and the log
-// handler (ScrubString with every connector's Secrets). Metrics carry only
-// connector names and fixed words (validated names cannot hold secrets).
+// Lookup finds the setting definitions that apply to a raw connector
+// configuration: *connectors.Registry is one (the sink's settings after
+// the common ones). A nil Lookup knows the common connector settings only.
+type Lookup interface {
+	DefsFor(raw map[string]string) config.Defs
+}
 
 // isSecretKey reports whether a setting is a secret: PASSWORD-typed in the
 // sink's definitions, or named like one (see isSecretName), for settings a
@@ -296,11 +307,11 @@ func redactText(s string) string {
 
 // RedactConfig returns a copy of raw in which every secret setting is
 // Hidden, credentials inside URL values are Hidden (RedactURL), and a
-// secret's value is Hidden wherever else it appears. reg, when not nil,
+// secret's value is Hidden wherever else it appears. l, when not nil,
 // supplies the sink's PASSWORD-typed settings.
-func RedactConfig(reg *Registry, raw map[string]string) map[string]string {
-	defs := defsFor(reg, raw)
-	secrets := Secrets(reg, raw)
+func RedactConfig(l Lookup, raw map[string]string) map[string]string {
+	defs := defsFor(l, raw)
+	secrets := Of(l, raw)
 	out := make(map[string]string, len(raw))
 	for k, v := range raw {
 		if isSecretKey(defs, k) {
@@ -318,11 +329,11 @@ func redactSetting(v string, secrets []string) string {
 	return RedactURL(ScrubString(v, secrets))
 }
 
-// Secrets returns the secret strings of a configuration, longest first:
-// the values of secret settings and the passwords inside URL values, raw
-// and decoded. ScrubString removes them from free text (error traces).
-func Secrets(reg *Registry, raw map[string]string) []string {
-	defs := defsFor(reg, raw)
+// Of returns the secret strings of a configuration, longest first: the
+// values of secret settings and the passwords inside URL values, raw and
+// decoded. ScrubString removes them from free text (error traces).
+func Of(l Lookup, raw map[string]string) []string {
+	defs := defsFor(l, raw)
 	seen := map[string]bool{}
 	add := func(s string) {
 		if len(s) >= 3 && s != Hidden { // shorter strings would mangle unrelated text
@@ -364,11 +375,9 @@ func ScrubString(s string, secrets []string) string {
 	return redactText(s)
 }
 
-func defsFor(reg *Registry, raw map[string]string) config.Defs {
-	if reg != nil {
-		if spec, ok := reg.Lookup(raw[config.KeyClass]); ok {
-			return spec.AllDefs()
-		}
+func defsFor(l Lookup, raw map[string]string) config.Defs {
+	if l == nil {
+		return config.ConnectorDefs
 	}
-	return config.ConnectorDefs
+	return l.DefsFor(raw)
 }

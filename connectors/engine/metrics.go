@@ -1,4 +1,4 @@
-package connectors
+package engine
 
 import (
 	"context"
@@ -6,13 +6,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/txsink/txsink/connectors"
 )
 
-// workerMetrics are the worker's Prometheus metrics. Labels carry only
+// metrics are the worker's Prometheus metrics. Labels carry only
 // connector names, topics, partitions, phases and outcomes: never a
 // configuration value.
-type workerMetrics struct {
-	w *Worker
+type metrics struct {
+	e *Engine
 
 	consumed          *prometheus.CounterVec
 	written           *prometheus.CounterVec
@@ -29,10 +30,10 @@ type workerMetrics struct {
 	nextDesc, lagDesc, inDoubtDesc, inDoubtAgeDesc, stateDesc, taskStateDesc *prometheus.Desc
 }
 
-func newWorkerMetrics(w *Worker) *workerMetrics {
+func newMetrics(e *Engine) *metrics {
 	conn := []string{"connector"}
-	return &workerMetrics{
-		w:            w,
+	return &metrics{
+		e:            e,
 		consumed:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "txsink_records_consumed_total", Help: "Records polled from Kafka (read_committed), including records of rounds that were aborted and redone."}, conn),
 		written:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "txsink_records_written_total", Help: "Records of committed rounds (rows written or dead-lettered)."}, conn),
 		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "txsink_records_dead_lettered_total", Help: "Records written to the dead-letter destination in committed rounds."}, conn),
@@ -64,22 +65,23 @@ type SinkCollectors interface {
 // sinkMetrics collects the metrics of every open sink at scrape time. It
 // describes nothing, so the registry accepts whatever the sinks report
 // (an unchecked collector).
-type sinkMetrics struct{ w *Worker }
+type sinkMetrics struct{ e *Engine }
 
 func (sinkMetrics) Describe(chan<- *prometheus.Desc) {}
 
 func (sm sinkMetrics) Collect(ch chan<- prometheus.Metric) {
-	sm.w.mu.Lock()
 	var sinks []SinkCollectors
-	for _, c := range sm.w.conns {
-		if c.conn == nil {
+	for _, c := range sm.e.all() {
+		c.mu.Lock()
+		run := c.run
+		c.mu.Unlock()
+		if run == nil {
 			continue
 		}
-		if sc, ok := c.conn.Sink.(SinkCollectors); ok {
+		if sc, ok := run.Sink.(SinkCollectors); ok {
 			sinks = append(sinks, sc)
 		}
 	}
-	sm.w.mu.Unlock()
 	for _, sc := range sinks {
 		for _, c := range sc.Collectors() {
 			c.Collect(ch)
@@ -87,8 +89,8 @@ func (sm sinkMetrics) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (m *workerMetrics) register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.consumed, m.written, m.deadLettered, m.rounds, m.batches, m.fenced, m.phase, m.taskFailures, m.taskRestarts, m.connectorFailures, m.unavailable, m, sinkMetrics{m.w}} {
+func (m *metrics) register(r prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{m.consumed, m.written, m.deadLettered, m.rounds, m.batches, m.fenced, m.phase, m.taskFailures, m.taskRestarts, m.connectorFailures, m.unavailable, m, sinkMetrics{m.e}} {
 		if err := r.Register(c); err != nil {
 			return err
 		}
@@ -96,7 +98,7 @@ func (m *workerMetrics) register(r prometheus.Registerer) error {
 	return nil
 }
 
-func (m *workerMetrics) round(name string, r RoundStats) {
+func (m *metrics) round(name string, r RoundStats) {
 	m.consumed.WithLabelValues(name).Add(float64(r.Records))
 	outcome := r.Outcome
 	if outcome == "" {
@@ -119,7 +121,7 @@ func (m *workerMetrics) round(name string, r RoundStats) {
 }
 
 // forget drops a deleted connector's series.
-func (m *workerMetrics) forget(name string) {
+func (m *metrics) forget(name string) {
 	l := prometheus.Labels{"connector": name}
 	for _, v := range []*prometheus.MetricVec{m.consumed.MetricVec, m.written.MetricVec, m.deadLettered.MetricVec, m.rounds.MetricVec, m.batches.MetricVec, m.fenced.MetricVec, m.phase.MetricVec, m.taskFailures.MetricVec, m.taskRestarts.MetricVec, m.connectorFailures.MetricVec, m.unavailable.MetricVec} {
 		v.DeletePartialMatch(l)
@@ -127,10 +129,10 @@ func (m *workerMetrics) forget(name string) {
 }
 
 // forgetPartition is a no-op: partition series are computed at scrape time.
-func (m *workerMetrics) forgetPartition(string, string, int32) {}
+func (m *metrics) forgetPartition(string, string, int32) {}
 
 // Describe implements prometheus.Collector for the scrape-time gauges.
-func (m *workerMetrics) Describe(ch chan<- *prometheus.Desc) {
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.nextDesc, m.lagDesc, m.inDoubtDesc, m.inDoubtAgeDesc, m.stateDesc, m.taskStateDesc} {
 		ch <- d
 	}
@@ -139,32 +141,31 @@ func (m *workerMetrics) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector: partition positions and lag,
 // in-doubt batches and states, looked up at scrape time (bounded to a few
 // seconds; what does not answer in time is left out).
-func (m *workerMetrics) Collect(ch chan<- prometheus.Metric) {
-	w := m.w
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	type connSnap struct {
 		name   string
 		state  State
 		tasks  map[State]int
 		obs    *observer
-		sink   Sink
+		sink   connectors.Sink
 		hasRun bool
 	}
-	w.mu.Lock()
 	var snaps []connSnap
-	for name, c := range w.conns {
-		s := connSnap{name: name, state: c.state, tasks: map[State]int{}, obs: c.obs}
+	for _, c := range m.e.all() {
+		c.mu.Lock()
+		s := connSnap{name: c.name, state: c.state, tasks: map[State]int{}, obs: c.obs}
 		if s.state == "" {
 			s.state = StateUnassigned
 		}
 		for _, t := range c.tasks {
 			s.tasks[t.state]++
 		}
-		if c.conn != nil {
-			s.sink, s.hasRun = c.conn.Sink, true
+		if c.run != nil {
+			s.sink, s.hasRun = c.run.Sink, true
 		}
+		c.mu.Unlock()
 		snaps = append(snaps, s)
 	}
-	w.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
 	defer cancel()
 	topics := map[string]bool{}
@@ -179,7 +180,7 @@ func (m *workerMetrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	var ends map[tp]int64
 	if len(topics) > 0 {
-		ends = w.endOffsets(ctx, topics)
+		ends = m.e.endOffsets(ctx, topics)
 	}
 	for _, s := range snaps {
 		for _, p := range s.obs.positions() {

@@ -1,6 +1,7 @@
-package connectors
+package secrets
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -43,7 +44,7 @@ func TestSecretsFromEveryReading(t *testing.T) {
 		"connection.url":  "postgres://u:Pw%40Canary1@h/db?pass%77ord=Qw%26Canary2",
 		"connector.class": "postgres",
 	}
-	secrets := Secrets(nil, raw)
+	secrets := Of(nil, raw)
 	msg := ScrubString("auth failed with Pw@Canary1 and Qw&Canary2 (raw Pw%40Canary1, Qw%26Canary2)", secrets)
 	for _, s := range []string{"Canary1", "Canary2"} {
 		if strings.Contains(msg, s) {
@@ -77,6 +78,36 @@ func TestRestoreURLPasswords(t *testing.T) {
 	} {
 		if got, ok := restoreURLPasswords(c[0], c[1]); ok {
 			t.Errorf("restoreURLPasswords(%q, %q) = %q, want no match", c[0], c[1], got)
+		}
+	}
+}
+
+func TestRedaction(t *testing.T) {
+	raw := map[string]string{
+		"name":                "c",
+		"connector.class":     "postgres",
+		"connection.url":      "jdbc:postgresql://u:s%40cret@h:5432/db?sslmode=disable&password=qpw123",
+		"connection.password": "Pa55word",
+		"my.api.token":        "tok-123",
+		"comment":             "uses Pa55word",
+	}
+	got := RedactConfig(nil, raw)
+	want := map[string]string{
+		"name":                "c",
+		"connector.class":     "postgres",
+		"connection.url":      "jdbc:postgresql://u:[hidden]@h:5432/db?sslmode=disable&password=[hidden]",
+		"connection.password": Hidden,
+		"my.api.token":        Hidden,
+		"comment":             "uses [hidden]",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("RedactConfig:\n got %v\nwant %v", got, want)
+	}
+	secrets := Of(nil, raw)
+	msg := ScrubString("login as u with s@cret / s%40cret / qpw123 / Pa55word failed at postgres://x:y1z@h", secrets)
+	for _, s := range []string{"s@cret", "s%40cret", "qpw123", "Pa55word", "y1z"} {
+		if strings.Contains(msg, s) {
+			t.Errorf("ScrubString left %q: %s", s, msg)
 		}
 	}
 }

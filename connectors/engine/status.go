@@ -1,4 +1,4 @@
-package connectors
+package engine
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
+	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/secrets"
 	"github.com/txsink/txsink/offsets"
 	"github.com/txsink/txsink/twophase"
 )
@@ -101,15 +103,17 @@ type RoundSummary struct {
 // statusTimeout bounds the Kafka and sink look-ups of a status request.
 const statusTimeout = 3 * time.Second
 
-// Status returns the connector's and its tasks' states. The partitions'
-// lag and the in-doubt batches are looked up within a few seconds; when
+// Status returns the states of the connector and of its tasks on this
+// worker, with what the engine observed of them; false when the engine
+// does not know the connector. The partitions' lag and the in-doubt
+// batches are looked up within a few seconds (and before ctx ends); when
 // Kafka or the sink does not answer in time they are left unknown.
-func (w *Worker) Status(ctx context.Context, name string) (ConnectorStatus, error) {
-	m, err := w.lookup(name)
-	if err != nil {
-		return ConnectorStatus{}, err
+func (e *Engine) Status(ctx context.Context, name string) (ConnectorStatus, bool) {
+	c := e.lookup(name)
+	if c == nil {
+		return ConnectorStatus{}, false
 	}
-	st := w.statusSnapshot(m)
+	st, run := e.statusSnapshot(c)
 	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -124,15 +128,15 @@ func (w *Worker) Status(ctx context.Context, name string) (ConnectorStatus, erro
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ends = w.endOffsets(ctx, topics)
+			ends = e.endOffsets(ctx, topics)
 		}()
 	}
 	var inDoubt []InDoubtBatch
-	if c := w.openConn(m); c != nil {
+	if run != nil {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			inDoubt, _ = m.obs.inDoubt(ctx, c.Sink)
+			inDoubt, _ = c.obs.inDoubt(ctx, run.Sink)
 		}()
 	}
 	wg.Wait()
@@ -143,9 +147,9 @@ func (w *Worker) Status(ctx context.Context, name string) (ConnectorStatus, erro
 		for j := range t.Partitions {
 			p := &t.Partitions[j]
 			owned[tp{p.Topic, p.Partition}] = true
-			if e, ok := ends[tp{p.Topic, p.Partition}]; ok {
-				p.EndOffset = e
-				p.Lag = max(e-p.NextOffset, 0)
+			if end, ok := ends[tp{p.Topic, p.Partition}]; ok {
+				p.EndOffset = end
+				p.Lag = max(end-p.NextOffset, 0)
 			}
 		}
 		for _, b := range inDoubt {
@@ -154,52 +158,51 @@ func (w *Worker) Status(ctx context.Context, name string) (ConnectorStatus, erro
 			}
 		}
 	}
-	return st, nil
+	return st, true
 }
 
-// TaskStatus returns one task's status.
-func (w *Worker) TaskStatus(ctx context.Context, name string, id int) (TaskStatus, error) {
-	st, err := w.Status(ctx, name)
-	if err != nil {
-		return TaskStatus{}, err
+// Snapshot returns the states and traces of the connector and of its
+// tasks; false when the engine does not know the connector.
+func (e *Engine) Snapshot(name string) (Snapshot, bool) {
+	c := e.lookup(name)
+	if c == nil {
+		return Snapshot{}, false
 	}
-	for _, t := range st.Tasks {
-		if t.ID == id {
-			return t, nil
-		}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sn := Snapshot{Connector: StateInfo{State: c.state, Trace: c.trace, WorkerID: e.opt.WorkerID}}
+	for _, t := range c.tasks {
+		sn.Tasks = append(sn.Tasks, StateInfo{State: t.state, Trace: t.trace, WorkerID: e.opt.WorkerID})
 	}
-	return TaskStatus{}, errorf(ErrNotFound, "No status found for task %s-%d", name, id)
+	return sn, true
 }
 
-func (w *Worker) openConn(m *managed) *Connector {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return m.conn
-}
-
-func (w *Worker) statusSnapshot(m *managed) ConnectorStatus {
-	w.mu.Lock()
+// statusSnapshot returns the connector's states and what the observer
+// knows, and its running Connector (nil when not running).
+func (e *Engine) statusSnapshot(c *conn) (ConnectorStatus, *Connector) {
+	c.mu.Lock()
 	st := ConnectorStatus{
-		Name:      m.name,
+		Name:      c.name,
 		Type:      "sink",
-		Target:    m.target,
-		Connector: StateInfo{State: m.state, Trace: m.trace, WorkerID: w.opt.WorkerID},
+		Target:    c.cfg.Target,
+		Connector: StateInfo{State: c.state, Trace: c.trace, WorkerID: e.opt.WorkerID},
 	}
 	if st.Connector.State == "" {
 		st.Connector.State = StateUnassigned
 	}
-	for i, t := range m.tasks {
-		ts := TaskStatus{ID: i, StateInfo: StateInfo{State: t.state, Trace: t.trace, WorkerID: w.opt.WorkerID}, Restarts: t.restarts, RestartAt: t.next}
+	for i, t := range c.tasks {
+		ts := TaskStatus{ID: i, StateInfo: StateInfo{State: t.state, Trace: t.trace, WorkerID: e.opt.WorkerID}, Restarts: t.restarts, RestartAt: t.next}
 		st.Tasks = append(st.Tasks, ts)
 	}
-	w.mu.Unlock()
-	m.obs.fill(st.Tasks)
-	return st
+	run := c.run
+	c.mu.Unlock()
+	c.obs.fill(st.Tasks)
+	return st, run
 }
 
 // endOffsets returns the high watermarks of the topics' partitions.
-func (w *Worker) endOffsets(ctx context.Context, topics map[string]bool) map[tp]int64 {
-	adm, err := w.adminClient()
+func (e *Engine) endOffsets(ctx context.Context, topics map[string]bool) map[tp]int64 {
+	adm, err := e.adminClient()
 	if err != nil {
 		return nil
 	}
@@ -223,12 +226,13 @@ func (w *Worker) endOffsets(ctx context.Context, topics map[string]bool) map[tp]
 // observer receives one connector's task events (Observer) and keeps what
 // the status and the metrics show.
 type observer struct {
-	w    *Worker
+	m    *metrics
 	name string
 
-	mu    sync.Mutex
-	tasks map[int]*taskObs
-	seen  map[twophase.BatchID]time.Time // in-doubt batches, first seen
+	mu      sync.Mutex
+	tasks   map[int]*taskObs
+	seen    map[twophase.BatchID]time.Time // in-doubt batches, first seen
+	secrets []string                       // removed from the errors it keeps
 }
 
 type taskObs struct {
@@ -240,8 +244,16 @@ type taskObs struct {
 
 var _ Observer = (*observer)(nil)
 
-func newObserver(w *Worker, name string) *observer {
-	return &observer{w: w, name: name, tasks: map[int]*taskObs{}, seen: map[twophase.BatchID]time.Time{}}
+func newObserver(m *metrics, name string) *observer {
+	return &observer{m: m, name: name, tasks: map[int]*taskObs{}, seen: map[twophase.BatchID]time.Time{}}
+}
+
+// setSecrets sets the connector's secrets, which the observer removes from
+// the errors it keeps.
+func (o *observer) setSecrets(s []string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.secrets = s
 }
 
 func (o *observer) task(id int) *taskObs {
@@ -270,7 +282,7 @@ func (o *observer) Revoked(task int, topic string, partitions []int32) {
 	t := o.task(task)
 	for _, p := range partitions {
 		delete(t.parts, tp{topic, p})
-		o.w.metrics.forgetPartition(o.name, topic, p)
+		o.m.forgetPartition(o.name, topic, p)
 	}
 }
 
@@ -287,22 +299,16 @@ func (o *observer) Round(task int, r RoundStats) {
 	}
 	t.round = &RoundSummary{At: time.Now().UTC(), Outcome: r.Outcome, Records: r.Records, Batches: r.Batches, Total: r.Total}
 	o.mu.Unlock()
-	o.w.metrics.round(o.name, r)
+	o.m.round(o.name, r)
 }
 
 // FenceConflict implements Observer.
 func (o *observer) FenceConflict(task int, err error) {
 	o.mu.Lock()
 	t := o.task(task)
-	o.w.mu.Lock()
-	var secrets []string
-	if m := o.w.conns[o.name]; m != nil {
-		secrets = m.secrets
-	}
-	o.w.mu.Unlock()
-	t.fence = &FenceConflict{At: time.Now().UTC(), Error: ScrubString(fmt.Sprint(err), secrets)}
+	t.fence = &FenceConflict{At: time.Now().UTC(), Error: secrets.ScrubString(fmt.Sprint(err), o.secrets)}
 	o.mu.Unlock()
-	o.w.metrics.fenced.WithLabelValues(o.name).Inc()
+	o.m.fenced.WithLabelValues(o.name).Inc()
 }
 
 // Waiting implements Observer.
@@ -314,19 +320,13 @@ func (o *observer) Waiting(task int, err error) {
 		o.mu.Unlock()
 		return
 	}
-	o.w.mu.Lock()
-	var secrets []string
-	if m := o.w.conns[o.name]; m != nil {
-		secrets = m.secrets
-	}
-	o.w.mu.Unlock()
-	w := &Waiting{Since: time.Now().UTC(), Error: ScrubString(fmt.Sprint(err), secrets)}
+	w := &Waiting{Since: time.Now().UTC(), Error: secrets.ScrubString(fmt.Sprint(err), o.secrets)}
 	if t.waiting != nil {
 		w.Since = t.waiting.Since
 	}
 	t.waiting = w
 	o.mu.Unlock()
-	o.w.metrics.unavailable.WithLabelValues(o.name).Inc()
+	o.m.unavailable.WithLabelValues(o.name).Inc()
 }
 
 // clearTask forgets a task's partitions (it exited).
@@ -335,7 +335,7 @@ func (o *observer) clearTask(id int) {
 	defer o.mu.Unlock()
 	if t := o.tasks[id]; t != nil {
 		for k := range t.parts {
-			o.w.metrics.forgetPartition(o.name, k.topic, k.partition)
+			o.m.forgetPartition(o.name, k.topic, k.partition)
 		}
 		t.parts = map[tp]offsets.Position{}
 		t.waiting = nil
@@ -404,7 +404,7 @@ func (o *observer) positions() []offsets.Position {
 
 // inDoubt lists the connector's prepared batches and remembers when each
 // was first seen.
-func (o *observer) inDoubt(ctx context.Context, s Sink) ([]InDoubtBatch, error) {
+func (o *observer) inDoubt(ctx context.Context, s connectors.Sink) ([]InDoubtBatch, error) {
 	ids, err := s.InDoubt(ctx, o.name)
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package connectors
+package engine
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/txsink/txsink/config"
+	"github.com/txsink/txsink/connectors"
 	"github.com/txsink/txsink/connectors/convert"
 )
 
@@ -18,8 +19,8 @@ import (
 type Connector struct {
 	Config config.Connector
 	Values config.Values
-	Spec   Spec
-	Sink   Sink
+	Spec   connectors.Spec
+	Sink   connectors.Sink
 
 	log    *slog.Logger
 	opt    TaskOptions
@@ -50,7 +51,7 @@ func NewInstanceID() string {
 
 // Open validates raw, opens the sink and runs the preflight check. The
 // connector does not consume until Start.
-func Open(ctx context.Context, reg *Registry, raw map[string]string, opt TaskOptions) (*Connector, error) {
+func Open(ctx context.Context, reg *connectors.Registry, raw map[string]string, opt TaskOptions) (*Connector, error) {
 	spec, v, errs := reg.Validate(raw)
 	if len(errs) > 0 {
 		return nil, errs
@@ -67,7 +68,7 @@ func Open(ctx context.Context, reg *Registry, raw map[string]string, opt TaskOpt
 	if err != nil {
 		return nil, err
 	}
-	sink, err := spec.New(ctx, Env{Bootstrap: opt.Bootstrap, KafkaOpts: opt.KafkaOpts, Log: log.With("connector", c.Name), Pipeline: pipe, Policy: reg.Policy()}, c, v)
+	sink, err := spec.New(ctx, connectors.Env{Bootstrap: opt.Bootstrap, KafkaOpts: opt.KafkaOpts, Log: log.With("connector", c.Name), Pipeline: pipe, Policy: reg.Policy()}, c, v)
 	if err != nil {
 		return nil, err
 	}

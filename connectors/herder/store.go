@@ -1,4 +1,4 @@
-package connectors
+package herder
 
 import (
 	"encoding/json"
@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/txsink/txsink/connectors/engine"
 )
 
 // storeFile is the standalone worker's state file in the data directory.
@@ -21,11 +23,11 @@ type storedState struct {
 }
 
 type storedConnector struct {
-	Config map[string]string `json:"config"`
-	Target TargetState       `json:"target_state"`
-	State  State             `json:"state,omitempty"`
-	Trace  string            `json:"trace,omitempty"`
-	Tasks  []storedTask      `json:"tasks,omitempty"`
+	Config map[string]string  `json:"config"`
+	Target engine.TargetState `json:"target_state"`
+	State  engine.State       `json:"state,omitempty"`
+	Trace  string             `json:"trace,omitempty"`
+	Tasks  []storedTask       `json:"tasks,omitempty"`
 	// SecretDropped is the note of a secret a configuration change
 	// dropped (the connector fails until it is sent again).
 	SecretDropped string    `json:"secret_dropped,omitempty"`
@@ -34,9 +36,9 @@ type storedConnector struct {
 }
 
 type storedTask struct {
-	ID    int    `json:"id"`
-	State State  `json:"state"`
-	Trace string `json:"trace,omitempty"`
+	ID    int          `json:"id"`
+	State engine.State `json:"state"`
+	Trace string       `json:"trace,omitempty"`
 }
 
 // loadState reads the state file; a missing file is an empty state.

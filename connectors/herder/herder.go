@@ -1,0 +1,130 @@
+// Package herder keeps the connectors' configurations and target states,
+// and tells the engine (connectors/engine) what to run on this worker, as
+// Kafka Connect's herders do. Standalone keeps them in a data directory.
+package herder
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+
+	"github.com/txsink/txsink/config"
+	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/convert"
+	"github.com/txsink/txsink/connectors/secrets"
+)
+
+// Sentinel errors of the herders. Errors returned by a herder's methods
+// wrap one of them (or are config.Errors for an invalid configuration);
+// their message is the one Kafka Connect uses and is safe to show (no
+// secrets).
+var (
+	// ErrNotFound: no connector (or task) by that name (HTTP 404).
+	ErrNotFound = errors.New("not found")
+	// ErrExists: a connector with that name exists (HTTP 409).
+	ErrExists = errors.New("already exists")
+	// ErrBadRequest: the request is malformed or not allowed in the
+	// connector's current state, as Kafka Connect reports it (HTTP 400).
+	ErrBadRequest = errors.New("bad request")
+	// ErrConflict: the operation conflicts with the connector's state or
+	// another operation on it (HTTP 409).
+	ErrConflict = errors.New("conflict")
+	// ErrClosed: the worker is shutting down.
+	ErrClosed = errors.New("worker is shutting down")
+	// ErrSecretDropped: a configuration change moved the connector to
+	// another host, port or user without sending its secret again, so the
+	// stored secret was dropped; the connector fails until it is sent
+	// (HTTP 409 where an operation needs the sink).
+	ErrSecretDropped = errors.New("secret dropped")
+)
+
+// opError carries a Kafka Connect style message and one of the sentinels.
+type opError struct {
+	kind error
+	msg  string
+}
+
+func (e *opError) Error() string { return e.msg }
+func (e *opError) Unwrap() error { return e.kind }
+
+func errorf(kind error, format string, args ...any) error {
+	return &opError{kind: kind, msg: fmt.Sprintf(format, args...)}
+}
+
+func notFound(name string) error { return errorf(ErrNotFound, "Connector %s not found", name) }
+
+// scrub removes the connector's secrets from an error's message; field
+// errors and a dropped secret's note, which hold none, keep their kinds.
+func scrub(err error, secs []string) error {
+	var ferrs config.Errors
+	var oe *opError
+	if errors.As(err, &ferrs) || errors.As(err, &oe) && oe.kind == ErrSecretDropped {
+		return err // messages without secrets, kinds kept
+	}
+	return errors.New(secrets.ScrubString(err.Error(), secs))
+}
+
+// Info describes a connector as Kafka Connect's ConnectorInfo does.
+type Info struct {
+	Name string
+	// Config is the stored configuration, unredacted: redact it with
+	// secrets.RedactConfig before showing it.
+	Config map[string]string
+	// Tasks lists the task ids (none while STOPPED).
+	Tasks []int
+	Type  string
+}
+
+// validate checks a configuration for create or update. name is the name
+// in the URL or create body; the configuration's "name", when present,
+// must equal it.
+func validate(reg *connectors.Registry, name string, raw map[string]string) (map[string]string, error) {
+	cfg := make(map[string]string, len(raw)+1)
+	maps.Copy(cfg, raw)
+	if n, ok := cfg[config.KeyName]; ok && n != name {
+		return nil, errorf(ErrBadRequest, "Connector name configuration (%s) doesn't match connector name in the URL (%s)", secrets.ScrubString(n, secrets.Of(reg, raw)), name)
+	}
+	cfg[config.KeyName] = name
+	if errs := secrets.CheckPlaceholders(reg, cfg); len(errs) > 0 {
+		return nil, errs
+	}
+	if _, _, errs := reg.Validate(cfg); len(errs) > 0 {
+		return nil, errs
+	}
+	return cfg, nil
+}
+
+// identity returns where a raw configuration's secrets go: the sink's
+// Spec.Identity ("" for a sink without one) and the converters' registry
+// targets. A change of either drops the stored secrets it does not send
+// again (secrets.Bind).
+func identity(reg *connectors.Registry) secrets.Identity {
+	return func(raw map[string]string) (string, error) {
+		spec, v, _ := reg.Validate(raw)
+		id := ""
+		if spec.Identity != nil {
+			var err error
+			if id, err = spec.Identity(v); err != nil {
+				return "", err
+			}
+		}
+		if r := convert.RegistryTargets(raw); r != "" {
+			id += " " + r
+		}
+		return id, nil
+	}
+}
+
+// patchChange turns a PATCH body into a configuration change: a nil value
+// removes the setting.
+func patchChange(patch map[string]*string) secrets.Change {
+	change := secrets.Change{Set: map[string]string{}}
+	for k, v := range patch {
+		if v == nil {
+			change.Unset = append(change.Unset, k)
+		} else {
+			change.Set[k] = *v
+		}
+	}
+	return change
+}
