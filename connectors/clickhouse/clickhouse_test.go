@@ -182,6 +182,11 @@ func TestMechanism(t *testing.T) {
 	if old.DedupToken || old.NonReplicatedWindow != -1 || !cur.DedupToken || cur.NonReplicatedWindow != 0 {
 		t.Fatalf("settings: old %+v cur %+v", old, cur)
 	}
+	var v26 Features
+	v26.applySettings(map[string]string{"insert_deduplicate": "1", "deduplicate_insert": "enable", "insert_deduplication_token": ""}, nil)
+	if old.DeduplicateInsert || cur.DeduplicateInsert || !v26.DeduplicateInsert || !v26.InsertDeduplicate {
+		t.Fatalf("deduplicate_insert (26.x) detected wrongly: old %v, 25.8 %v, 26 %v", old.DeduplicateInsert, cur.DeduplicateInsert, v26.DeduplicateInsert)
+	}
 	cases := []struct {
 		f            Features
 		engine, full string

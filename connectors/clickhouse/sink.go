@@ -86,6 +86,7 @@ type Sink struct {
 	stats struct {
 		redos, skipped, risk, fenced, committed atomic.Uint64
 	}
+	unsafeSeq atomic.Uint64 // the negative control's distinct tokens
 
 	mu     sync.Mutex
 	tables map[string]*table
@@ -327,16 +328,34 @@ func (s *Sink) mechanismFor(t *table) (Mechanism, string) {
 	return m, why
 }
 
-// insertCtx returns ctx with the settings of an insert under mechanism m.
+// insertCtx returns ctx with the settings of an insert under mechanism m:
+// de-duplication switched on by every setting the server has for it
+// (insert_deduplicate; deduplicate_insert, which supersedes it on 26.x),
+// and the block's token under MechToken.
+//
+// The negative control (UnsafeNoFencing, test only) switches all of it off
+// and, where the server has tokens, sends a token no other insert carries,
+// so that neither the token nor the block's content can make the server
+// drop a zombie's repeated insert.
 func (s *Sink) insertCtx(ctx context.Context, m Mechanism, token string) context.Context {
 	set := clickhouse.Settings{}
+	unsafe := s.cfg.UnsafeNoFencing
 	if s.feat.InsertDeduplicate {
 		set["insert_deduplicate"] = 1
-		if s.cfg.UnsafeNoFencing {
-			set["insert_deduplicate"] = 0 // negative control only
+		if unsafe {
+			set["insert_deduplicate"] = 0
 		}
 	}
-	if m == MechToken && !s.cfg.UnsafeNoFencing {
+	if s.feat.DeduplicateInsert {
+		set["deduplicate_insert"] = "enable"
+		if unsafe {
+			set["deduplicate_insert"] = "disable"
+		}
+	}
+	switch {
+	case unsafe && s.feat.DedupToken:
+		set["insert_deduplication_token"] = token + "-unsafe-" + strconv.FormatUint(s.unsafeSeq.Add(1), 10) + "-" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	case m == MechToken && !unsafe:
 		set["insert_deduplication_token"] = token
 	}
 	return clickhouse.Context(ctx, clickhouse.WithSettings(set))
@@ -644,7 +663,9 @@ func (s *Sink) present(ctx context.Context, t *table, id twophase.BatchID, b *bl
 
 // redoRisk estimates whether the de-duplication window of t may have
 // turned over since the batch's intent was written: for a replicated table
-// from ZooKeeper's block ids (all writers), otherwise from the blocks this
+// from ZooKeeper's block ids (all writers); otherwise (plain MergeTree with
+// tokens, or no system.zookeeper) from system.part_log's new parts (all
+// writers); where the server keeps no part_log, from the blocks this
 // connector inserted since. It logs and counts the risk.
 func (s *Sink) redoRisk(ctx context.Context, in intent, t *table, checked bool) {
 	window := t.Engine.Window
@@ -664,6 +685,14 @@ func (s *Sink) redoRisk(ctx context.Context, in intent, t *table, checked bool) 
 		}
 	}
 	if how == "" {
+		if n, err := s.partsSince(ctx, t, in.PreparedAt); err == nil {
+			since = n
+			how = fmt.Sprintf("system.part_log shows %d parts written into the table since the intent (%s), by any writer", n, in.PreparedAt.UTC().Format(time.RFC3339))
+		} else {
+			s.log.Info("no system.part_log to measure the de-duplication window with (enable part_log to see other writers); counting this connector's blocks", "table", t.Name, "err", err)
+		}
+	}
+	if how == "" {
 		n, err := s.st.blocksSince(ctx, in.ID.Connector, in.Target, in.PreparedAt)
 		if err != nil {
 			s.log.Warn("cannot estimate the de-duplication window risk of a redo", "batch", in.ID.String(), "err", err)
@@ -680,9 +709,22 @@ func (s *Sink) redoRisk(ctx context.Context, in intent, t *table, checked bool) 
 		s.log.Info("de-duplication window may have turned over since the batch's intent; blocks are checked for presence instead", "batch", in.ID.String(), "table", t.Name, "window", window)
 		return
 	}
-	s.stats.risk.Add(1)
+	total := s.stats.risk.Add(1)
 	s.log.Warn("DEDUP WINDOW RISK: the table's de-duplication window may have turned over since this batch's interrupted insert; a redo of blocks inserted before the crash can duplicate them. Add the coordinate columns __connect_topic, __connect_partition, __connect_offset (presence check) or raise the window",
-		"batch", in.ID.String(), "table", t.Name, "window", window, "estimate", how)
+		"batch", in.ID.String(), "table", t.Name, "window", window, "estimate", how, "dedup_window_risk_total", total)
+}
+
+// partsSince counts the parts written into t by any writer since at (second
+// resolution, the same second included), from system.part_log after asking
+// the server to flush it (best effort: a user without the SYSTEM FLUSH LOGS
+// grant sees what the log already holds). Every inserted part takes a place
+// in the table's de-duplication log, so this is how far its window moved.
+func (s *Sink) partsSince(ctx context.Context, t *table, at time.Time) (uint64, error) {
+	_ = s.conn.Exec(ctx, "SYSTEM FLUSH LOGS")
+	var n uint64
+	err := s.conn.QueryRow(ctx, "SELECT count() FROM system.part_log WHERE database = ? AND table = ? AND event_type = 'NewPart' AND event_time >= ?",
+		t.DB, t.Name, at).Scan(&n)
+	return n, err
 }
 
 // rebuild re-reads an intent's range from Kafka and maps it again, with the
