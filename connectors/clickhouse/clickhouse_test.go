@@ -3,6 +3,7 @@ package clickhouse
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -359,4 +360,24 @@ func TestMapEnvelopeDecimal(t *testing.T) {
 func coerceJSON(t *chType, in string) (any, error) {
 	v := record.JSON([]byte(in))
 	return coerce(t, &v)
+}
+
+// TestExpiredWhere: the cleanup's condition names the connector, the cut
+// and excludes every latest batch, all as bound arguments.
+func TestExpiredWhere(t *testing.T) {
+	cut := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	where, args := expiredWhere("c1", cut, []batchKey{{"t", 0, 10, 19}, {"t", 1, 5, 9}})
+	want := "connector = ? AND prepared_at < ? AND NOT (topic = ? AND `partition` = ? AND first = ? AND last = ?) AND NOT (topic = ? AND `partition` = ? AND first = ? AND last = ?)"
+	if where != want {
+		t.Fatalf("where:\n%s\nwant\n%s", where, want)
+	}
+	wantArgs := []any{"c1", cut, "t", int32(0), int64(10), int64(19), "t", int32(1), int64(5), int64(9)}
+	if fmt.Sprint(args) != fmt.Sprint(wantArgs) || strings.Count(where, "?") != len(args) {
+		t.Fatalf("args %v, want %v", args, wantArgs)
+	}
+	for _, c := range []struct{ r, want time.Duration }{{0, time.Second}, {time.Second, time.Second}, {10 * time.Second, 5 * time.Second}, {7 * 24 * time.Hour, time.Hour}} {
+		if got := cleanupPeriod(c.r); got != c.want {
+			t.Errorf("cleanupPeriod(%v) = %v, want %v", c.r, got, c.want)
+		}
+	}
 }

@@ -70,8 +70,9 @@ type Status struct {
 	// already present; DedupWindowRisk counts redos that ran after the
 	// table's de-duplication window may have turned over and could not
 	// check presence (duplicates possible); Fenced counts commits refused
-	// because the stored fence moved.
-	Redos, RedoBlocksSkipped, DedupWindowRisk, Fenced, Committed uint64
+	// because the stored fence moved; IntentsDeleted counts intents the
+	// retention cleanup deleted.
+	Redos, RedoBlocksSkipped, DedupWindowRisk, Fenced, Committed, IntentsDeleted uint64
 }
 
 // Sink is the ClickHouse sink.
@@ -84,9 +85,10 @@ type Sink struct {
 	feat  Features
 	log   *slog.Logger
 	stats struct {
-		redos, skipped, risk, fenced, committed atomic.Uint64
+		redos, skipped, risk, fenced, committed, cleaned atomic.Uint64
 	}
-	unsafeSeq atomic.Uint64 // the negative control's distinct tokens
+	stopCleanup func()        // stops the intents cleanup; nil when none runs
+	unsafeSeq   atomic.Uint64 // the negative control's distinct tokens
 
 	mu     sync.Mutex
 	tables map[string]*table
@@ -146,6 +148,7 @@ func Open(ctx context.Context, env connectors.Env, cfg Config) (*Sink, error) {
 		conn.Close()
 		return nil, err
 	}
+	s.startCleanup()
 	return s, nil
 }
 
@@ -161,7 +164,7 @@ func (s *Sink) Status() Status {
 	}
 	s.mu.Unlock()
 	return Status{Features: s.feat, Mechanisms: m, Redos: s.stats.redos.Load(), RedoBlocksSkipped: s.stats.skipped.Load(),
-		DedupWindowRisk: s.stats.risk.Load(), Fenced: s.stats.fenced.Load(), Committed: s.stats.committed.Load()}
+		DedupWindowRisk: s.stats.risk.Load(), Fenced: s.stats.fenced.Load(), Committed: s.stats.committed.Load(), IntentsDeleted: s.stats.cleaned.Load()}
 }
 
 // Collectors returns Prometheus collectors of the sink's counters, labelled
@@ -178,6 +181,7 @@ func (s *Sink) Collectors() []prometheus.Collector {
 		c("dedup_window_risk_total", "Redos that ran after the table's de-duplication window may have turned over, without a presence check: duplicates possible.", &s.stats.risk),
 		c("fenced_commits_total", "Commits refused because the stored fence moved (a newer owner or an offsets reset).", &s.stats.fenced),
 		c("committed_batches_total", "Batches whose rows were inserted and whose intents were marked done.", &s.stats.committed),
+		c("intents_deleted_total", "Resolved intents the retention cleanup (intents.retention.ms) deleted.", &s.stats.cleaned),
 	}
 }
 
@@ -1051,5 +1055,12 @@ func (s *Sink) checkDeletes(t *table) error {
 	return nil
 }
 
-// Close implements connectors.Sink.
-func (s *Sink) Close() { _ = s.conn.Close() }
+// Close implements connectors.Sink: it stops the intents cleanup (a
+// deletion already submitted completes on the server) and closes the
+// connection.
+func (s *Sink) Close() {
+	if s.stopCleanup != nil {
+		s.stopCleanup()
+	}
+	_ = s.conn.Close()
+}
