@@ -381,3 +381,25 @@ func TestExpiredWhere(t *testing.T) {
 		}
 	}
 }
+
+// TestCoerceJSON: a JSON column takes an object as its text, unchanged
+// (so a redo sends the same bytes); anything else is a bad value.
+func TestCoerceJSON(t *testing.T) {
+	for _, in := range []string{`{"a":{"b":[1,2]},"c":"x"}`, `{ "spaced" : true }`} {
+		got, err := coerceJSON(mustType(t, "JSON"), in)
+		if err != nil || got != in {
+			t.Errorf("JSON %s: %#v, %v", in, got, err)
+		}
+	}
+	if got, err := coerceJSON(mustType(t, "Nullable(JSON)"), `null`); err != nil || got != nil {
+		t.Errorf("Nullable(JSON) null: %#v, %v", got, err)
+	}
+	if ty := mustType(t, "JSON(max_dynamic_paths = 16)"); ty.Kind != kindJSON || !ty.supported() || zero(ty) != "{}" {
+		t.Errorf("JSON(max_dynamic_paths = 16): kind %v, supported %v, zero %#v", ty.Kind, ty.supported(), zero(ty))
+	}
+	for _, in := range []string{`[1]`, `"x"`, `3`, `null`} {
+		if _, err := coerceJSON(mustType(t, "JSON"), in); !errors.Is(err, record.ErrCoerce) {
+			t.Errorf("JSON %s: error %v, want ErrCoerce", in, err)
+		}
+	}
+}
