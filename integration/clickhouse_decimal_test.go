@@ -40,6 +40,7 @@ func decimalUnscaled(seq int) *big.Int {
 // record's unscaled value / 100, exactly. (PostgreSQL's sink decodes this
 // type; the ClickHouse sink gets it from the shared record pipeline.)
 func TestClickHouseDecimal(t *testing.T) {
+	t.Parallel()
 	k, ch, db, conn := chEnv(t)
 	const topic = "chdecimal"
 	k.CreateTopic(t, topic, 2)

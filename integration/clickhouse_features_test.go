@@ -6,7 +6,9 @@ package integration
 // FINAL, the JSON column type, and auto.create's de-duplicating MergeTree.
 // Each test checks that the final table is exactly what the committed
 // records imply, and skips, saying why, on a server that lacks the feature
-// (CI's default lane, 18.16).
+// (CI's default lane, 18.16). They run in parallel with each other (own
+// topics and databases; after the package's sequential tests, which
+// restart services).
 
 import (
 	"context"
@@ -162,6 +164,7 @@ func killAt(t *testing.T, k *harness.KafkaService, cfg map[string]string, point 
 // read with FINAL, the table holds exactly the keys whose last committed
 // record is not a tombstone, with that record's value.
 func TestClickHouseDeletes(t *testing.T) {
+	t.Parallel()
 	k, ch, db, conn := chEnv(t)
 	if s := chServerOf(t, conn); !s.atLeast(23, 2) {
 		t.Skipf("ClickHouse %s has no is_deleted column for ReplacingMergeTree (23.2+): run lane 26 (%s=26) for this test", s.version, harness.EnvClickHouseLane)
@@ -199,6 +202,7 @@ func TestClickHouseDeletes(t *testing.T) {
 // back with FINAL, each key holds its last committed value. Runs on both
 // lanes (18.16 has ReplacingMergeTree and FINAL).
 func TestClickHouseUpsert(t *testing.T) {
+	t.Parallel()
 	k, ch, db, conn := chEnv(t)
 	const topic = "chupsert"
 	k.CreateTopic(t, topic, 2)
@@ -227,6 +231,7 @@ func TestClickHouseUpsert(t *testing.T) {
 // upstream transactions, a crash after all blocks went in (W3); every id's
 // column equals its record's object, and a typed path sums as produced.
 func TestClickHouseJSONColumn(t *testing.T) {
+	t.Parallel()
 	k, ch, db, conn := chEnv(t)
 	if s := chServerOf(t, conn); !s.atLeast(25, 3) {
 		t.Skipf("ClickHouse %s has no production JSON column type (25.3+): run lane 26 (%s=26) for this test", s.version, harness.EnvClickHouseLane)
@@ -311,6 +316,7 @@ func TestClickHouseJSONColumn(t *testing.T) {
 // (lane 26), ReplicatedMergeTree where only ZooKeeper does (18.16). A
 // crash between two blocks (W2) and its redo then leave the table exact.
 func TestClickHouseAutoCreate(t *testing.T) {
+	t.Parallel()
 	k, ch, db, conn := chEnv(t)
 	s := chServerOf(t, conn)
 	const topic = "chauto"

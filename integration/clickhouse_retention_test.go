@@ -274,7 +274,7 @@ func TestClickHouseIntentRetention(t *testing.T) {
 	// resolved intents older than the doubtful one.
 	keep := maps.Clone(cfg)
 	keep["intents.retention.ms"] = "0"
-	p = startTxsink(t, k.Bootstrap, writeConnector(t, keep), "w1", failpoint.Env+"="+failpoint.AfterDecide+":30")
+	p = startTxsink(t, k.Bootstrap, writeConnector(t, keep), "w1", failpoint.Env+"="+failpoint.AfterDecide+":10")
 	if !p.wait(3*time.Minute) || func() bool { _, code := p.exited(); return code != -1 }() {
 		t.Fatalf("txsink was not killed at %s:\n%s", failpoint.AfterDecide, tail(p.output(), 3000))
 	}
