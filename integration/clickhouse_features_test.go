@@ -149,15 +149,6 @@ func runDrained(t *testing.T, k *harness.KafkaService, conn driver.Conn, cfg map
 	return p
 }
 
-// killAt runs "txsink run" with cfg until the failpoint kills it.
-func killAt(t *testing.T, k *harness.KafkaService, cfg map[string]string, point string) {
-	t.Helper()
-	p := startTxsink(t, k.Bootstrap, writeConnector(t, cfg), "w1", failpoint.Env+"="+point)
-	if !p.wait(2*time.Minute) || func() bool { _, code := p.exited(); return code != -1 }() {
-		t.Fatalf("txsink was not killed at %s:\n%s", point, tail(p.output(), 3000))
-	}
-}
-
 // TestClickHouseDeletes: delete.enabled into ReplacingMergeTree(v,
 // is_deleted). Upserts and tombstones of 40 keys, 15 % of the upstream
 // transactions aborted, one crash between two blocks (W2) on the way;
@@ -179,7 +170,7 @@ func TestClickHouseDeletes(t *testing.T) {
 	cfg["pk.mode"], cfg["pk.fields"] = "record_key", "id"
 	cfg["version.column"], cfg["delete.enabled"] = "v", "true"
 	cfg["batch.max.records"], cfg["insert.block.rows"] = "200", "30"
-	killAt(t, k, cfg, "ch-mid-insert:2")
+	killAt(t, k.Bootstrap, writeConnector(t, cfg), chMidInsert, 1)
 	runDrained(t, k, conn, cfg, &u)
 
 	want := latestByKey(t, &u)
@@ -214,7 +205,7 @@ func TestClickHouseUpsert(t *testing.T) {
 	cfg["pk.mode"], cfg["pk.fields"] = "record_key", "id"
 	cfg["version.column"] = "v"
 	cfg["batch.max.records"] = "200"
-	killAt(t, k, cfg, failpoint.AfterDecide+":2")
+	killAt(t, k.Bootstrap, writeConnector(t, cfg), failpoint.AfterDecide, 1)
 	runDrained(t, k, conn, cfg, &u)
 
 	want := latestByKey(t, &u)
@@ -253,7 +244,7 @@ func TestClickHouseJSONColumn(t *testing.T) {
 	produce(t, k.Bootstrap, topic, opts, &u)
 	cfg := chConnector(topic, topic, ch, db, "exactly_once")
 	cfg["batch.max.records"], cfg["insert.block.rows"] = "200", "50"
-	killAt(t, k, cfg, "ch-after-insert:2")
+	killAt(t, k.Bootstrap, writeConnector(t, cfg), chAfterInsert, 1)
 	runDrained(t, k, conn, cfg, &u)
 	chExact(t, conn, &u, topic, topic)
 
@@ -327,7 +318,7 @@ func TestClickHouseAutoCreate(t *testing.T) {
 	cfg["auto.create"] = "true"
 	cfg["batch.max.records"], cfg["insert.block.rows"] = "300", "40"
 	cfg["redo.skip.present"] = "false" // the engine's de-duplication alone
-	killAt(t, k, cfg, "ch-mid-insert:2")
+	killAt(t, k.Bootstrap, writeConnector(t, cfg), chMidInsert, 1)
 
 	var engine, full string
 	if err := conn.QueryRow(context.Background(), "SELECT engine, engine_full FROM system.tables WHERE database = ? AND name = ?", db, topic).Scan(&engine, &full); err != nil {
