@@ -57,9 +57,9 @@ hash_files() {
 base_tag=$(hash_files base)
 kafka_tag=$(hash_files kafka build.sh -- "$base_tag")
 postgres_tag=$(hash_files postgres build.sh -- "$base_tag")
-clickhouse_tag=$(hash_files clickhouse build.sh -- "$base_tag")
+clickhouse_tag=$(hash_files clickhouse shared build.sh -- "$base_tag")
 zookeeper_tag=$(hash_files zookeeper build.sh -- "$base_tag")
-clickhouse26_tag=$(hash_files clickhouse26 build.sh -- "$base_tag")
+clickhouse26_tag=$(hash_files clickhouse26 shared build.sh -- "$base_tag")
 
 base_image=txsink-test/base:$base_tag
 kafka_image=txsink-test/kafka:$kafka_tag
@@ -161,16 +161,19 @@ build_base() {
 	log "import took $((SECONDS - start))s"
 }
 
+# cached NAME FILE sets dir (the caller's) to NAME's cache directory for
+# the hash of FILE (relative to $here) and succeeds, printing it, when a
+# complete copy is there.
+cached() {
+	dir=$cache_dir/$1-$(hash_files "$2")
+	[[ -f $dir/.complete ]] && printf '%s\n' "$dir"
+}
+
 # kafka_libs fetches the Kafka broker's runtime jars with Maven into the cache
 # and prints the directory holding them.
 kafka_libs() {
-	local key dir tmp
-	key=$(hash_files kafka/pom.xml)
-	dir=$cache_dir/kafka-libs-$key
-	if [[ -f $dir/.complete ]]; then
-		printf '%s\n' "$dir"
-		return
-	fi
+	local dir tmp
+	cached kafka-libs kafka/pom.xml && return
 	command -v mvn >/dev/null || die "mvn is not installed"
 	log "fetching Kafka jars with Maven into $dir"
 	rm -rf "$dir"
@@ -194,13 +197,8 @@ kafka_libs() {
 # apt-get). The wheel is asked for as a CPython 3.11 manylinux one, whatever
 # the host's Python.
 clickhouse26_libs() {
-	local key dir tmp wheels debs
-	key=$(hash_files clickhouse26/fetch.txt)
-	dir=$cache_dir/clickhouse26-libs-$key
-	if [[ -f $dir/.complete ]]; then
-		printf '%s\n' "$dir"
-		return
-	fi
+	local dir tmp wheels debs
+	cached clickhouse26-libs clickhouse26/fetch.txt && return
 	command -v python3 >/dev/null || die "python3 (with pip) is not installed"
 	command -v apt-get >/dev/null || die "apt-get is not available"
 	wheels=$(awk '$1 == "wheel" { print $2 }' "$here/clickhouse26/fetch.txt")
@@ -241,8 +239,9 @@ clickhouse26_libs() {
 }
 
 # build_image NAME IMAGE [EXTRA_DIR] builds $here/NAME's Dockerfile FROM the
-# base image; EXTRA_DIR's files, if given, are copied into the context as
-# NAME/libs.
+# base image, with $here/shared in the context as shared/ (files several
+# images use; an image whose Dockerfile copies one hashes shared too);
+# EXTRA_DIR's files, if given, are copied into the context as libs/.
 build_image() {
 	local name=$1 image=$2 extra=${3-} ctx start
 	if have_image "$image"; then
@@ -252,6 +251,7 @@ build_image() {
 	start=$SECONDS
 	ctx=$(mktemp -d "${TMPDIR:-/var/tmp}/txsink-ctx.XXXXXX")
 	cp -R "$here/$name/." "$ctx/"
+	cp -R "$here/shared" "$ctx/shared"
 	if [[ -n $extra ]]; then
 		mkdir -p "$ctx/libs"
 		cp -R "$extra/." "$ctx/libs/"

@@ -22,38 +22,14 @@ if [[ $# -gt 0 ]]; then
 	exit 2
 fi
 
-xml_escape() {
-	local s=$1
-	s=${s//&/&amp;}
-	s=${s//</&lt;}
-	s=${s//>/&gt;}
-	printf '%s' "$s"
-}
+# shellcheck source=../shared/clickhouse-user.sh
+. /usr/local/lib/txsink/clickhouse-user.sh
 
 data=/var/lib/clickhouse
 mkdir -p "$data" /etc/clickhouse-server/users.d
 chown -R clickhouse:clickhouse "$data"
 
-users_file=/etc/clickhouse-server/users.d/docker-user.xml
-if [[ $CLICKHOUSE_USER != default || -n $CLICKHOUSE_PASSWORD ]]; then
-	user=$(xml_escape "$CLICKHOUSE_USER")
-	password=$(xml_escape "$CLICKHOUSE_PASSWORD")
-	{
-		echo '<clickhouse><users>'
-		if [[ $CLICKHOUSE_USER != default ]]; then
-			echo '<default><networks replace="replace"><ip>::1</ip><ip>127.0.0.1</ip></networks></default>'
-		fi
-		echo "<${user}>"
-		echo "<password>${password}</password>"
-		echo '<networks replace="replace"><ip>::/0</ip></networks>'
-		echo '<profile>default</profile><quota>default</quota>'
-		echo "<access_management>${CLICKHOUSE_DEFAULT_ACCESS_MANAGEMENT}</access_management>"
-		echo "</${user}>"
-		echo '</users></clickhouse>'
-	} >"$users_file"
-else
-	rm -f "$users_file"
-fi
+write_docker_user clickhouse /etc/clickhouse-server/users.d/docker-user.xml "$CLICKHOUSE_DEFAULT_ACCESS_MANAGEMENT"
 
 # First start only, as the official image: create CLICKHOUSE_DB and run the
 # *.sql init scripts before the listeners open.
