@@ -40,10 +40,8 @@ func decimalUnscaled(seq int) *big.Int {
 // record's unscaled value / 100, exactly. (PostgreSQL's sink decodes this
 // type; the ClickHouse sink gets it from the shared record pipeline.)
 func TestClickHouseDecimal(t *testing.T) {
-	t.Parallel()
-	k, ch, db, conn := chEnv(t)
 	const topic = "chdecimal"
-	k.CreateTopic(t, topic, 2)
+	k, ch, db, conn := chFeatureEnv(t, topic)
 	chExec(t, conn, "CREATE TABLE "+topic+" (id String, amount Decimal(18, 2), __connect_topic String, __connect_partition Int32, __connect_offset Int64) ENGINE = "+chEngine(ch, db, topic, 1000))
 	schema := json.RawMessage(`{"type":"struct","optional":false,"fields":[` +
 		`{"field":"id","type":"string","optional":false},` +

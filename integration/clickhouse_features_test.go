@@ -26,6 +26,25 @@ import (
 	"github.com/txsink/txsink/internal/failpoint"
 )
 
+// chFeatureEnv is chEnv for the tests of this file, which run in parallel
+// with each other: it marks t parallel and creates topic (2 partitions).
+func chFeatureEnv(t *testing.T, topic string) (*harness.KafkaService, *harness.ClickHouseService, string, driver.Conn) {
+	t.Helper()
+	t.Parallel()
+	k, ch, db, conn := chEnv(t)
+	k.CreateTopic(t, topic, 2)
+	return k, ch, db, conn
+}
+
+// requireCH skips t, saying why, unless the server is major.minor or
+// later; what names the feature older servers lack.
+func requireCH(t *testing.T, conn driver.Conn, major, minor int, what string) {
+	t.Helper()
+	if s := chServerOf(t, conn); !s.atLeast(major, minor) {
+		t.Skipf("ClickHouse %s has no %s (%d.%d+): run lane 26 (%s=26) for this test", s.version, what, major, minor, harness.EnvClickHouseLane)
+	}
+}
+
 // chDedupEngine returns a de-duplicating engine: Replicated<base> with a
 // ZooKeeper path unique to db.table when the server has ZooKeeper, else
 // <base> with a non-replicated window. args are the base engine's own
@@ -149,39 +168,70 @@ func runDrained(t *testing.T, k *harness.KafkaService, conn driver.Conn, cfg map
 	return p
 }
 
+// keyedCase is a run of the keyed workload into a ReplacingMergeTree
+// table read back with FINAL.
+type keyedCase struct {
+	topic      string
+	deletes    bool   // delete.enabled, an is_deleted column and tombstones
+	point      string // where the one crash on the way happens
+	blockRows  string
+	seed       uint64
+	minVersion [2]int // the server version the case needs
+	needs      string // what older servers lack
+}
+
+// runKeyed creates c.topic's ReplacingMergeTree(v[, is_deleted]) table,
+// produces upserts (and, with deletes, a tombstone every fifth record) of
+// 40 keys, runs the connector (version.column v, the key's id) through one
+// crash at c.point and a drain, and checks that FINAL reads exactly the
+// keys whose last committed record is not a tombstone, with its value. It
+// returns the connection and the expected live keys.
+func runKeyed(t *testing.T, c keyedCase) (driver.Conn, map[string]string) {
+	t.Helper()
+	k, ch, db, conn := chFeatureEnv(t, c.topic)
+	if c.needs != "" {
+		requireCH(t, conn, c.minVersion[0], c.minVersion[1], c.needs)
+	}
+	cols, args, tombEvery := "id String, name String, v UInt64", "v", 0
+	cfg := chConnector(c.topic, c.topic, ch, db, "exactly_once")
+	cfg["pk.mode"], cfg["pk.fields"], cfg["version.column"] = "record_key", "id", "v"
+	cfg["batch.max.records"], cfg["insert.block.rows"] = "200", c.blockRows
+	if c.deletes {
+		cols, args, tombEvery = cols+", is_deleted UInt8", "v, is_deleted", 5
+		cfg["delete.enabled"] = "true"
+	}
+	chExec(t, conn, "CREATE TABLE "+c.topic+" ("+cols+") ENGINE = "+chDedupEngine(ch, db, c.topic, "ReplacingMergeTree", args, "id"))
+	var u upstream
+	produce(t, k.Bootstrap, c.topic, keyedOpts(1200, 40, 2, tombEvery, c.seed), &u)
+	killAt(t, k.Bootstrap, writeConnector(t, cfg), c.point, 1)
+	runDrained(t, k, conn, cfg, &u)
+	want := latestByKey(t, &u)
+	sameKeyValues(t, "FINAL", chKeyValues(t, conn, "SELECT id, name FROM "+c.topic+" FINAL"), want)
+	return conn, want
+}
+
+// chCount runs a count() query.
+func chCount(t testing.TB, conn driver.Conn, query string) uint64 {
+	t.Helper()
+	var n uint64
+	if err := conn.QueryRow(context.Background(), query).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
+
 // TestClickHouseDeletes: delete.enabled into ReplacingMergeTree(v,
 // is_deleted). Upserts and tombstones of 40 keys, 15 % of the upstream
 // transactions aborted, one crash between two blocks (W2) on the way;
 // read with FINAL, the table holds exactly the keys whose last committed
 // record is not a tombstone, with that record's value.
 func TestClickHouseDeletes(t *testing.T) {
-	t.Parallel()
-	k, ch, db, conn := chEnv(t)
-	if s := chServerOf(t, conn); !s.atLeast(23, 2) {
-		t.Skipf("ClickHouse %s has no is_deleted column for ReplacingMergeTree (23.2+): run lane 26 (%s=26) for this test", s.version, harness.EnvClickHouseLane)
-	}
-	const topic = "chdeletes"
-	k.CreateTopic(t, topic, 2)
-	chExec(t, conn, "CREATE TABLE "+topic+" (id String, name String, v UInt64, is_deleted UInt8) ENGINE = "+
-		chDedupEngine(ch, db, topic, "ReplacingMergeTree", "v, is_deleted", "id"))
-	var u upstream
-	produce(t, k.Bootstrap, topic, keyedOpts(1200, 40, 2, 5, 301), &u)
-	cfg := chConnector(topic, topic, ch, db, "exactly_once")
-	cfg["pk.mode"], cfg["pk.fields"] = "record_key", "id"
-	cfg["version.column"], cfg["delete.enabled"] = "v", "true"
-	cfg["batch.max.records"], cfg["insert.block.rows"] = "200", "30"
-	killAt(t, k.Bootstrap, writeConnector(t, cfg), chMidInsert, 1)
-	runDrained(t, k, conn, cfg, &u)
-
-	want := latestByKey(t, &u)
+	conn, want := runKeyed(t, keyedCase{topic: "chdeletes", deletes: true, point: chMidInsert, blockRows: "30", seed: 301,
+		minVersion: [2]int{23, 2}, needs: "is_deleted column for ReplacingMergeTree"})
 	if len(want) == 0 || len(want) == 40 {
 		t.Fatalf("workload: %d of 40 keys live, want some deleted and some live", len(want))
 	}
-	sameKeyValues(t, "FINAL", chKeyValues(t, conn, "SELECT id, name FROM "+topic+" FINAL"), want)
-	var deleted uint64
-	if err := conn.QueryRow(context.Background(), "SELECT count() FROM "+topic+" WHERE is_deleted = 1").Scan(&deleted); err != nil {
-		t.Fatal(err)
-	}
+	deleted := chCount(t, conn, "SELECT count() FROM chdeletes WHERE is_deleted = 1")
 	if deleted == 0 {
 		t.Fatal("no deletion rows were written")
 	}
@@ -193,28 +243,8 @@ func TestClickHouseDeletes(t *testing.T) {
 // back with FINAL, each key holds its last committed value. Runs on both
 // lanes (18.16 has ReplacingMergeTree and FINAL).
 func TestClickHouseUpsert(t *testing.T) {
-	t.Parallel()
-	k, ch, db, conn := chEnv(t)
-	const topic = "chupsert"
-	k.CreateTopic(t, topic, 2)
-	chExec(t, conn, "CREATE TABLE "+topic+" (id String, name String, v UInt64) ENGINE = "+
-		chDedupEngine(ch, db, topic, "ReplacingMergeTree", "v", "id"))
-	var u upstream
-	produce(t, k.Bootstrap, topic, keyedOpts(1200, 40, 2, 0, 302), &u)
-	cfg := chConnector(topic, topic, ch, db, "exactly_once")
-	cfg["pk.mode"], cfg["pk.fields"] = "record_key", "id"
-	cfg["version.column"] = "v"
-	cfg["batch.max.records"] = "200"
-	killAt(t, k.Bootstrap, writeConnector(t, cfg), failpoint.AfterDecide, 1)
-	runDrained(t, k, conn, cfg, &u)
-
-	want := latestByKey(t, &u)
-	sameKeyValues(t, "FINAL", chKeyValues(t, conn, "SELECT id, name FROM "+topic+" FINAL"), want)
-	var rows uint64
-	if err := conn.QueryRow(context.Background(), "SELECT count() FROM "+topic).Scan(&rows); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%d keys exact after FINAL (%d versions stored before merges, %d committed records)", len(want), rows, u.total())
+	conn, want := runKeyed(t, keyedCase{topic: "chupsert", point: failpoint.AfterDecide, blockRows: "100000", seed: 302})
+	t.Logf("%d keys exact after FINAL (%d versions stored before merges)", len(want), chCount(t, conn, "SELECT count() FROM chupsert"))
 }
 
 // TestClickHouseJSONColumn: an object field of the record goes into a
@@ -222,13 +252,9 @@ func TestClickHouseUpsert(t *testing.T) {
 // upstream transactions, a crash after all blocks went in (W3); every id's
 // column equals its record's object, and a typed path sums as produced.
 func TestClickHouseJSONColumn(t *testing.T) {
-	t.Parallel()
-	k, ch, db, conn := chEnv(t)
-	if s := chServerOf(t, conn); !s.atLeast(25, 3) {
-		t.Skipf("ClickHouse %s has no production JSON column type (25.3+): run lane 26 (%s=26) for this test", s.version, harness.EnvClickHouseLane)
-	}
 	const topic = "chjson"
-	k.CreateTopic(t, topic, 2)
+	k, ch, db, conn := chFeatureEnv(t, topic)
+	requireCH(t, conn, 25, 3, "production JSON column type")
 	createCols := "id String, seq Int64, doc JSON, __connect_topic String, __connect_partition Int32, __connect_offset Int64"
 	chExec(t, conn, "CREATE TABLE "+topic+" ("+createCols+") ENGINE = "+chEngine(ch, db, topic, 1000))
 	var u upstream
@@ -307,11 +333,9 @@ func TestClickHouseJSONColumn(t *testing.T) {
 // (lane 26), ReplicatedMergeTree where only ZooKeeper does (18.16). A
 // crash between two blocks (W2) and its redo then leave the table exact.
 func TestClickHouseAutoCreate(t *testing.T) {
-	t.Parallel()
-	k, ch, db, conn := chEnv(t)
-	s := chServerOf(t, conn)
 	const topic = "chauto"
-	k.CreateTopic(t, topic, 2)
+	k, ch, db, conn := chFeatureEnv(t, topic)
+	s := chServerOf(t, conn)
 	var u upstream
 	produce(t, k.Bootstrap, topic, produceOpts{Records: 1500, Partitions: 2, AbortRatio: 0.15, MaxTxn: 40, Seed: 304}, &u)
 	cfg := chConnector(topic, topic, ch, db, "exactly_once")
