@@ -14,7 +14,7 @@ LDFLAGS := -s -w \
 export TESTCONTAINERS_RYUK_DISABLED ?= true
 export TESTCONTAINERS_HOST_OVERRIDE ?= 127.0.0.1
 
-.PHONY: all build lint test test-unit test-integration test-bench-smoke images chaos bench bench-smoke
+.PHONY: all build lint test test-targets test-unit test-integration test-integration-ch26 test-bench-smoke images chaos bench bench-smoke
 
 all: lint build test
 
@@ -26,13 +26,28 @@ lint:
 	if [[ -n $$out ]]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-test: test-unit test-integration test-bench-smoke
+# What `make test` runs, in order (.ci/run times each one: `make -s test-targets`).
+TEST_TARGETS := test-unit test-integration test-integration-ch26 test-bench-smoke
+
+test: $(TEST_TARGETS)
+
+test-targets:
+	@echo $(TEST_TARGETS)
 
 test-unit:
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v '/integration')
 
 test-integration:
 	$(GO) test -count=1 -timeout 45m -p 1 ./integration/...
+
+# ClickHouse lane 26 (docs/testing.md): every ClickHouse test again, on a
+# current server without ZooKeeper (TXSINK_TEST_CLICKHOUSE26_IMAGE; CI:
+# ClickHouse 26.9 from the chdb-core wheel). test-integration ran them on
+# the default lane (TXSINK_TEST_CLICKHOUSE_IMAGE with ZooKeeper). Each
+# package starts its services once.
+CH26_TESTS := ^(TestClickHouse|TestVerifyClickHouse|TestSmokeClickHouse|TestChaosClickHouse)
+test-integration-ch26:
+	TXSINK_TEST_CLICKHOUSE_LANE=26 $(GO) test -count=1 -timeout 30m -p 1 -run '$(CH26_TESTS)' ./integration/ ./integration/chaos/
 
 # Builds the local stand-in images and prints the variables that select them:
 #   eval "$$(make -s images)"

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -224,7 +225,9 @@ func TestSmokePostgresTwoPhaseCommit(t *testing.T) {
 
 // TestSmokeClickHouse: a batch insert reads back exactly; with ZooKeeper, a
 // ReplicatedMergeTree table de-duplicates an identical re-inserted block but
-// not a different one; data survives a server restart.
+// not a different one; on a server with tokens, a MergeTree table with a
+// non-replicated window drops an insert whose token it has seen, also after
+// a restart (its de-duplication log is durable); data survives a restart.
 func TestSmokeClickHouse(t *testing.T) {
 	ch := harness.ClickHouse(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -239,10 +242,14 @@ func TestSmokeClickHouse(t *testing.T) {
 	t.Logf("ClickHouse %s at %s, ZooKeeper: %v", version, ch.Addr, ch.HasZooKeeper)
 
 	const rows = 1000
-	insert := func(table string, from uint32) {
+	insert := func(table string, from uint32, settings ...clickhouse.Settings) {
 		t.Helper()
+		ictx := ctx
+		if len(settings) > 0 {
+			ictx = clickhouse.Context(ctx, clickhouse.WithSettings(settings[0]))
+		}
 		// Old servers (18.16) need the column list in the INSERT.
-		batch, err := conn.PrepareBatch(ctx, "INSERT INTO "+db+"."+table+" (a, s)")
+		batch, err := conn.PrepareBatch(ictx, "INSERT INTO "+db+"."+table+" (a, s)")
 		if err != nil {
 			t.Fatalf("prepare batch: %v", err)
 		}
@@ -314,6 +321,27 @@ func TestSmokeClickHouse(t *testing.T) {
 	} else {
 		t.Log("no ZooKeeper: ReplicatedMergeTree de-duplication not checked")
 	}
+	var tokens uint64
+	if err := conn.QueryRow(ctx, "SELECT count() FROM system.settings WHERE name = 'insert_deduplication_token'").Scan(&tokens); err != nil {
+		t.Fatal(err)
+	}
+	token := func(s string) clickhouse.Settings { return clickhouse.Settings{"insert_deduplication_token": s} }
+	if tokens > 0 {
+		if err := conn.Exec(ctx, "CREATE TABLE "+db+".k (a UInt32, s String) ENGINE = MergeTree ORDER BY a SETTINGS non_replicated_deduplication_window = 100"); err != nil {
+			t.Fatal(err)
+		}
+		insert("k", 0, token("t1"))
+		insert("k", rows, token("t1")) // other rows, a token already seen: dropped
+		if n := countRows("k"); n != rows {
+			t.Fatalf("after a second insert with the same token: %d rows, want %d", n, rows)
+		}
+		insert("k", rows, token("t2"))
+		if n := countRows("k"); n != 2*rows {
+			t.Fatalf("after an insert with a new token: %d rows, want %d", n, 2*rows)
+		}
+	} else {
+		t.Logf("ClickHouse %s has no insert_deduplication_token: token de-duplication not checked", version)
+	}
 
 	if ch.External() {
 		return
@@ -323,4 +351,10 @@ func TestSmokeClickHouse(t *testing.T) {
 	}
 	conn = ch.Conn(t, db)
 	readBack()
+	if tokens > 0 {
+		insert("k", 2*rows, token("t2")) // the de-duplication log survived the restart
+		if n := countRows("k"); n != 2*rows {
+			t.Fatalf("after the restart, an insert with a token seen before it: %d rows, want %d", n, 2*rows)
+		}
+	}
 }

@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ClickHouse/clickhouse-go/v2"
-
 	"github.com/txsink/txsink/internal/verify"
 )
 
@@ -68,7 +66,7 @@ func TestVerifyClickHouse(t *testing.T) {
 	}
 
 	// Inject: a copy of one row (insert de-duplication off, so the server
-	// keeps it), the loss of another, and a pending intent two minutes old.
+	// keeps it on every lane), the loss of another, and a pending intent two minutes old.
 	var dupP, lostP int32
 	var dupOff, lostOff, seq int64
 	var id, body string
@@ -80,7 +78,7 @@ func TestVerifyClickHouse(t *testing.T) {
 		Scan(&lostP, &lostOff); err != nil {
 		t.Fatal(err)
 	}
-	ictx := clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"insert_deduplicate": 0}))
+	ictx := chNoDedup(t, ctx, conn)
 	b, err := conn.PrepareBatch(ictx, "INSERT INTO `"+topic+"` (id, seq, body, __connect_topic, __connect_partition, __connect_offset)")
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package clickhouse
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -182,6 +183,11 @@ func TestMechanism(t *testing.T) {
 	if old.DedupToken || old.NonReplicatedWindow != -1 || !cur.DedupToken || cur.NonReplicatedWindow != 0 {
 		t.Fatalf("settings: old %+v cur %+v", old, cur)
 	}
+	var v26 Features
+	v26.applySettings(map[string]string{"insert_deduplicate": "1", "deduplicate_insert": "enable", "insert_deduplication_token": ""}, nil)
+	if old.DeduplicateInsert || cur.DeduplicateInsert || !v26.DeduplicateInsert || !v26.InsertDeduplicate {
+		t.Fatalf("deduplicate_insert (26.x) detected wrongly: old %v, 25.8 %v, 26 %v", old.DeduplicateInsert, cur.DeduplicateInsert, v26.DeduplicateInsert)
+	}
 	cases := []struct {
 		f            Features
 		engine, full string
@@ -354,4 +360,46 @@ func TestMapEnvelopeDecimal(t *testing.T) {
 func coerceJSON(t *chType, in string) (any, error) {
 	v := record.JSON([]byte(in))
 	return coerce(t, &v)
+}
+
+// TestExpiredWhere: the cleanup's condition names the connector, the cut
+// and excludes every latest batch, all as bound arguments.
+func TestExpiredWhere(t *testing.T) {
+	cut := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	where, args := expiredWhere("c1", cut, []batchKey{{"t", 0, 10, 19}, {"t", 1, 5, 9}})
+	want := "connector = ? AND prepared_at < ? AND NOT (topic = ? AND `partition` = ? AND first = ? AND last = ?) AND NOT (topic = ? AND `partition` = ? AND first = ? AND last = ?)"
+	if where != want {
+		t.Fatalf("where:\n%s\nwant\n%s", where, want)
+	}
+	wantArgs := []any{"c1", cut, "t", int32(0), int64(10), int64(19), "t", int32(1), int64(5), int64(9)}
+	if fmt.Sprint(args) != fmt.Sprint(wantArgs) || strings.Count(where, "?") != len(args) {
+		t.Fatalf("args %v, want %v", args, wantArgs)
+	}
+	for _, c := range []struct{ r, want time.Duration }{{0, time.Second}, {time.Second, time.Second}, {10 * time.Second, 5 * time.Second}, {7 * 24 * time.Hour, time.Hour}} {
+		if got := cleanupPeriod(c.r); got != c.want {
+			t.Errorf("cleanupPeriod(%v) = %v, want %v", c.r, got, c.want)
+		}
+	}
+}
+
+// TestCoerceJSON: a JSON column takes an object as its text, unchanged
+// (so a redo sends the same bytes); anything else is a bad value.
+func TestCoerceJSON(t *testing.T) {
+	for _, in := range []string{`{"a":{"b":[1,2]},"c":"x"}`, `{ "spaced" : true }`} {
+		got, err := coerceJSON(mustType(t, "JSON"), in)
+		if err != nil || got != in {
+			t.Errorf("JSON %s: %#v, %v", in, got, err)
+		}
+	}
+	if got, err := coerceJSON(mustType(t, "Nullable(JSON)"), `null`); err != nil || got != nil {
+		t.Errorf("Nullable(JSON) null: %#v, %v", got, err)
+	}
+	if ty := mustType(t, "JSON(max_dynamic_paths = 16)"); ty.Kind != kindJSON || !ty.supported() || zero(ty) != "{}" {
+		t.Errorf("JSON(max_dynamic_paths = 16): kind %v, supported %v, zero %#v", ty.Kind, ty.supported(), zero(ty))
+	}
+	for _, in := range []string{`[1]`, `"x"`, `3`, `null`} {
+		if _, err := coerceJSON(mustType(t, "JSON"), in); !errors.Is(err, record.ErrCoerce) {
+			t.Errorf("JSON %s: error %v, want ErrCoerce", in, err)
+		}
+	}
 }

@@ -49,6 +49,10 @@ type Features struct {
 	// InsertDeduplicate: the insert_deduplicate setting exists (it is
 	// switched on for every insert of the sink).
 	InsertDeduplicate bool
+	// DeduplicateInsert: the deduplicate_insert setting exists (26.x). It
+	// supersedes insert_deduplicate, which then only counts when it is
+	// backward_compatible_choice; the sink sets it to enable.
+	DeduplicateInsert bool
 	// NonReplicatedWindow is the server's default
 	// non_replicated_deduplication_window (0: plain MergeTree tables do not
 	// de-duplicate unless the table sets it; -1: the setting does not exist).
@@ -98,7 +102,7 @@ func detectFeatures(ctx context.Context, q querier) (Features, error) {
 		return f, err
 	}
 	f.Version = v
-	settings, err := nameValues(ctx, q, "SELECT name, value FROM system.settings WHERE name IN ('insert_deduplication_token', 'insert_deduplicate', 'implicit_transaction', 'throw_on_unsupported_query_inside_transaction')")
+	settings, err := nameValues(ctx, q, "SELECT name, value FROM system.settings WHERE name IN ('insert_deduplication_token', 'insert_deduplicate', 'deduplicate_insert', 'implicit_transaction', 'throw_on_unsupported_query_inside_transaction')")
 	if err != nil {
 		return f, err
 	}
@@ -130,6 +134,7 @@ func detectFeatures(ctx context.Context, q querier) (Features, error) {
 func (f *Features) applySettings(settings, mergeTree map[string]string) {
 	_, f.DedupToken = settings["insert_deduplication_token"]
 	_, f.InsertDeduplicate = settings["insert_deduplicate"]
+	_, f.DeduplicateInsert = settings["deduplicate_insert"]
 	f.NonReplicatedWindow = -1
 	if w, ok := mergeTree["non_replicated_deduplication_window"]; ok {
 		f.NonReplicatedWindow, _ = strconv.ParseInt(w, 10, 64)

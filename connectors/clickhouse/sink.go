@@ -70,8 +70,9 @@ type Status struct {
 	// already present; DedupWindowRisk counts redos that ran after the
 	// table's de-duplication window may have turned over and could not
 	// check presence (duplicates possible); Fenced counts commits refused
-	// because the stored fence moved.
-	Redos, RedoBlocksSkipped, DedupWindowRisk, Fenced, Committed uint64
+	// because the stored fence moved; IntentsDeleted counts intents the
+	// retention cleanup deleted.
+	Redos, RedoBlocksSkipped, DedupWindowRisk, Fenced, Committed, IntentsDeleted uint64
 }
 
 // Sink is the ClickHouse sink.
@@ -84,8 +85,10 @@ type Sink struct {
 	feat  Features
 	log   *slog.Logger
 	stats struct {
-		redos, skipped, risk, fenced, committed atomic.Uint64
+		redos, skipped, risk, fenced, committed, cleaned atomic.Uint64
 	}
+	stopCleanup func()        // stops the intents cleanup; nil when none runs
+	unsafeSeq   atomic.Uint64 // the negative control's distinct tokens
 
 	mu     sync.Mutex
 	tables map[string]*table
@@ -145,6 +148,7 @@ func Open(ctx context.Context, env connectors.Env, cfg Config) (*Sink, error) {
 		conn.Close()
 		return nil, err
 	}
+	s.startCleanup()
 	return s, nil
 }
 
@@ -160,7 +164,7 @@ func (s *Sink) Status() Status {
 	}
 	s.mu.Unlock()
 	return Status{Features: s.feat, Mechanisms: m, Redos: s.stats.redos.Load(), RedoBlocksSkipped: s.stats.skipped.Load(),
-		DedupWindowRisk: s.stats.risk.Load(), Fenced: s.stats.fenced.Load(), Committed: s.stats.committed.Load()}
+		DedupWindowRisk: s.stats.risk.Load(), Fenced: s.stats.fenced.Load(), Committed: s.stats.committed.Load(), IntentsDeleted: s.stats.cleaned.Load()}
 }
 
 // Collectors returns Prometheus collectors of the sink's counters, labelled
@@ -177,6 +181,7 @@ func (s *Sink) Collectors() []prometheus.Collector {
 		c("dedup_window_risk_total", "Redos that ran after the table's de-duplication window may have turned over, without a presence check: duplicates possible.", &s.stats.risk),
 		c("fenced_commits_total", "Commits refused because the stored fence moved (a newer owner or an offsets reset).", &s.stats.fenced),
 		c("committed_batches_total", "Batches whose rows were inserted and whose intents were marked done.", &s.stats.committed),
+		c("intents_deleted_total", "Resolved intents the retention cleanup (intents.retention.ms) deleted.", &s.stats.cleaned),
 	}
 }
 
@@ -327,16 +332,34 @@ func (s *Sink) mechanismFor(t *table) (Mechanism, string) {
 	return m, why
 }
 
-// insertCtx returns ctx with the settings of an insert under mechanism m.
+// insertCtx returns ctx with the settings of an insert under mechanism m:
+// de-duplication switched on by every setting the server has for it
+// (insert_deduplicate; deduplicate_insert, which supersedes it on 26.x),
+// and the block's token under MechToken.
+//
+// The negative control (UnsafeNoFencing, test only) switches all of it off
+// and, where the server has tokens, sends a token no other insert carries,
+// so that neither the token nor the block's content can make the server
+// drop a zombie's repeated insert.
 func (s *Sink) insertCtx(ctx context.Context, m Mechanism, token string) context.Context {
 	set := clickhouse.Settings{}
+	unsafe := s.cfg.UnsafeNoFencing
 	if s.feat.InsertDeduplicate {
 		set["insert_deduplicate"] = 1
-		if s.cfg.UnsafeNoFencing {
-			set["insert_deduplicate"] = 0 // negative control only
+		if unsafe {
+			set["insert_deduplicate"] = 0
 		}
 	}
-	if m == MechToken && !s.cfg.UnsafeNoFencing {
+	if s.feat.DeduplicateInsert {
+		set["deduplicate_insert"] = "enable"
+		if unsafe {
+			set["deduplicate_insert"] = "disable"
+		}
+	}
+	switch {
+	case unsafe && s.feat.DedupToken:
+		set["insert_deduplication_token"] = token + "-unsafe-" + strconv.FormatUint(s.unsafeSeq.Add(1), 10) + "-" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	case m == MechToken && !unsafe:
 		set["insert_deduplication_token"] = token
 	}
 	return clickhouse.Context(ctx, clickhouse.WithSettings(set))
@@ -644,7 +667,9 @@ func (s *Sink) present(ctx context.Context, t *table, id twophase.BatchID, b *bl
 
 // redoRisk estimates whether the de-duplication window of t may have
 // turned over since the batch's intent was written: for a replicated table
-// from ZooKeeper's block ids (all writers), otherwise from the blocks this
+// from ZooKeeper's block ids (all writers); otherwise (plain MergeTree with
+// tokens, or no system.zookeeper) from system.part_log's new parts (all
+// writers); where the server keeps no part_log, from the blocks this
 // connector inserted since. It logs and counts the risk.
 func (s *Sink) redoRisk(ctx context.Context, in intent, t *table, checked bool) {
 	window := t.Engine.Window
@@ -664,6 +689,14 @@ func (s *Sink) redoRisk(ctx context.Context, in intent, t *table, checked bool) 
 		}
 	}
 	if how == "" {
+		if n, err := s.partsSince(ctx, t, in.PreparedAt); err == nil {
+			since = n
+			how = fmt.Sprintf("system.part_log shows %d parts written into the table since the intent (%s), by any writer", n, in.PreparedAt.UTC().Format(time.RFC3339))
+		} else {
+			s.log.Info("no system.part_log to measure the de-duplication window with (enable part_log to see other writers); counting this connector's blocks", "table", t.Name, "err", err)
+		}
+	}
+	if how == "" {
 		n, err := s.st.blocksSince(ctx, in.ID.Connector, in.Target, in.PreparedAt)
 		if err != nil {
 			s.log.Warn("cannot estimate the de-duplication window risk of a redo", "batch", in.ID.String(), "err", err)
@@ -680,9 +713,22 @@ func (s *Sink) redoRisk(ctx context.Context, in intent, t *table, checked bool) 
 		s.log.Info("de-duplication window may have turned over since the batch's intent; blocks are checked for presence instead", "batch", in.ID.String(), "table", t.Name, "window", window)
 		return
 	}
-	s.stats.risk.Add(1)
+	total := s.stats.risk.Add(1)
 	s.log.Warn("DEDUP WINDOW RISK: the table's de-duplication window may have turned over since this batch's interrupted insert; a redo of blocks inserted before the crash can duplicate them. Add the coordinate columns __connect_topic, __connect_partition, __connect_offset (presence check) or raise the window",
-		"batch", in.ID.String(), "table", t.Name, "window", window, "estimate", how)
+		"batch", in.ID.String(), "table", t.Name, "window", window, "estimate", how, "dedup_window_risk_total", total)
+}
+
+// partsSince counts the parts written into t by any writer since at (second
+// resolution, the same second included), from system.part_log after asking
+// the server to flush it (best effort: a user without the SYSTEM FLUSH LOGS
+// grant sees what the log already holds). Every inserted part takes a place
+// in the table's de-duplication log, so this is how far its window moved.
+func (s *Sink) partsSince(ctx context.Context, t *table, at time.Time) (uint64, error) {
+	_ = s.conn.Exec(ctx, "SYSTEM FLUSH LOGS")
+	var n uint64
+	err := s.conn.QueryRow(ctx, "SELECT count() FROM system.part_log WHERE database = ? AND table = ? AND event_type = 'NewPart' AND event_time >= ?",
+		t.DB, t.Name, at).Scan(&n)
+	return n, err
 }
 
 // rebuild re-reads an intent's range from Kafka and maps it again, with the
@@ -1009,5 +1055,12 @@ func (s *Sink) checkDeletes(t *table) error {
 	return nil
 }
 
-// Close implements connectors.Sink.
-func (s *Sink) Close() { _ = s.conn.Close() }
+// Close implements connectors.Sink: it stops the intents cleanup (a
+// deletion already submitted completes on the server) and closes the
+// connection.
+func (s *Sink) Close() {
+	if s.stopCleanup != nil {
+		s.stopCleanup()
+	}
+	_ = s.conn.Close()
+}

@@ -33,6 +33,7 @@ const (
 	KeyDLQTable        = "errors.deadletterqueue.table.name"
 	KeyOffsetsTable    = "offsets.table"
 	KeyIntentsTable    = "intents.table"
+	KeyRetentionMs     = "intents.retention.ms"
 	KeyBlockRows       = "insert.block.rows"
 	KeyDedup           = "insert.deduplication"
 	KeyRedoSkipPresent = "redo.skip.present"
@@ -59,6 +60,7 @@ var Defs = config.Defs{
 	{Name: KeyDLQTable, Type: config.String, Group: "Errors", Doc: "Dead-letter table (errors.tolerance=all); created if missing, with a de-duplicating engine; written with the batch's de-dup token."},
 	{Name: KeyOffsetsTable, Type: config.String, Default: "txsink_offsets", Group: "Offsets", Doc: "Table holding next_offset and fence per partition (ReplacingMergeTree); created if missing."},
 	{Name: KeyIntentsTable, Type: config.String, Default: "txsink_intents", Group: "Offsets", Doc: "Intent log of exactly_once batches (ReplacingMergeTree); created if missing."},
+	{Name: KeyRetentionMs, Type: config.Long, Default: "604800000", Min: 0, Max: 1 << 40, Group: "Offsets", Doc: "Resolved intents (done, aborted, fenced) prepared longer ago than this are deleted in the background, except the latest intent of each partition and anything prepared since the oldest intent still in doubt (docs/clickhouse.md, \"Intent retention\"). 0 keeps every intent."},
 	{Name: KeyBlockRows, Type: config.Int, Default: "100000", Min: 1, Max: 10000000, Group: "Batching", Doc: "Maximum rows per INSERT block. A partition batch is inserted in blocks of this size (recorded in its intent, so a redo cuts the same blocks). Rows per insert are bounded by batch.max.records: keep that at 10000 or more."},
 	{Name: KeyDedup, Type: config.String, Default: "auto", Enum: []string{"auto", "token", "blocks"}, Group: "Delivery", Doc: "auto: insert_deduplication_token where the server has it, else identical blocks into a Replicated*MergeTree table; token or blocks force one (preflight refuses what the server and table cannot do)."},
 	{Name: KeyRedoSkipPresent, Type: config.Boolean, Default: "true", Group: "Delivery", Doc: "On a redo into a table with the coordinate columns, skip blocks whose rows are already present instead of relying on the de-duplication window."},
@@ -86,6 +88,7 @@ type Config struct {
 	DLQTable        string
 	OffsetsTable    string
 	IntentsTable    string
+	IntentRetention time.Duration // intents.retention.ms; 0 keeps every intent
 	BlockRows       int
 	Dedup           string
 	RedoSkipPresent bool
@@ -192,6 +195,7 @@ func ParseConfig(c config.Connector, v config.Values) (Config, error) {
 		DLQTable:        v[KeyDLQTable],
 		OffsetsTable:    v[KeyOffsetsTable],
 		IntentsTable:    v[KeyIntentsTable],
+		IntentRetention: time.Duration(v.Int(KeyRetentionMs)) * time.Millisecond,
 		BlockRows:       int(v.Int(KeyBlockRows)),
 		Dedup:           v[KeyDedup],
 		RedoSkipPresent: v.Bool(KeyRedoSkipPresent),

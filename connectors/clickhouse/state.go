@@ -249,3 +249,44 @@ func (s *store) blocksSince(ctx context.Context, connector, target string, t tim
 		connector, target, statusDone, t).Scan(&n)
 	return n, err
 }
+
+// batchKey is a batch identity within a connector.
+type batchKey struct {
+	Topic       string
+	Partition   int32
+	First, Last int64
+}
+
+// oldestPending returns the prepared_at of the connector's oldest
+// (batch, fence) intent whose status is still pending; ok is false when
+// there is none.
+func (s *store) oldestPending(ctx context.Context, connector string) (time.Time, bool, error) {
+	var n uint64
+	var oldest time.Time
+	err := s.conn.QueryRow(ctx, "SELECT count(), min(p) FROM (SELECT min(prepared_at) AS p FROM "+s.intents+
+		" WHERE connector = ? GROUP BY topic, `partition`, first, last, fence HAVING max(status) = ?)", connector, statusPending).Scan(&n, &oldest)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("clickhouse: oldest pending intent: %w", err)
+	}
+	return oldest, n > 0, nil
+}
+
+// latestBatches returns the latest batch of each of the connector's
+// partitions: the greatest prepared_at, then the greatest last offset.
+func (s *store) latestBatches(ctx context.Context, connector string) ([]batchKey, error) {
+	rows, err := s.conn.Query(ctx, "SELECT topic, `partition`, argMax(first, (prepared_at, last)), argMax(last, (prepared_at, last)) FROM "+s.intents+
+		" WHERE connector = ? GROUP BY topic, `partition` ORDER BY topic, `partition`", connector)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: latest intents: %w", err)
+	}
+	defer rows.Close()
+	var out []batchKey
+	for rows.Next() {
+		var k batchKey
+		if err := rows.Scan(&k.Topic, &k.Partition, &k.First, &k.Last); err != nil {
+			return nil, fmt.Errorf("clickhouse: latest intents: %w", err)
+		}
+		out = append(out, k)
+	}
+	return out, rows.Err()
+}

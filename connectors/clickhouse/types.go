@@ -37,6 +37,7 @@ const (
 	kindLowCardinality
 	kindArray
 	kindMap
+	kindJSON
 )
 
 // chType is a parsed ClickHouse column type.
@@ -231,6 +232,8 @@ func (p *typeParser) typ() (*chType, error) {
 		if t.Elem, err = sub(0); err != nil {
 			return nil, err
 		}
+	case "JSON":
+		t.Kind = kindJSON
 	case "Map":
 		t.Kind = kindMap
 		if t.Key, err = sub(0); err != nil {
@@ -304,6 +307,8 @@ func zero(t *chType) any {
 		return []any{}
 	case kindMap:
 		return &orderedMap{}
+	case kindJSON:
+		return "{}"
 	}
 	return nil
 }
@@ -327,6 +332,7 @@ func zero(t *chType) any {
 //	LowCardinality(T)          as T
 //	Array(T)                   an array of T
 //	Map(String, T)             a map or struct of T, written in key order (so a redo is byte-identical)
+//	JSON                       a struct or map, sent as its JSON text
 //
 // Every conversion is deterministic: the same value gives the same column
 // value, which a redo's de-duplication needs.
@@ -497,6 +503,8 @@ func coerce(t *chType, v *record.Value) (any, error) {
 			m.Put(e.k, e.v)
 		}
 		return m, nil
+	case kindJSON:
+		return jsonObjectText(v)
 	}
 	return nil, fmt.Errorf("%w: %s", ErrUnsupportedColumn, t.Name)
 }
@@ -553,6 +561,19 @@ func dateText(i record.Instant) string {
 		return "-infinity"
 	}
 	return i.Time.Format(time.DateOnly)
+}
+
+// jsonObjectText is the value of a JSON column: a struct's or map's JSON
+// text (a schemaless record's own bytes), which the server parses; the
+// same record gives the same bytes, so a redo's block is identical.
+// Anything else is a bad value.
+func jsonObjectText(v *record.Value) (string, error) {
+	switch v.Kind() {
+	case record.KindStruct, record.KindMap:
+		b, err := v.JSONText()
+		return string(b), err
+	}
+	return "", coerceErr("want an object (a struct or a map) for JSON, got %s", v.Describe())
 }
 
 // orderedMap is a Map value written in key order (clickhouse-go's

@@ -6,6 +6,8 @@
 #   txsink-test/kafka:<hash>       Apache Kafka broker (Maven Central jars, Java 17)
 #   txsink-test/postgres:<hash>    PostgreSQL 15 (official postgres image contract)
 #   txsink-test/clickhouse:<hash>  ClickHouse 18.16 (official image contract)
+#   txsink-test/clickhouse26:<hash> ClickHouse 26.9's engine from the chdb-core
+#                                  wheel (official image contract, no ZooKeeper)
 #   txsink-test/zookeeper:<hash>   ZooKeeper 3.8 (official zookeeper image contract)
 #
 # Every tag is a hash of the recipe files that produce it, so a recipe change
@@ -20,7 +22,9 @@
 #
 # The Debian mirror is read at run time from the machine's apt configuration
 # (/etc/apt/sources.list.d/*.sources, then /etc/apt/sources.list), or from
-# TXSINK_DEBIAN_MIRROR. Kafka's jars are fetched with plain `mvn` and cached in
+# TXSINK_DEBIAN_MIRROR. Kafka's jars are fetched with plain `mvn`, and what
+# clickhouse26/fetch.txt lists with plain `pip download` and `apt-get download`
+# (each with the machine's own configuration); both are cached in
 # ${TXSINK_TESTIMAGES_CACHE:-$HOME/.cache/txsink-testimages}.
 set -euo pipefail
 
@@ -53,20 +57,23 @@ hash_files() {
 base_tag=$(hash_files base)
 kafka_tag=$(hash_files kafka build.sh -- "$base_tag")
 postgres_tag=$(hash_files postgres build.sh -- "$base_tag")
-clickhouse_tag=$(hash_files clickhouse build.sh -- "$base_tag")
+clickhouse_tag=$(hash_files clickhouse shared build.sh -- "$base_tag")
 zookeeper_tag=$(hash_files zookeeper build.sh -- "$base_tag")
+clickhouse26_tag=$(hash_files clickhouse26 shared build.sh -- "$base_tag")
 
 base_image=txsink-test/base:$base_tag
 kafka_image=txsink-test/kafka:$kafka_tag
 postgres_image=txsink-test/postgres:$postgres_tag
 clickhouse_image=txsink-test/clickhouse:$clickhouse_tag
 zookeeper_image=txsink-test/zookeeper:$zookeeper_tag
+clickhouse26_image=txsink-test/clickhouse26:$clickhouse26_tag
 
 print_env() {
 	printf 'export TXSINK_TEST_KAFKA_IMAGE=%s\n' "$kafka_image"
 	printf 'export TXSINK_TEST_POSTGRES_IMAGE=%s\n' "$postgres_image"
 	printf 'export TXSINK_TEST_CLICKHOUSE_IMAGE=%s\n' "$clickhouse_image"
 	printf 'export TXSINK_TEST_ZOOKEEPER_IMAGE=%s\n' "$zookeeper_image"
+	printf 'export TXSINK_TEST_CLICKHOUSE26_IMAGE=%s\n' "$clickhouse26_image"
 	printf 'export TXSINK_TEST_BASE_IMAGE=%s\n' "$base_image"
 }
 
@@ -154,16 +161,19 @@ build_base() {
 	log "import took $((SECONDS - start))s"
 }
 
+# cached NAME FILE sets dir (the caller's) to NAME's cache directory for
+# the hash of FILE (relative to $here) and succeeds, printing it, when a
+# complete copy is there.
+cached() {
+	dir=$cache_dir/$1-$(hash_files "$2")
+	[[ -f $dir/.complete ]] && printf '%s\n' "$dir"
+}
+
 # kafka_libs fetches the Kafka broker's runtime jars with Maven into the cache
 # and prints the directory holding them.
 kafka_libs() {
-	local key dir tmp
-	key=$(hash_files kafka/pom.xml)
-	dir=$cache_dir/kafka-libs-$key
-	if [[ -f $dir/.complete ]]; then
-		printf '%s\n' "$dir"
-		return
-	fi
+	local dir tmp
+	cached kafka-libs kafka/pom.xml && return
 	command -v mvn >/dev/null || die "mvn is not installed"
 	log "fetching Kafka jars with Maven into $dir"
 	rm -rf "$dir"
@@ -181,8 +191,57 @@ kafka_libs() {
 	printf '%s\n' "$dir"
 }
 
+# clickhouse26_libs fetches what clickhouse26/fetch.txt lists into the cache
+# and prints the directory holding them: chdb/ (the chdb-core wheel's engine
+# and its loader libraries, from pip) and debs/ (Debian packages, from
+# apt-get). The wheel is asked for as a CPython 3.11 manylinux one, whatever
+# the host's Python.
+clickhouse26_libs() {
+	local dir tmp wheels debs
+	cached clickhouse26-libs clickhouse26/fetch.txt && return
+	command -v python3 >/dev/null || die "python3 (with pip) is not installed"
+	command -v apt-get >/dev/null || die "apt-get is not available"
+	wheels=$(awk '$1 == "wheel" { print $2 }' "$here/clickhouse26/fetch.txt")
+	debs=$(awk '$1 == "deb" { print $2 }' "$here/clickhouse26/fetch.txt")
+	log "fetching $(echo $wheels) with pip and $(echo $debs) with apt-get into $dir"
+	rm -rf "$dir"
+	mkdir -p "$cache_dir"
+	tmp=$(mktemp -d "$cache_dir/clickhouse26-libs.XXXXXX")
+	mkdir -p "$tmp/wheels" "$tmp/libs/chdb" "$tmp/libs/debs"
+	# shellcheck disable=SC2086 # word lists from fetch.txt
+	if ! python3 -m pip download --no-deps --only-binary=:all: --python-version 3.11 \
+		--implementation cp --platform manylinux2014_x86_64 --dest "$tmp/wheels" $wheels >"$tmp/pip.log" 2>&1; then
+		cat "$tmp/pip.log" >&2
+		die "pip download failed"
+	fi
+	local whl
+	for whl in "$tmp"/wheels/*.whl; do
+		python3 -m zipfile -e "$whl" "$tmp/unpacked" || die "unpacking $whl failed"
+	done
+	[[ -f $tmp/unpacked/chdb/_chdb.abi3.so ]] || die "the wheel has no chdb/_chdb.abi3.so"
+	mv "$tmp/unpacked/chdb" "$tmp/unpacked/chdb_core.libs" "$tmp/libs/chdb/"
+	# apt-get download needs package lists; fetch them once if it finds none.
+	# shellcheck disable=SC2086
+	if ! (cd "$tmp/libs/debs" && apt-get download -q $debs) >"$tmp/apt.log" 2>&1; then
+		if [[ $(id -u) == 0 ]]; then
+			apt-get update -qq >>"$tmp/apt.log" 2>&1 || true
+		fi
+		# shellcheck disable=SC2086
+		if ! (cd "$tmp/libs/debs" && apt-get download -q $debs) >>"$tmp/apt.log" 2>&1; then
+			cat "$tmp/apt.log" >&2
+			die "apt-get download $(echo $debs) failed"
+		fi
+	fi
+	mv "$tmp/libs" "$dir"
+	rm -rf "$tmp"
+	touch "$dir/.complete"
+	printf '%s\n' "$dir"
+}
+
 # build_image NAME IMAGE [EXTRA_DIR] builds $here/NAME's Dockerfile FROM the
-# base image; EXTRA_DIR, if given, is copied into the context as NAME/libs.
+# base image, with $here/shared in the context as shared/ (files several
+# images use; an image whose Dockerfile copies one hashes shared too);
+# EXTRA_DIR's files, if given, are copied into the context as libs/.
 build_image() {
 	local name=$1 image=$2 extra=${3-} ctx start
 	if have_image "$image"; then
@@ -192,9 +251,11 @@ build_image() {
 	start=$SECONDS
 	ctx=$(mktemp -d "${TMPDIR:-/var/tmp}/txsink-ctx.XXXXXX")
 	cp -R "$here/$name/." "$ctx/"
+	cp -R "$here/shared" "$ctx/shared"
 	if [[ -n $extra ]]; then
 		mkdir -p "$ctx/libs"
-		cp "$extra"/*.jar "$ctx/libs/"
+		cp -R "$extra/." "$ctx/libs/"
+		rm -f "$ctx/libs/.complete"
 	fi
 	log "building $image"
 	if ! DOCKER_BUILDKIT=0 docker build -q --build-arg "BASE=$base_image" -t "$image" "$ctx" >/dev/null 2>"$ctx.log"; then
@@ -210,7 +271,8 @@ command -v docker >/dev/null || die "docker is not installed"
 docker info >/dev/null 2>&1 || die "no Docker engine answers (is dockerd running?)"
 
 if ! have_image "$kafka_image" || ! have_image "$postgres_image" ||
-	! have_image "$clickhouse_image" || ! have_image "$zookeeper_image"; then
+	! have_image "$clickhouse_image" || ! have_image "$zookeeper_image" ||
+	! have_image "$clickhouse26_image"; then
 	build_base
 	libs=""
 	if ! have_image "$kafka_image"; then
@@ -220,6 +282,11 @@ if ! have_image "$kafka_image" || ! have_image "$postgres_image" ||
 	build_image postgres "$postgres_image"
 	build_image clickhouse "$clickhouse_image"
 	build_image zookeeper "$zookeeper_image"
+	libs=""
+	if ! have_image "$clickhouse26_image"; then
+		libs=$(clickhouse26_libs)
+	fi
+	build_image clickhouse26 "$clickhouse26_image" "$libs"
 else
 	log "all stand-in images exist"
 fi

@@ -248,8 +248,10 @@ func TestChaosSoak(t *testing.T) {
 	}
 }
 
-// chEnv starts (or reuses) Kafka and ClickHouse (with ZooKeeper) and returns
-// a run's environment with ClickHouse lanes only (no PostgreSQL).
+// chEnv starts (or reuses) Kafka and ClickHouse (the lane
+// TXSINK_TEST_CLICKHOUSE_LANE names: with ZooKeeper by default, without on
+// lane 26) and returns a run's environment with ClickHouse lanes only (no
+// PostgreSQL).
 func chEnv(t *testing.T) Env {
 	t.Helper()
 	k := harness.Kafka(t)
@@ -297,8 +299,10 @@ func runDir(t *testing.T) string {
 // ClickHouseCIProfile is the short ClickHouse profile CI runs: 32 faults of
 // 8 kinds (ClickHouseWeights) with the crash windows W1–W3 among the
 // failpoints, 2 workers, two lanes under the same schedule — exactly_once
-// into a ReplicatedMergeTree table (must pass) and at_least_once into a
-// plain MergeTree (negative control: must report duplicates).
+// into a de-duplicating table (ReplicatedMergeTree with ZooKeeper, else
+// MergeTree with a non-replicated window and tokens; must pass) and
+// at_least_once into a plain MergeTree (negative control: must report
+// duplicates).
 func ClickHouseCIProfile(seed uint64, e Env) Profile {
 	return Profile{
 		Name:       "ci-clickhouse",

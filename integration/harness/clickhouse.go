@@ -45,6 +45,36 @@ const clickhouseZooKeeperConfig = `<yandex>
 </yandex>
 `
 
+// ClickHouse lanes: which server harness.ClickHouse starts, chosen by
+// TXSINK_TEST_CLICKHOUSE_LANE.
+const (
+	// LaneDefault ("" or "default"): TXSINK_TEST_CLICKHOUSE_IMAGE with a
+	// ZooKeeper beside it (HasZooKeeper). CI: Debian's ClickHouse 18.16,
+	// identical-block de-duplication into Replicated*MergeTree.
+	LaneDefault = "default"
+	// Lane26 ("26"): TXSINK_TEST_CLICKHOUSE26_IMAGE alone, without
+	// ZooKeeper. CI: ClickHouse 26.9's engine from the chdb-core wheel,
+	// insert_deduplication_token into MergeTree tables with a
+	// non_replicated_deduplication_window.
+	Lane26 = "26"
+)
+
+// ClickHouseLanes lists every lane, the default first.
+var ClickHouseLanes = []string{LaneDefault, Lane26}
+
+// ClickHouseLane returns the lane TXSINK_TEST_CLICKHOUSE_LANE names, or an
+// error naming the variable when it names none.
+func ClickHouseLane() (string, error) {
+	switch v := os.Getenv(EnvClickHouseLane); v {
+	case "", LaneDefault:
+		return LaneDefault, nil
+	case Lane26:
+		return Lane26, nil
+	default:
+		return "", fmt.Errorf("harness: %s=%q: want %q or %q", EnvClickHouseLane, v, LaneDefault, Lane26)
+	}
+}
+
 // ClickHouseService is a ClickHouse server reachable over the native
 // protocol. When HasZooKeeper, Replicated*MergeTree tables work, with the
 // {shard} and {replica} macros defined; their ZooKeeper path must be unique
@@ -56,6 +86,9 @@ type ClickHouseService struct {
 	User, Password string
 	// HasZooKeeper reports whether the server has ZooKeeper configured.
 	HasZooKeeper bool
+	// Lane is the lane the server was started for (LaneDefault for an
+	// external server).
+	Lane string
 
 	tb testing.TB
 	c  *clickhouseShared
@@ -64,13 +97,27 @@ type ClickHouseService struct {
 type clickhouseShared struct {
 	addr, user, password string
 	zk                   bool
+	lane                 string
 	ctr                  *managedContainer // nil for an external server
 }
 
-// ClickHouse returns a server shared by the test binary (started on first
-// use, with a ZooKeeper beside it). It skips the test with the reason when no
-// Docker engine answers and TXSINK_TEST_CLICKHOUSE_ADDR is unset.
+// ClickHouse returns the server of the lane TXSINK_TEST_CLICKHOUSE_LANE
+// names (see ClickHouseOfLane).
 func ClickHouse(t testing.TB) *ClickHouseService {
+	t.Helper()
+	lane, err := ClickHouseLane()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ClickHouseOfLane(t, lane)
+}
+
+// ClickHouseOfLane returns the server of lane (LaneDefault or Lane26),
+// shared by the test binary and started on first use: for LaneDefault with
+// a ZooKeeper beside it, for Lane26 alone. TXSINK_TEST_CLICKHOUSE_ADDR
+// replaces both lanes' servers. It skips the test with the reason when no
+// Docker engine answers and TXSINK_TEST_CLICKHOUSE_ADDR is unset.
+func ClickHouseOfLane(t testing.TB, lane string) *ClickHouseService {
 	t.Helper()
 	if addr := os.Getenv(EnvClickHouseAddr); addr != "" {
 		c := &clickhouseShared{
@@ -78,15 +125,23 @@ func ClickHouse(t testing.TB) *ClickHouseService {
 			user:     envOr(EnvClickHouseUser, "default"),
 			password: os.Getenv(EnvClickHousePassword),
 			zk:       boolEnv(EnvClickHouseZK),
+			lane:     LaneDefault,
 		}
 		return newClickHouseService(t, c)
 	}
 	requireDocker(t, EnvClickHouseAddr)
-	return newClickHouseService(t, service(t, "clickhouse", startClickHouse))
+	switch lane {
+	case LaneDefault:
+		return newClickHouseService(t, service(t, "clickhouse", startClickHouse))
+	case Lane26:
+		return newClickHouseService(t, service(t, "clickhouse-26", startClickHouse26))
+	}
+	t.Fatalf("harness: unknown ClickHouse lane %q (want %q or %q)", lane, LaneDefault, Lane26)
+	return nil
 }
 
 func newClickHouseService(t testing.TB, c *clickhouseShared) *ClickHouseService {
-	return &ClickHouseService{Addr: c.addr, User: c.user, Password: c.password, HasZooKeeper: c.zk, tb: t, c: c}
+	return &ClickHouseService{Addr: c.addr, User: c.user, Password: c.password, HasZooKeeper: c.zk, Lane: c.lane, tb: t, c: c}
 }
 
 // External reports whether the server was not started by the harness (then
@@ -216,30 +271,49 @@ func startClickHouse(tb testing.TB, sharedMode bool) (*clickhouseShared, error) 
 		return nil, err
 	}
 
+	return runClickHouse(ctx, tb, sharedMode, LaneDefault, containerSpec{
+		name:  "clickhouse",
+		image: envOr(EnvClickHouseImage, DefaultClickHouseImage),
+		files: []testcontainers.ContainerFile{{
+			Reader:            strings.NewReader(clickhouseZooKeeperConfig),
+			ContainerFilePath: "/etc/clickhouse-server/config.d/txsink-zookeeper.xml",
+			FileMode:          0o644,
+		}},
+		networks: []string{nw.Name},
+	})
+}
+
+// startClickHouse26 starts lane 26's server: TXSINK_TEST_CLICKHOUSE26_IMAGE
+// without ZooKeeper.
+func startClickHouse26(tb testing.TB, sharedMode bool) (*clickhouseShared, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	return runClickHouse(ctx, tb, sharedMode, Lane26, containerSpec{
+		name:  "clickhouse-26",
+		image: envOr(EnvClickHouse26Image, DefaultClickHouse26Image),
+	})
+}
+
+// runClickHouse starts the ClickHouse container spec describes on a free
+// port, with the official image's variables that create the tests' user,
+// and waits until it answers queries. Lane LaneDefault has ZooKeeper.
+func runClickHouse(ctx context.Context, tb testing.TB, sharedMode bool, lane string, spec containerSpec) (*clickhouseShared, error) {
 	var c *clickhouseShared
 	ctr, err := startWithFreePort(func(port int) (*managedContainer, error) {
 		c = &clickhouseShared{
 			addr:     "127.0.0.1:" + strconv.Itoa(port),
 			user:     clickhouseUser,
 			password: clickhousePassword,
-			zk:       true,
+			zk:       lane == LaneDefault,
+			lane:     lane,
 		}
-		return startContainer(ctx, tb, sharedMode, containerSpec{
-			name:  "clickhouse",
-			image: envOr(EnvClickHouseImage, DefaultClickHouseImage),
-			env: map[string]string{
-				"CLICKHOUSE_USER":                      clickhouseUser,
-				"CLICKHOUSE_PASSWORD":                  clickhousePassword,
-				"CLICKHOUSE_DEFAULT_ACCESS_MANAGEMENT": "1",
-			},
-			ports: map[string]int{"9000/tcp": port},
-			files: []testcontainers.ContainerFile{{
-				Reader:            strings.NewReader(clickhouseZooKeeperConfig),
-				ContainerFilePath: "/etc/clickhouse-server/config.d/txsink-zookeeper.xml",
-				FileMode:          0o644,
-			}},
-			networks: []string{nw.Name},
-		})
+		spec.env = map[string]string{
+			"CLICKHOUSE_USER":                      clickhouseUser,
+			"CLICKHOUSE_PASSWORD":                  clickhousePassword,
+			"CLICKHOUSE_DEFAULT_ACCESS_MANAGEMENT": "1",
+		}
+		spec.ports = map[string]int{"9000/tcp": port}
+		return startContainer(ctx, tb, sharedMode, spec)
 	})
 	if err != nil {
 		return nil, err

@@ -10,11 +10,16 @@
 //     methods (Stop, Start, Restart) skip the calling test.
 //  2. A container started through testcontainers-go from the image named by
 //     TXSINK_TEST_KAFKA_IMAGE, TXSINK_TEST_POSTGRES_IMAGE,
-//     TXSINK_TEST_CLICKHOUSE_IMAGE and TXSINK_TEST_ZOOKEEPER_IMAGE, which
-//     default to pinned official images (DefaultKafkaImage, ...). CI points
-//     them at locally built stand-ins (deploy/testimages) that honour the same
-//     environment variables and entry points, so the code here is the same for
-//     both.
+//     TXSINK_TEST_CLICKHOUSE_IMAGE, TXSINK_TEST_ZOOKEEPER_IMAGE and
+//     TXSINK_TEST_CLICKHOUSE26_IMAGE, which default to pinned official images
+//     (DefaultKafkaImage, ...). CI points them at locally built stand-ins
+//     (deploy/testimages) that honour the same environment variables and
+//     entry points, so the code here is the same for both.
+//
+// ClickHouse comes in two lanes, chosen by TXSINK_TEST_CLICKHOUSE_LANE: the
+// default lane (TXSINK_TEST_CLICKHOUSE_IMAGE with a ZooKeeper beside it; CI:
+// Debian's 18.16) and lane "26" (TXSINK_TEST_CLICKHOUSE26_IMAGE alone, no
+// ZooKeeper; CI: ClickHouse 26.9's engine from the chdb-core wheel).
 //
 // When neither is available the test is skipped with the reason, unless
 // TXSINK_TEST_REQUIRE_SERVICES is true, in which case it fails (CI sets this
@@ -60,7 +65,9 @@ const (
 	DefaultKafkaImage      = "apache/kafka:4.1.1"
 	DefaultPostgresImage   = "postgres:15.14"
 	DefaultClickHouseImage = "clickhouse/clickhouse-server:25.8"
-	DefaultZooKeeperImage  = "zookeeper:3.8.4"
+	// DefaultClickHouse26Image is the server of ClickHouse lane "26".
+	DefaultClickHouse26Image = "clickhouse/clickhouse-server:26.9"
+	DefaultZooKeeperImage    = "zookeeper:3.8.4"
 )
 
 // Environment variables read by the harness.
@@ -68,6 +75,8 @@ const (
 	EnvKafkaImage         = "TXSINK_TEST_KAFKA_IMAGE"
 	EnvPostgresImage      = "TXSINK_TEST_POSTGRES_IMAGE"
 	EnvClickHouseImage    = "TXSINK_TEST_CLICKHOUSE_IMAGE"
+	EnvClickHouse26Image  = "TXSINK_TEST_CLICKHOUSE26_IMAGE"
+	EnvClickHouseLane     = "TXSINK_TEST_CLICKHOUSE_LANE"
 	EnvZooKeeperImage     = "TXSINK_TEST_ZOOKEEPER_IMAGE"
 	EnvKafkaBootstrap     = "TXSINK_TEST_KAFKA_BOOTSTRAP"
 	EnvPostgresURL        = "TXSINK_TEST_POSTGRES_URL"

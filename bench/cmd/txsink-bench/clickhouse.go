@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"time"
@@ -20,13 +21,35 @@ type chEnv struct {
 	conn driver.Conn
 }
 
-// clickhouse measures the raw clickhouse-go batch insert of the main
-// workload's rows and, when cmd/txsink registers the "clickhouse" sink,
-// txsink's ClickHouse sink in exactly_once on the same records.
+// clickhouse measures, on each ClickHouse server the integration tests
+// run on (harness.ClickHouseLanes: 18.16 with ZooKeeper and block
+// de-duplication, ClickHouse 26 with tokens into MergeTree), the raw
+// clickhouse-go batch insert of the main workload's rows and, when
+// cmd/txsink registers the "clickhouse" sink, txsink's ClickHouse sink in
+// exactly_once on the same records. With TXSINK_TEST_CLICKHOUSE_ADDR set,
+// that one server is measured.
 func (b *bench) clickhouse(ctx context.Context) error {
+	lanes := harness.ClickHouseLanes
+	if os.Getenv(harness.EnvClickHouseAddr) != "" {
+		lanes = lanes[:1]
+	}
+	for _, lane := range lanes {
+		if err := b.clickhouseLane(ctx, lane); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// clickhouseLane measures the ClickHouse rows on lane's server.
+func (b *bench) clickhouseLane(ctx context.Context, lane string) error {
 	w := b.mainWorkload
 	rawRows := []*Row{}
 	sinkRow := &Row{System: "txsink-clickhouse", Mode: "exactly_once"}
+	server := "CH"
+	if lane != harness.LaneDefault {
+		server = "CH lane " + lane
+	}
 	var chRounds []roundLine
 	addSkipped := func(reason string) {
 		for _, r := range append(rawRows, sinkRow) {
@@ -40,9 +63,9 @@ func (b *bench) clickhouse(ctx context.Context) error {
 		return nil
 	}
 	for _, chunk := range []int{10_000, 100_000} {
-		rawRows = append(rawRows, &Row{System: "clickhouse-raw", Mode: fmt.Sprintf("batch %dk", chunk/1000), Workload: w.Name + " CH", ValueBytes: w.ValueBytes, Partitions: w.Partitions, Records: w.Records})
+		rawRows = append(rawRows, &Row{System: "clickhouse-raw", Mode: fmt.Sprintf("batch %dk", chunk/1000), Workload: w.Name + " " + server, ValueBytes: w.ValueBytes, Partitions: w.Partitions, Records: w.Records})
 	}
-	sinkRow.Workload, sinkRow.ValueBytes, sinkRow.Partitions, sinkRow.Records = w.Name+" CH", w.ValueBytes, w.Partitions, w.Records
+	sinkRow.Workload, sinkRow.ValueBytes, sinkRow.Partitions, sinkRow.Records = w.Name+" "+server, w.ValueBytes, w.Partitions, w.Records
 	perRun := 3*time.Duration(float64(w.Records)/20_000*float64(time.Second)) + 10*time.Second
 	if reason := b.budgetLeft(time.Minute + time.Duration(b.o.Runs)*perRun); reason != "" {
 		addSkipped(reason)
@@ -50,15 +73,20 @@ func (b *bench) clickhouse(ctx context.Context) error {
 	}
 	registered, why := b.clickhouseRegistered(ctx)
 	var env chEnv
+	image := "clickhouse " + envOr(harness.EnvClickHouseImage, harness.DefaultClickHouseImage)
 	b.logf("starting ClickHouse and ZooKeeper (integration/harness)")
+	if lane == harness.Lane26 {
+		image = "clickhouse " + envOr(harness.EnvClickHouse26Image, harness.DefaultClickHouse26Image)
+		b.logf("starting ClickHouse of lane 26, without ZooKeeper (integration/harness)")
+	}
 	if err := catch(func() {
-		env.svc = harness.ClickHouse(b.tb)
+		env.svc = harness.ClickHouseOfLane(b.tb, lane)
 		env.db = env.svc.NewDatabase(b.tb)
 	}); err != nil {
 		addSkipped("ClickHouse unavailable: " + oneLine(err.Error()))
 		return nil
 	}
-	b.rep.Images = append(b.rep.Images, "clickhouse "+envOr(harness.EnvClickHouseImage, harness.DefaultClickHouseImage))
+	b.rep.Images = append(b.rep.Images, image)
 	var err error
 	if env.conn, err = clickhouse.Open(env.svc.Options(env.db)); err != nil {
 		return err
@@ -68,11 +96,14 @@ func (b *bench) clickhouse(ctx context.Context) error {
 	if err := env.conn.QueryRow(ctx, "SELECT version()").Scan(&version); err != nil {
 		return err
 	}
-	engineNote := "MergeTree"
+	for _, r := range append(rawRows, sinkRow) {
+		r.Workload = w.Name + " CH " + shortVersion(version)
+	}
+	engineNote := "MergeTree with non_replicated_deduplication_window = 1000 (insert_deduplication_token)"
 	if env.svc.HasZooKeeper {
 		engineNote = "ReplicatedMergeTree (block de-duplication)"
 	}
-	b.rep.Notes = append(b.rep.Notes, fmt.Sprintf("ClickHouse %s; tables %s, ORDER BY tuple(); INSERTs name their columns", version, engineNote))
+	b.rep.Notes = append(b.rep.Notes, fmt.Sprintf("ClickHouse %s (rows \"%s\"): tables %s, ORDER BY tuple(); INSERTs name their columns", version, w.Name+" CH "+shortVersion(version), engineNote))
 	rows := make([][]any, w.Records)
 	for i := range rows {
 		r := makeRow(int64(i+1), w.ValueBytes)
@@ -105,7 +136,7 @@ func (b *bench) clickhouse(ctx context.Context) error {
 			}
 			_ = env.conn.Exec(ctx, "DROP TABLE IF EXISTS "+table)
 			rawRows[i].Runs = append(rawRows[i].Runs, Run{Seconds: d.Seconds(), RPS: float64(w.Records) / d.Seconds()})
-			b.logf("ClickHouse run %d: raw batch %d %.0f rec/s", run+1, chunk, float64(w.Records)/d.Seconds())
+			b.logf("ClickHouse %s run %d: raw batch %d %.0f rec/s", version, run+1, chunk, float64(w.Records)/d.Seconds())
 		}
 		if !registered {
 			continue
@@ -119,7 +150,7 @@ func (b *bench) clickhouse(ctx context.Context) error {
 		}
 		sinkRow.Runs = append(sinkRow.Runs, res)
 		chRounds = append(chRounds, rounds...)
-		b.logf("ClickHouse run %d: txsink exactly_once %.0f rec/s", run+1, res.RPS)
+		b.logf("ClickHouse %s run %d: txsink exactly_once %.0f rec/s", version, run+1, res.RPS)
 	}
 	if !registered && sinkRow.Skipped == "" {
 		sinkRow.Skipped = why
@@ -143,12 +174,24 @@ func (b *bench) clickhouse(ctx context.Context) error {
 	return nil
 }
 
-func (env chEnv) createTable(ctx context.Context, table string) error {
-	engine := "MergeTree()"
-	if env.svc.HasZooKeeper {
-		engine = fmt.Sprintf("ReplicatedMergeTree('/clickhouse/tables/{shard}/%s/%s', '{replica}')", env.db, table)
+// shortVersion is major.minor of a version() text: "26.9.2.1" → "26.9".
+func shortVersion(v string) string {
+	f := strings.SplitN(v, ".", 3)
+	if len(f) < 2 {
+		return v
 	}
-	return env.conn.Exec(ctx, "CREATE TABLE "+table+" (id String, seq Int64, body String) ENGINE = "+engine+" ORDER BY tuple()")
+	return f[0] + "." + f[1]
+}
+
+// createTable creates a table the sink can insert into exactly once:
+// replicated (identical blocks) with ZooKeeper, else a MergeTree with a
+// de-duplication window (tokens).
+func (env chEnv) createTable(ctx context.Context, table string) error {
+	engine := "MergeTree() ORDER BY tuple() SETTINGS non_replicated_deduplication_window = 1000"
+	if env.svc.HasZooKeeper {
+		engine = fmt.Sprintf("ReplicatedMergeTree('/clickhouse/tables/{shard}/%s/%s', '{replica}') ORDER BY tuple()", env.db, table)
+	}
+	return env.conn.Exec(ctx, "CREATE TABLE "+table+" (id String, seq Int64, body String) ENGINE = "+engine)
 }
 
 func (env chEnv) checkCount(ctx context.Context, table string, n int) error {

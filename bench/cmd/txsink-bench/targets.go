@@ -53,15 +53,21 @@ func (b *bench) targets() {
 	}
 	b.rep.Targets = append(b.rep.Targets, t)
 
-	t = Target{Name: "ClickHouse exactly-once vs raw batch insert", Want: "≥ 50 %"}
+	// One per ClickHouse server measured (the workload names it).
+	measured := false
 	for _, r := range b.rep.Rows {
 		if r.System == "txsink-clickhouse" && r.Skipped == "" && r.RatioCeiling > 0 {
+			t = Target{Name: "ClickHouse exactly-once vs raw batch insert (" + r.Workload + ")", Want: "≥ 50 %"}
 			t.Value = r.RatioCeiling
 			t.Got = fmt.Sprintf("%.0f %%", r.RatioCeiling*100)
 			t.Met = met(r.RatioCeiling >= 0.5)
+			b.rep.Targets = append(b.rep.Targets, t)
+			measured = true
 		}
 	}
-	b.rep.Targets = append(b.rep.Targets, t)
+	if !measured {
+		b.rep.Targets = append(b.rep.Targets, Target{Name: "ClickHouse exactly-once vs raw batch insert", Want: "≥ 50 %"})
+	}
 	if b.formatTarget != nil {
 		b.rep.Targets = append(b.rep.Targets, *b.formatTarget)
 	}

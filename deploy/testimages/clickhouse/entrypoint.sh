@@ -14,36 +14,13 @@ if [[ $# -gt 0 && ${1:0:2} != -- ]]; then
 	exec "$@"
 fi
 
-xml_escape() {
-	local s=$1
-	s=${s//&/&amp;}
-	s=${s//</&lt;}
-	s=${s//>/&gt;}
-	printf '%s' "$s"
-}
+# shellcheck source=../shared/clickhouse-user.sh
+. /usr/local/lib/txsink/clickhouse-user.sh
 
 mkdir -p /var/lib/clickhouse /var/log/clickhouse-server
 chown -R clickhouse:clickhouse /var/lib/clickhouse /var/log/clickhouse-server
 
-users_file=/etc/clickhouse-server/users.d/docker-user.xml
-if [[ $CLICKHOUSE_USER != default || -n $CLICKHOUSE_PASSWORD ]]; then
-	user=$(xml_escape "$CLICKHOUSE_USER")
-	password=$(xml_escape "$CLICKHOUSE_PASSWORD")
-	{
-		echo '<yandex><users>'
-		if [[ $CLICKHOUSE_USER != default ]]; then
-			echo '<default><networks replace="replace"><ip>::1</ip><ip>127.0.0.1</ip></networks></default>'
-		fi
-		echo "<${user}>"
-		echo "<password>${password}</password>"
-		echo '<networks replace="replace"><ip>::/0</ip></networks>'
-		echo '<profile>default</profile><quota>default</quota>'
-		echo "</${user}>"
-		echo '</users></yandex>'
-	} >"$users_file"
-else
-	rm -f "$users_file"
-fi
+write_docker_user yandex /etc/clickhouse-server/users.d/docker-user.xml
 
 setpriv --reuid=clickhouse --regid=clickhouse --init-groups \
 	clickhouse-server --config-file=/etc/clickhouse-server/config.xml "$@" &
