@@ -62,6 +62,12 @@ type Herder interface {
 	// RestartTask restarts one task of a running connector.
 	RestartTask(ctx context.Context, name string, task int) error
 
+	// ActiveTopics returns, sorted, the topics the connector wrote records
+	// from since the last ResetActiveTopics (Connect's active topics).
+	ActiveTopics(ctx context.Context, name string) ([]string, error)
+	// ResetActiveTopics empties the connector's set of active topics.
+	ResetActiveTopics(ctx context.Context, name string) error
+
 	// Offsets returns the offsets stored in the connector's sink.
 	Offsets(ctx context.Context, name string) ([]offsets.Position, error)
 	// AlterOffsets sets the stored offsets of the listed partitions of a

@@ -240,7 +240,7 @@ func (e *env) start(opts ...envOpt) {
 	promReg := prometheus.NewRegistry()
 	var err error
 	w, err = herder.NewStandalone(reg, herder.StandaloneOptions{DataDir: e.dir, Engine: engine.Options{
-		WorkerID: "worker-1", Bootstrap: e.kafka.ListenAddrs(),
+		WorkerID: "worker-1", AdvertisedID: "127.0.0.1:8083", Bootstrap: e.kafka.ListenAddrs(),
 		Log:          levels.Logger(base, "txsink.worker"),
 		ConnectorLog: func(n string) *slog.Logger { return levels.Logger(base, "txsink.connectors."+n) },
 		Restart:      engine.RestartPolicy{Enabled: true, Initial: 50 * time.Millisecond, Max: time.Second},

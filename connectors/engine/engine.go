@@ -90,10 +90,12 @@ func (p RestartPolicy) delay(attempt int) time.Duration {
 
 // Options configure an Engine.
 type Options struct {
-	// WorkerID is shown as worker_id in statuses and is the instance id of
-	// the Kafka transactional ids (see TaskOptions.InstanceID); default a
-	// random one.
+	// WorkerID is the instance id of the Kafka transactional ids (see
+	// TaskOptions.InstanceID); default a random one.
 	WorkerID string
+	// AdvertisedID is worker_id in statuses: Kafka Connect's advertised
+	// host:port of the worker's REST API (default: WorkerID).
+	AdvertisedID string
 	// Bootstrap and KafkaOpts reach the Kafka cluster.
 	Bootstrap []string
 	KafkaOpts []kgo.Opt
@@ -214,6 +216,9 @@ type taskSlot struct {
 func New(reg *connectors.Registry, opt Options, lis Listener) (*Engine, error) {
 	if opt.WorkerID == "" {
 		opt.WorkerID = NewInstanceID()
+	}
+	if opt.AdvertisedID == "" {
+		opt.AdvertisedID = opt.WorkerID
 	}
 	if opt.OpenTimeout <= 0 {
 		opt.OpenTimeout = 30 * time.Second

@@ -683,3 +683,29 @@ func (h *Standalone) Secrets() []string {
 	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
 	return out
 }
+
+// ActiveTopics returns, sorted, the topics from which the connector's
+// committed rounds wrote records since the last ResetActiveTopics (Kafka
+// Connect's active topics). They are kept in memory; ctx is not used.
+func (h *Standalone) ActiveTopics(_ context.Context, name string) ([]string, error) {
+	if _, err := h.lookup(name); err != nil {
+		return nil, err
+	}
+	ts, ok := h.eng.ActiveTopics(name)
+	if !ok {
+		return nil, notFound(name)
+	}
+	return ts, nil
+}
+
+// ResetActiveTopics empties the connector's set of active topics; ctx is
+// not used.
+func (h *Standalone) ResetActiveTopics(_ context.Context, name string) error {
+	if _, err := h.lookup(name); err != nil {
+		return err
+	}
+	if !h.eng.ResetActiveTopics(name) {
+		return notFound(name)
+	}
+	return nil
+}
