@@ -112,6 +112,7 @@ func (s *Server) Routes() chi.Router {
 	r.Get("/health", s.health)
 	r.Method(http.MethodGet, "/metrics", s.opt.Metrics)
 	r.Get("/openapi.json", serveOpenAPI)
+	r.Get("/ui", s.ui)
 	r.Mount("/connectors", connectorsResource{s}.Routes())
 	r.Mount("/connector-plugins", pluginsResource{s}.Routes())
 	r.Mount("/admin/loggers", loggersResource{s.opt.Levels}.Routes())

@@ -12,6 +12,7 @@ import (
 	"github.com/txsink/txsink/connectors/convert"
 	"github.com/txsink/txsink/connectors/engine"
 	"github.com/txsink/txsink/connectors/transform"
+	"github.com/txsink/txsink/twophase"
 )
 
 // The behaviours of issue 17 where Kafka Connect's clients broke on
@@ -270,4 +271,53 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestStatusPage: /ui shows connectors, tasks, partitions with
+// next_offset and lag, in-doubt batches and the last rounds' timings;
+// it has no scripts, forms or external assets, and needs the API's
+// authentication.
+func TestStatusPage(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.Auth = Auth{BasicUser: "admin", BasicPassword: "pw"} })
+	basic := []string{"Authorization", "Basic YWRtaW46cHc="} // admin:pw
+	if r := e.do("GET", "/ui", nil); r.code != 401 || r.hdr.Get("WWW-Authenticate") == "" {
+		t.Fatalf("/ui without credentials: %d", r.code)
+	}
+	if r := e.do("POST", "/connectors", map[string]any{"name": "ui1", "config": fakeConfig("ui1")}, basic...); r.code != 201 {
+		t.Fatalf("create: %d %s", r.code, r.body)
+	}
+	e.waitState("ui1", engine.StateRunning, 1)
+	e.produce(6)
+	e.waitRows("ui1", 6)
+	e.store.mu.Lock()
+	e.store.inDoubt["ui1"] = []twophase.BatchID{{Connector: "ui1", Topic: "orders", Partition: 1, First: 40, Last: 47}}
+	e.store.mu.Unlock()
+	r := e.do("GET", "/ui", nil, basic...)
+	page := string(r.body)
+	if r.code != 200 || !strings.HasPrefix(r.hdr.Get("Content-Type"), "text/html") {
+		t.Fatalf("/ui: %d %s", r.code, r.hdr.Get("Content-Type"))
+	}
+	if csp := r.hdr.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") {
+		t.Errorf("CSP %q", csp)
+	}
+	for _, want := range []string{
+		`<section class="connector" id="connector-ui1">`,
+		`<span class="state running">RUNNING</span>`,
+		`<th class="num">next_offset</th>`, `<td>orders</td>`,
+		`<td class="num">40</td><td class="num">47</td>`, // the in-doubt batch
+		`<th class="num">prepare ms</th>`, `<td>committed</td>`,
+		`127.0.0.1:8083`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("/ui lacks %q", want)
+		}
+	}
+	for _, banned := range []string{"<script", "<form", "<input", "<button", "src=", "href=", "@import", "url(", canary} {
+		if strings.Contains(strings.ToLower(page), strings.ToLower(banned)) {
+			t.Errorf("/ui contains %q", banned)
+		}
+	}
+	if r := e.do("POST", "/ui", nil, basic...); r.code != 405 {
+		t.Errorf("POST /ui: %d", r.code)
+	}
 }

@@ -67,6 +67,9 @@ type Herder interface {
 	ActiveTopics(ctx context.Context, name string) ([]string, error)
 	// ResetActiveTopics empties the connector's set of active topics.
 	ResetActiveTopics(ctx context.Context, name string) error
+	// RecentRounds returns the connector's last rounds, newest first (the
+	// /ui status page).
+	RecentRounds(ctx context.Context, name string) ([]engine.RoundTiming, error)
 
 	// Offsets returns the offsets stored in the connector's sink.
 	Offsets(ctx context.Context, name string) ([]offsets.Position, error)

@@ -236,6 +236,8 @@ type observer struct {
 	// active are the topics committed rounds wrote records from since
 	// the worker started or the last ResetActiveTopics.
 	active map[string]bool
+	// recent are the connector's last rounds, oldest first.
+	recent []RoundTiming
 }
 
 type taskObs struct {
@@ -248,6 +250,7 @@ type taskObs struct {
 var _ Observer = (*observer)(nil)
 
 func newObserver(m *metrics, name string) *observer {
+	m.zero(name)
 	return &observer{m: m, name: name, tasks: map[int]*taskObs{}, seen: map[twophase.BatchID]time.Time{}}
 }
 
@@ -302,6 +305,7 @@ func (o *observer) Round(task int, r RoundStats) {
 	}
 	t.round = &RoundSummary{At: time.Now().UTC(), Outcome: r.Outcome, Records: r.Records, Batches: r.Batches, Total: r.Total}
 	o.noteActiveLocked(r)
+	o.noteRoundLocked(task, r)
 	o.mu.Unlock()
 	o.m.round(o.name, r)
 }

@@ -709,3 +709,17 @@ func (h *Standalone) ResetActiveTopics(_ context.Context, name string) error {
 	}
 	return nil
 }
+
+// RecentRounds returns the connector's last rounds (up to 20, all tasks),
+// newest first. They are kept in memory since the worker started; ctx is
+// not used.
+func (h *Standalone) RecentRounds(_ context.Context, name string) ([]engine.RoundTiming, error) {
+	if _, err := h.lookup(name); err != nil {
+		return nil, err
+	}
+	rs, ok := h.eng.RecentRounds(name)
+	if !ok {
+		return nil, notFound(name)
+	}
+	return rs, nil
+}
