@@ -72,41 +72,34 @@ func startServeWith(t *testing.T, bootstrap, addr, dataDir, workerID string, o s
 	t.Helper()
 	args := append([]string{"serve", "-listen", addr, "-bootstrap", bootstrap, "-data-dir", dataDir, "-worker-id", workerID, "-log-level", "debug"}, o.args...)
 	cmd := exec.Command(txsinkBinary(t), args...)
-	p := &proc{cmd: cmd, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p, p
 	cmd.Env = append(append(os.Environ(), "TXSINK_TASK_RESTART_BACKOFF_INITIAL_MS=200", "TXSINK_TASK_RESTART_BACKOFF_MAX_MS=2000"), o.env...)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.err = cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		if ok, _ := p.exited(); !ok {
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("txsink serve %s output (tail):\n%s", workerID, tail(p.output(), 6000))
-		}
-	})
+	p := startProc(t, cmd, "txsink serve "+workerID)
 	w := &worker{proc: p, base: "http://" + addr, client: http.DefaultClient}
 	if o.tls != nil {
 		w.base = "https://" + addr
 		w.client = &http.Client{Transport: &http.Transport{TLSClientConfig: o.tls}}
 	}
-	deadline := time.Now().Add(60 * time.Second)
+	waitUp(t, p, w.client, w.base+"/health", "txsink serve", time.Minute)
+	return w
+}
+
+// waitUp waits until url answers 200, failing when p exits or d passes.
+func waitUp(t testing.TB, p *proc, client *http.Client, url, label string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for {
 		if ok, code := p.exited(); ok {
-			t.Fatalf("txsink serve exited with %d:\n%s", code, tail(p.output(), 3000))
+			t.Fatalf("%s exited with %d:\n%s", label, code, tail(p.output(), 3000))
 		}
-		res, err := w.client.Get(w.base + "/health")
+		res, err := client.Get(url)
 		if err == nil {
 			res.Body.Close()
 			if res.StatusCode == 200 {
-				return w
+				return
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("txsink serve not healthy after 60s: %v", err)
+			t.Fatalf("%s: %s did not answer 200 within %v: %v", label, url, d, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -385,38 +385,9 @@ func startConnect(t *testing.T, peer *connectpeer.Peer, dir, bootstrap, addr str
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{cmd: cmd, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p, p
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.err = cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		if ok, _ := p.exited(); !ok {
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("Kafka Connect output (tail):\n%s", tail(p.output(), 6000))
-		}
-	})
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		if ok, code := p.exited(); ok {
-			t.Fatalf("Kafka Connect exited with %d:\n%s", code, tail(p.output(), 3000))
-		}
-		res, err := http.Get("http://" + addr + "/")
-		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == 200 {
-				return p
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Kafka Connect's REST API did not answer within 3 minutes: %v", err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	p := startProc(t, cmd, "Kafka Connect")
+	waitUp(t, p, http.DefaultClient, "http://"+addr+"/", "Kafka Connect", 3*time.Minute)
+	return p
 }
 
 func (s *diffSide) do(t *testing.T, st diffStep, names map[string]string) diffResp {

@@ -109,9 +109,9 @@ func TestOperations(t *testing.T) {
 				t.Errorf("the page as Chromium rendered it lacks %q", want)
 			}
 		}
-		// The partitions of the PostgreSQL connector, drained: lag 0 or
-		// the 1 of a trailing transaction marker.
-		rows := regexp.MustCompile(`<tr><td>0</td><td>` + regexp.QuoteMeta(topic) + `</td><td class="num">(\d)</td><td class="num">(\d+)</td>\s*<td class="num">(\d+)</td><td class="num">(\d+)</td></tr>`).FindAllStringSubmatch(dom, -1)
+		// The partition rows of task 0 of both running connectors, with
+		// next_offset, end offset and lag.
+		rows := regexp.MustCompile(`<tr><td>0</td><td>`+regexp.QuoteMeta(topic)+`</td><td class="num">(\d)</td><td class="num">(\d+)</td>\s*<td class="num">(\d+)</td><td class="num">(\d+)</td></tr>`).FindAllStringSubmatch(dom, -1)
 		if len(rows) < 3 {
 			t.Errorf("partition rows with next_offset and lag: %d, want 3 per running connector", len(rows))
 		}

@@ -417,21 +417,7 @@ func TestPyKafkaConnectHealthcheck(t *testing.T) {
 	_, hport, _ := strings.Cut(port, ":")
 	cmd := exec.Command(filepath.Join(venv, "bin", "kafka-connect-healthcheck"),
 		"--port", hport, "--connect-url", e.w.base, "--connect-worker-id", e.addr, "--log-level", "INFO")
-	p := &proc{cmd: cmd, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p, p
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.err = cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		if ok, _ := p.exited(); !ok {
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("kafka-connect-healthcheck output:\n%s", tail(p.output(), 4000))
-		}
-	})
+	p := startProc(t, cmd, "kafka-connect-healthcheck")
 	health := func() (int, map[string]any) {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)

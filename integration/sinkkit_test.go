@@ -292,9 +292,18 @@ func startUnsafeTxsink(t testing.TB, bootstrap, cfgPath, workerID string, env ..
 func runTxsink(t testing.TB, args []string, workerID string, env []string) *proc {
 	t.Helper()
 	cmd := exec.Command(txsinkBinary(t), args...)
+	cmd.Env = append(os.Environ(), env...)
+	return startProc(t, cmd, "txsink "+workerID)
+}
+
+// startProc starts cmd, collecting its output; at cleanup the process is
+// killed if still running (a stopped one is continued first), and its
+// output's tail is logged when the test failed (or TXSINK_TEST_VERBOSE is
+// set).
+func startProc(t testing.TB, cmd *exec.Cmd, label string) *proc {
+	t.Helper()
 	p := &proc{cmd: cmd, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p, p
-	cmd.Env = append(os.Environ(), env...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +315,7 @@ func runTxsink(t testing.TB, args []string, workerID string, env []string) *proc
 			<-p.done
 		}
 		if t.Failed() || os.Getenv("TXSINK_TEST_VERBOSE") != "" {
-			t.Logf("txsink %s output (tail):\n%s", workerID, tail(p.output(), 4000))
+			t.Logf("%s output (tail):\n%s", label, tail(p.output(), 6000))
 		}
 	})
 	return p
