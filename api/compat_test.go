@@ -3,11 +3,16 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txsink/txsink/connectors/convert"
 	"github.com/txsink/txsink/connectors/engine"
@@ -319,5 +324,110 @@ func TestStatusPage(t *testing.T) {
 	}
 	if r := e.do("POST", "/ui", nil, basic...); r.code != 405 {
 		t.Errorf("POST /ui: %d", r.code)
+	}
+}
+
+// TestRestartTaskOfPausedConnector: restarting a task of a PAUSED
+// connector answers 204 and leaves it PAUSED, as Connect does (issue 17
+// item 2; kafka-connect-api's cycle_connector pauses, restarts the tasks
+// and resumes).
+func TestRestartTaskOfPausedConnector(t *testing.T) {
+	e := newEnv(t)
+	e.must(201, "POST", "/connectors", map[string]any{"name": "cyc", "config": fakeConfig("cyc")})
+	e.waitState("cyc", engine.StateRunning, 1)
+	e.must(202, "PUT", "/connectors/cyc/pause", nil)
+	e.waitState("cyc", engine.StatePaused, 1)
+	e.must(204, "POST", "/connectors/cyc/tasks/0/restart", nil)
+	e.waitState("cyc", engine.StatePaused, 1)
+	e.must(404, "POST", "/connectors/cyc/tasks/1/restart", nil)
+	e.must(202, "PUT", "/connectors/cyc/resume", nil)
+	e.waitState("cyc", engine.StateRunning, 1)
+	e.produce(3)
+	e.waitRows("cyc", 3)
+	// STOPPED: no tasks, so 404 (Connect's distributed herder: "Unknown
+	// task"; its standalone herder fails with a NullPointerException).
+	e.must(204, "PUT", "/connectors/cyc/stop", nil)
+	e.waitState("cyc", engine.StateStopped, 0)
+	e.must(404, "POST", "/connectors/cyc/tasks/0/restart", nil)
+}
+
+// TestSinkCannotOpen: a connector whose sink cannot open runs, and its
+// tasks are FAILED with the error as their trace, as Connect shows a sink
+// task that fails to start (issue 17 item 3).
+func TestSinkCannotOpen(t *testing.T) {
+	e := newEnv(t)
+	cfg := fakeConfig("down")
+	cfg["fake.url"] = "fake://writer@" + fakeDownHost + ":5432/db"
+	cfg["tasks.max"] = "2"
+	e.must(201, "POST", "/connectors", map[string]any{"name": "down", "config": cfg})
+	var st engine.ConnectorStatus
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		var err error
+		st, err = e.worker.Status(context.Background(), "down")
+		if err == nil && len(st.Tasks) == 2 && st.Tasks[0].State == engine.StateFailed && st.Tasks[1].State == engine.StateFailed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tasks not FAILED: %+v", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st.Connector.State != engine.StateRunning || st.Connector.Trace != "" {
+		t.Errorf("connector %s %q, want RUNNING without a trace", st.Connector.State, st.Connector.Trace)
+	}
+	r := e.must(200, "GET", "/connectors/down/tasks/1/status", nil)
+	ts, _ := r.json(t).(map[string]any)
+	if ts["state"] != "FAILED" || !strings.Contains(fmt.Sprint(ts["trace"]), "connection refused") {
+		t.Errorf("task status %s", r.body)
+	}
+	r = e.must(200, "GET", "/connectors/down/tasks", nil)
+	if n := len(r.json(t).([]any)); n != 2 {
+		t.Errorf("/tasks lists %d tasks: %s", n, r.body)
+	}
+	// A task restart opens the sink again: still failing, still FAILED.
+	e.must(204, "POST", "/connectors/down/tasks/0/restart", nil)
+	if st, _ := e.worker.Status(context.Background(), "down"); len(st.Tasks) != 2 || st.Tasks[0].State != engine.StateFailed {
+		t.Errorf("after a task restart: %+v", st)
+	}
+}
+
+// TestPausedKeepsGroupMembership: a PAUSED connector's task stays in the
+// consumer group (Stable, one member) and stops writing; records produced
+// meanwhile are written after the resume, none twice (issue 17 item 5).
+func TestPausedKeepsGroupMembership(t *testing.T) {
+	e := newEnv(t)
+	e.must(201, "POST", "/connectors", map[string]any{"name": "pz", "config": fakeConfig("pz")})
+	e.waitState("pz", engine.StateRunning, 1)
+	e.produce(5)
+	e.waitRows("pz", 5)
+	e.must(202, "PUT", "/connectors/pz/pause", nil)
+	e.waitState("pz", engine.StatePaused, 1)
+	time.Sleep(300 * time.Millisecond) // a round in flight ends
+	before := e.rows("pz")
+	e.produce(7)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.kafka.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		gs, err := adm.DescribeGroups(context.Background(), "txsink-pz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g := gs["txsink-pz"]; g.State != "Stable" || len(g.Members) != 1 {
+			t.Fatalf("group while PAUSED: state %q, %d members; want Stable with 1", g.State, len(g.Members))
+		}
+	}
+	if got := e.rows("pz"); got != before {
+		t.Fatalf("a PAUSED connector wrote %d rows", got-before)
+	}
+	e.must(202, "PUT", "/connectors/pz/resume", nil)
+	e.waitState("pz", engine.StateRunning, 1)
+	e.waitRows("pz", 12)
+	time.Sleep(300 * time.Millisecond)
+	if got := e.rows("pz"); got != 12 {
+		t.Errorf("after the resume: %d rows, want 12", got)
 	}
 }

@@ -36,16 +36,12 @@ import (
 	"github.com/txsink/txsink/internal/connectpeer"
 )
 
-// allowedDiff is a difference the test expects. Pending ones are
-// Connect's behaviour that txsink does not have yet (issue 17 part 2
-// fixes them and removes the entry: the test fails while an entry no
-// longer occurs); the others are deliberate, documented in docs/api.md.
+// allowedDiff is a difference the test expects: a deliberate one,
+// documented in docs/api.md. The test fails when an entry no longer
+// occurs, so the list stays exact.
 type allowedDiff struct {
 	step, diff, reason string
-	pending            bool
 }
-
-const pending17 = "pending: issue 17 part 2"
 
 // jerseyNoType: Connect's Jersey sends its own 404 and 405 (an unknown
 // path, a method the path lacks) with a JSON body but no Content-Type;
@@ -71,16 +67,6 @@ var connectDiffAllowed = []allowedDiff{
 		reason: "txsink answers 404 for an unknown connector on every /connectors/{name} path; Connect 4.1.1 answers 200 with an empty list (docs/api.md)"},
 	{step: "reset active topics of an unknown connector", diff: "status 202 vs 404",
 		reason: "as the GET: 404 for an unknown connector (docs/api.md)"},
-	{step: "consumer group while PAUSED", diff: "group state Stable vs Empty",
-		reason: pending17 + " (item 5: PAUSED keeps group membership and stops fetching)", pending: true},
-	{step: "restart a task of a PAUSED connector", diff: "status 204 vs 409",
-		reason: pending17 + " (item 2: Connect restarts the task and leaves it PAUSED)", pending: true},
-	{step: "status of a connector whose sink cannot open", diff: "connector.state RUNNING vs FAILED",
-		reason: pending17 + " (item 3: Connect's connector runs and its task fails with the trace)", pending: true},
-	{step: "status of a connector whose sink cannot open", diff: "tasks [FAILED] vs []",
-		reason: pending17 + " (item 3)", pending: true},
-	{step: "task status of a connector whose sink cannot open", diff: "status 200 vs 404",
-		reason: pending17 + " (item 3: the task exists and is FAILED with its trace)", pending: true},
 }
 
 // diffSide is one worker under comparison.
@@ -331,7 +317,7 @@ func TestConnectDifferential(t *testing.T) {
 			}
 		}
 	}
-	same, deliberate, pendingN := 0, 0, 0
+	same := 0
 	for _, o := range report {
 		if len(o.Diffs) == 0 {
 			same++
@@ -340,11 +326,6 @@ func TestConnectDifferential(t *testing.T) {
 	for _, a := range connectDiffAllowed {
 		if !seen[a.step+"\x00"+a.diff] {
 			t.Errorf("allowlisted difference did not occur (fixed? remove it from connectDiffAllowed): %s: %s", a.step, a.diff)
-		}
-		if a.pending {
-			pendingN++
-		} else {
-			deliberate++
 		}
 	}
 	for _, u := range unexpected {
@@ -356,8 +337,8 @@ func TestConnectDifferential(t *testing.T) {
 			t.Logf("report: %s", path)
 		}
 	}
-	t.Logf("%d requests compared with Kafka Connect 4.1.1: %d the same, %d allowlisted differences (%d deliberate, %d %s)",
-		len(steps), same, len(connectDiffAllowed), deliberate, pendingN, pending17)
+	t.Logf("%d requests compared with Kafka Connect 4.1.1: %d the same, %d allowlisted (deliberate) differences",
+		len(steps), same, len(connectDiffAllowed))
 }
 
 // startConnect runs Connect's standalone worker (no connectors) and waits

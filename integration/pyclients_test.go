@@ -4,9 +4,7 @@ package integration
 // serve" (real Kafka and PostgreSQL) through their documented commands:
 // kafka-connect-cli (the kafka_connect command), kafka-connect-api (a
 // library) and kafka-connect-healthcheck (a health server). Each runs in
-// a virtualenv the test creates once and caches (pyVenv). Where a client
-// fails only because of a behaviour issue 17 part 2 brings (pending17),
-// the test asserts today's behaviour and says so, so that part 2 flips it.
+// a virtualenv the test creates once and caches (pyVenv).
 
 import (
 	"context"
@@ -255,18 +253,16 @@ func TestPyKafkaConnectCLI(t *testing.T) {
 	}
 	ok("connector", "delete", "--name", bad)
 
-	// A connector whose sink cannot open. Connect: connector RUNNING, task
-	// FAILED, health-check exit 1 (unhealthy). txsink today: connector
-	// FAILED with no task status, and the CLI's task lookup errors: exit
-	// 3. pending: issue 17 part 2 (item 3) makes this exit 1.
+	// A connector whose sink cannot open: as in Connect, the connector
+	// RUNNING and its task FAILED with the trace, so health-check exits 1
+	// (unhealthy; before issue 17 it exited 3, an error of its own).
 	nope := "clinope-" + e.sfx
 	ok("connector", "create", "--name", nope, "--configuration", mustJSONString(t, e.cannotOpenConfig(nope)))
-	e.w.waitState(t, nope, "FAILED", 0, time.Minute)
+	waitTaskFailed(t, e.w, nope)
 	r = kc("health-check", "--verbose")
-	if r.code != 3 {
-		t.Fatalf("health-check with a connector whose sink cannot open: exit %d, today's behaviour is 3 (%s; Connect's is 1): %s", r.code, pending17, r.out)
+	if r.code != 1 || !strings.Contains(r.out, "Task 0 of connector "+nope+" in state FAILED") {
+		t.Fatalf("health-check with a connector whose sink cannot open: exit %d (want 1, as with Connect): %s", r.code, r.out)
 	}
-	t.Logf("health-check with a connector whose sink cannot open: exit 3 (Connect: 1; %s, item 3)", pending17)
 	ok("connector", "delete", "--name", nope)
 
 	ok("connector", "delete", "--name", name)
@@ -340,7 +336,7 @@ try:
     out["cycle"] = "ok"
 except GenericConflict as e:
     out["cycle"] = "conflict: %s" % (e.details,)
-out["state_after_cycle"] = c.state
+out["state_after_cycle"] = "RUNNING" if wait("RUNNING") else c.state
 if out["state_after_cycle"] == "PAUSED":
     c.resume()
 out["running_at_end"] = wait("RUNNING")
@@ -386,15 +382,12 @@ func TestPyKafkaConnectAPI(t *testing.T) {
 	if got["kafka_cluster"] == "" || got["version"] == "" {
 		t.Errorf("cluster info: %v", got)
 	}
-	// cycle_connector pauses, restarts every task, resumes. Connect
-	// answers the task restart of a PAUSED connector with 204; txsink
-	// today with 409, so the client raises and leaves the connector
-	// PAUSED. pending: issue 17 part 2 (item 2) makes the cycle complete.
-	cycle, _ := got["cycle"].(string)
-	if !strings.HasPrefix(cycle, "conflict") || got["state_after_cycle"] != "PAUSED" {
-		t.Errorf("cycle_connector: %q, state %v; today's behaviour is a 409 conflict that leaves it PAUSED (%s, item 2)", cycle, got["state_after_cycle"], pending17)
+	// cycle_connector pauses, restarts every task, resumes: the task
+	// restart of a PAUSED connector answers 204 as in Connect (before
+	// issue 17, 409 left the connector PAUSED).
+	if cycle, _ := got["cycle"].(string); cycle != "ok" || got["state_after_cycle"] != "RUNNING" {
+		t.Errorf("cycle_connector: %q, state %v; want ok and RUNNING", cycle, got["state_after_cycle"])
 	}
-	t.Logf("cycle_connector: %s, left %v (Connect: completes RUNNING; %s, item 2)", cycle, got["state_after_cycle"], pending17)
 }
 
 // TestPyKafkaConnectHealthcheck runs kafka-connect-healthcheck 0.3.0's
@@ -449,7 +442,7 @@ func TestPyKafkaConnectHealthcheck(t *testing.T) {
 	e.w.must(t, 204, "DELETE", "/connectors/"+bad, nil)
 	nope := "hcnope-" + e.sfx
 	e.w.must(t, 201, "POST", "/connectors", map[string]any{"name": nope, "config": e.cannotOpenConfig(nope)})
-	e.w.waitState(t, nope, "FAILED", 0, time.Minute)
+	waitTaskFailed(t, e.w, nope)
 	code, v = health()
 	if code != 503 || !strings.Contains(fmt.Sprint(v["failures"]), "connector:"+nope) {
 		t.Fatalf("a connector whose sink cannot open: %d %v", code, v)

@@ -106,6 +106,9 @@ type Task struct {
 	// unavailable counts consecutive rounds that failed on an unavailable
 	// dependency (backoff); only the task's goroutine uses it.
 	unavailable int
+	// gate, when set, holds the task between rounds while its connector
+	// is PAUSED.
+	gate *gate
 }
 
 // NewTask returns a task; Run starts it.
@@ -242,7 +245,7 @@ func (t *Task) runTransactional(ctx context.Context) error {
 		twophase.WithHook(failpoint.Hit))
 
 	for {
-		recs, err := t.poll(ctx, sess.PollRecords)
+		recs, err := t.pollPaused(ctx, sess.Client(), sess.PollRecords)
 		if err != nil || ctx.Err() != nil {
 			return err
 		}
@@ -359,7 +362,7 @@ func (t *Task) runLocal(ctx context.Context) error {
 		guard = offsets.GuardNone
 	}
 	for {
-		recs, err := t.poll(ctx, cl.PollRecords)
+		recs, err := t.pollPaused(ctx, cl, cl.PollRecords)
 		if err != nil || ctx.Err() != nil {
 			return err
 		}

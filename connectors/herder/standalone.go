@@ -424,7 +424,7 @@ func (h *Standalone) setTarget(ctx context.Context, name string, target engine.T
 	m.target = target
 	m.updated = time.Now().UTC()
 	m.mu.Unlock()
-	if same && (target != engine.TargetRunning || running) {
+	if same && (target == engine.TargetStopped || running) {
 		return nil
 	}
 	if err := h.persist(); err != nil {
@@ -476,7 +476,11 @@ func (h *Standalone) Restart(ctx context.Context, name string, includeTasks, onl
 	return st, nil
 }
 
-// RestartTask restarts one task of a running connector (synchronously).
+// RestartTask restarts one task of a RUNNING or PAUSED connector
+// (synchronously), as Kafka Connect does: a task of a PAUSED connector
+// starts again paused. When the connector's sink could not open (its
+// tasks are FAILED), the restart opens it again. A STOPPED connector has
+// no tasks: ErrNotFound, as in Connect's distributed herder.
 func (h *Standalone) RestartTask(ctx context.Context, name string, task int) error {
 	m, err := h.lockConn(name)
 	if err != nil {
@@ -485,12 +489,21 @@ func (h *Standalone) RestartTask(ctx context.Context, name string, task int) err
 	defer m.op.Unlock()
 	running, n := h.eng.Running(name)
 	if task < 0 || task >= n {
-		return errorf(ErrNotFound, "Task %s-%d not found", name, task)
+		return errorf(ErrNotFound, "Unknown task: %s-%d", name, task)
 	}
-	if !running {
+	m.mu.Lock()
+	target := m.target
+	m.mu.Unlock()
+	switch {
+	case running:
+		h.eng.RestartTask(name, task)
+	case target != engine.TargetStopped:
+		h.log.Info("restarting the connector's sink for a task restart", "connector", name, "task", task)
+		h.eng.Halt(name)
+		h.eng.Apply(ctx, name, m.config())
+	default:
 		return errorf(ErrConflict, "Cannot restart task %s-%d: the connector is not running", name, task)
 	}
-	h.eng.RestartTask(name, task)
 	return h.persist()
 }
 
