@@ -153,6 +153,7 @@ func (c *Connector) StartTask(id int, onExit func(task int, err error)) error {
 		c.gate = newGate(false)
 	}
 	t.gate = c.gate
+	t.valueConverter = c.Values[convert.KeyValueConverter]
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
