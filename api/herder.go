@@ -59,7 +59,8 @@ type Herder interface {
 	// (onlyFailed: only FAILED ones) in the background, and returns the
 	// status showing RESTARTING for what will be restarted.
 	Restart(ctx context.Context, name string, includeTasks, onlyFailed bool) (engine.ConnectorStatus, error)
-	// RestartTask restarts one task of a running connector.
+	// RestartTask restarts one task of a RUNNING or PAUSED connector (a
+	// paused task starts again paused); ErrNotFound for a STOPPED one.
 	RestartTask(ctx context.Context, name string, task int) error
 
 	// ActiveTopics returns, sorted, the topics the connector wrote records

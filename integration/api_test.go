@@ -469,21 +469,7 @@ func TestAPIKillRestart(t *testing.T) {
 
 	for kill := 1; kill <= 2; kill++ {
 		// Kill once some records are written but not all.
-		deadline := time.Now().Add(time.Minute)
-		for {
-			got, _ := sinkOffsets(context.Background(), pool, "kill-run")
-			sum := int64(0)
-			for _, n := range got {
-				sum += max(n, 0)
-			}
-			if sum > int64(kill*500) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no progress before kill %d: %v", kill, got)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		waitWritten(t, func() map[int32]int64 { got, _ := sinkOffsets(context.Background(), pool, "kill-run"); return got }, int64(kill*500), fmt.Sprintf("kill %d", kill))
 		w.signal(syscall.SIGKILL)
 		if !w.wait(10 * time.Second) {
 			t.Fatal("SIGKILL did not end the worker")

@@ -19,30 +19,98 @@ import (
 
 // TestDeadLetterTopicExactlyOnceAcrossKills (issue 17 item 5): with 1 %
 // poison records (half not JSON at all, half with a value the table's
-// bigint column refuses) and the worker SIGKILLed twice in the middle, an
+// integer column refuses) and the worker SIGKILLed twice in the middle, an
 // exactly_once connector with errors.tolerance=all writes every good
 // record once, and a read_committed consumer of the dead-letter topic sees
 // each poison record exactly once, with its original value and Kafka
 // Connect's __connect.errors.* headers. The dead-letter table, set too,
-// holds each poison record once.
+// holds each poison record once. PostgreSQL and ClickHouse.
 func TestDeadLetterTopicExactlyOnceAcrossKills(t *testing.T) {
 	k := harness.Kafka(t)
-	pg := harness.Postgres(t)
-	db := pg.NewDatabase(t)
-	sfx := randSuffix(t)
-	topic, dlqTopic, dlqTable := "dlq-src-"+sfx, "dlq-"+sfx, "dlq_"+sfx
-	k.CreateTopic(t, topic, 3)
-	pool := connectPool(t, db)
-	createEventsTable(t, pool, topic)
-	dbURL := canaryURL(t, pg, db)
+	t.Run("postgres", func(t *testing.T) {
+		pg := harness.Postgres(t)
+		db := pg.NewDatabase(t)
+		pool := connectPool(t, db)
+		runDLQKills(t, k, dlqSink{
+			name: "pg",
+			setup: func(topic string) map[string]string {
+				createEventsTable(t, pool, topic)
+				return apiConnector("dlq-pg-"+randSuffix(t), topic, canaryURL(t, pg, db))
+			},
+			offsets: func(name string) map[int32]int64 {
+				got, _ := sinkOffsets(context.Background(), pool, name)
+				return got
+			},
+			drained: func(name string, u *upstream) { waitDrained(t, pool, name, u, 3*time.Minute, nil) },
+			exact: func(topic string, good *upstream) {
+				if problems := exactness(good, readRows(t, pool, topic), nil); len(problems) > 0 {
+					t.Fatalf("table: %d anomalies, first: %v", len(problems), problems[:min(10, len(problems))])
+				}
+				if n := preparedXacts(t, pool); n != 0 {
+					t.Errorf("%d prepared transactions left", n)
+				}
+			},
+			dlqTable: func(table string) int {
+				var n int
+				if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM `+pgx.Identifier{table}.Sanitize()).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n
+			},
+		})
+	})
+	t.Run("clickhouse", func(t *testing.T) {
+		ch := harness.ClickHouse(t)
+		db := ch.NewDatabase(t)
+		conn := ch.Conn(t, db)
+		runDLQKills(t, k, dlqSink{
+			name: "ch",
+			setup: func(topic string) map[string]string {
+				createCHEvents(t, conn, topic, chEngine(ch, db, topic, 1000))
+				return chConnector("dlq-ch-"+randSuffix(t), topic, ch, db, "exactly_once")
+			},
+			offsets: func(name string) map[int32]int64 {
+				got, _ := chOffsets(context.Background(), conn, name)
+				return got
+			},
+			drained: func(name string, u *upstream) { chWaitDrained(t, conn, name, u, 3*time.Minute, nil) },
+			exact:   func(topic string, good *upstream) { chExact(t, conn, good, topic, topic) },
+			dlqTable: func(table string) int {
+				var n uint64
+				if err := conn.QueryRow(context.Background(), "SELECT uniqExact(__connect_partition, __connect_offset) FROM `"+table+"`").Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return int(n)
+			},
+		})
+	})
+}
 
+// dlqSink is one sink under runDLQKills.
+type dlqSink struct {
+	name string
+	// setup creates the target table of topic and returns a connector
+	// configuration (exactly_once) writing it.
+	setup    func(topic string) map[string]string
+	offsets  func(connector string) map[int32]int64
+	drained  func(connector string, u *upstream)
+	exact    func(topic string, good *upstream)
+	dlqTable func(table string) int // distinct dead letters in the table
+}
+
+func runDLQKills(t *testing.T, k *harness.KafkaService, s dlqSink) {
+	sfx := randSuffix(t)
+	topic, dlqTopic, dlqTable := "dlq-src-"+s.name+"-"+sfx, "dlq-"+s.name+"-"+sfx, "dlq_"+s.name+"_"+sfx
+	k.CreateTopic(t, topic, 3)
+	cfg := s.setup(topic)
+	name := cfg["name"]
 	poison := func(seq int) bool { return seq%100 == 0 }
 	value := func(seq int, id string) []byte {
 		switch {
 		case poison(seq) && seq%200 == 0:
 			return []byte(fmt.Sprintf(`{"id": "%s", "seq": `, id)) // not JSON: the value converter fails
 		case poison(seq):
-			return []byte(fmt.Sprintf(`{"id": %q, "seq": "poison-%d"}`, id, seq)) // seq is a bigint column
+			return []byte(fmt.Sprintf(`{"id": %q, "seq": "poison-%d"}`, id, seq)) // seq is an integer column
 		}
 		b, _ := json.Marshal(map[string]any{"id": id, "seq": seq})
 		return b
@@ -56,9 +124,7 @@ func TestDeadLetterTopicExactlyOnceAcrossKills(t *testing.T) {
 	}()
 
 	dataDir, addr := t.TempDir(), freeAddr(t)
-	w := startServe(t, k.Bootstrap, addr, dataDir, "dlq-w")
-	name := "dlq-" + sfx
-	cfg := apiConnector(name, topic, dbURL)
+	w := startServe(t, k.Bootstrap, addr, dataDir, "dlq-"+s.name)
 	cfg["batch.max.records"] = "200"
 	cfg["errors.tolerance"] = "all"
 	cfg["errors.deadletterqueue.topic.name"] = dlqTopic
@@ -69,29 +135,17 @@ func TestDeadLetterTopicExactlyOnceAcrossKills(t *testing.T) {
 	w.waitState(t, name, "RUNNING", 1, time.Minute)
 
 	for kill := 1; kill <= 2; kill++ {
-		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
-			got, _ := sinkOffsets(context.Background(), pool, name)
-			sum := int64(0)
-			for _, n := range got {
-				sum += max(n, 0)
-			}
-			if sum > int64(kill*1500) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no progress before kill %d: %v", kill, got)
-			}
-		}
+		waitWritten(t, func() map[int32]int64 { return s.offsets(name) }, int64(kill*1500), fmt.Sprintf("kill %d", kill))
 		w.signal(syscall.SIGKILL)
 		if !w.wait(10 * time.Second) {
 			t.Fatal("SIGKILL did not end the worker")
 		}
 		t.Logf("kill %d: worker killed", kill)
-		w = startServe(t, k.Bootstrap, addr, dataDir, "dlq-w")
+		w = startServe(t, k.Bootstrap, addr, dataDir, "dlq-"+s.name)
 		w.waitState(t, name, "RUNNING", 1, time.Minute)
 	}
 	wg.Wait()
-	waitDrained(t, pool, name, &u, 3*time.Minute, nil)
+	s.drained(name, &u)
 	w.signal(syscall.SIGTERM)
 	w.wait(30 * time.Second)
 
@@ -113,9 +167,7 @@ func TestDeadLetterTopicExactlyOnceAcrossKills(t *testing.T) {
 		}
 	}
 	u.mu.Unlock()
-	if problems := exactness(good, readRows(t, pool, topic), nil); len(problems) > 0 {
-		t.Fatalf("table: %d anomalies, first: %v", len(problems), problems[:min(10, len(problems))])
-	}
+	s.exact(topic, good)
 
 	// The topic, as a read_committed consumer sees it.
 	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Bootstrap), kgo.ConsumeTopics(dlqTopic),
@@ -177,15 +229,8 @@ func TestDeadLetterTopicExactlyOnceAcrossKills(t *testing.T) {
 	if len(problems) > 0 {
 		t.Fatalf("dead-letter topic: %d problems, first: %v", len(problems), problems[:min(10, len(problems))])
 	}
-	var inTable int
-	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM `+pgx.Identifier{dlqTable}.Sanitize()).Scan(&inTable); err != nil {
-		t.Fatal(err)
-	}
-	if inTable != len(bad) {
-		t.Errorf("dead-letter table holds %d rows, want the %d poison records", inTable, len(bad))
-	}
-	if n := preparedXacts(t, pool); n != 0 {
-		t.Errorf("%d prepared transactions left", n)
+	if inTable := s.dlqTable(dlqTable); inTable != len(bad) {
+		t.Errorf("dead-letter table holds %d dead letters, want the %d poison records", inTable, len(bad))
 	}
 	t.Logf("%d records (%d poison) across 2 SIGKILLs: table exact; each poison record once in the dead-letter topic (read_committed) with Connect's headers, and once in the dead-letter table",
 		u.total(), len(bad))

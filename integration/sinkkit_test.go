@@ -346,6 +346,25 @@ func sinkOffsets(ctx context.Context, pool *pgxpool.Pool, connector string) (map
 	return out, rows.Err()
 }
 
+// waitWritten waits until the stored offsets that read returns add up to
+// more than n (a stream is under way), or fails after a minute or two.
+func waitWritten(t testing.TB, read func() map[int32]int64, n int64, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		got := read()
+		sum := int64(0)
+		for _, off := range got {
+			sum += max(off, 0)
+		}
+		if sum > n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no progress before %s: %v", what, got)
+		}
+	}
+}
+
 // drained reports whether every partition's stored offset reached the
 // upstream end.
 func drained(ctx context.Context, pool *pgxpool.Pool, connector string, ends map[int32]int64) bool {

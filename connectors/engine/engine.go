@@ -518,7 +518,7 @@ func (e *Engine) applyTargetLocked(ctx context.Context, c *conn) {
 	switch {
 	case target == TargetStopped:
 		e.stopLocked(c)
-		e.idleLocked(c, target)
+		e.stoppedLocked(c)
 	case run == nil:
 		e.startLocked(ctx, c)
 	default:
@@ -557,22 +557,13 @@ func runState(paused bool) State {
 	return StateRunning
 }
 
-// idleLocked sets the states of a connector that is not running.
-func (e *Engine) idleLocked(c *conn, target TargetState) {
+// stoppedLocked sets the states of a STOPPED connector: no tasks.
+func (e *Engine) stoppedLocked(c *conn) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.trace = ""
-	switch target {
-	case TargetPaused:
-		c.state = StatePaused
-		c.tasks = make([]*taskSlot, c.tasksMax)
-		for i := range c.tasks {
-			c.tasks[i] = &taskSlot{state: StatePaused}
-		}
-	case TargetStopped:
-		c.state = StateStopped
-		c.tasks = nil
-	}
+	c.state = StateStopped
+	c.tasks = nil
 }
 
 // startLocked opens the connector's sink and starts its tasks. On failure
