@@ -75,6 +75,8 @@ type Server struct {
 	opt Options
 	h   Herder
 	log *slog.Logger
+	// routes are the routed paths and their methods (for OPTIONS).
+	routes routeTable
 }
 
 // New returns the API's router.
@@ -98,7 +100,8 @@ func New(opt Options) chi.Router {
 // Routes mounts every resource.
 func (s *Server) Routes() chi.Router {
 	r := chi.NewRouter()
-	r.Use(s.recoverer, s.logRequests, s.checkHost, s.cors, s.requireClientCert, s.limitBody, s.authenticate, requireJSON, stripSlash)
+	r.Use(s.recoverer, s.logRequests, s.checkHost, s.cors, s.requireClientCert, s.limitBody, s.authenticate, requireJSON, stripSlash,
+		head, s.options)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "HTTP 404 Not Found")
 	})
@@ -109,9 +112,11 @@ func (s *Server) Routes() chi.Router {
 	r.Get("/health", s.health)
 	r.Method(http.MethodGet, "/metrics", s.opt.Metrics)
 	r.Get("/openapi.json", serveOpenAPI)
+	r.Get("/ui", s.ui)
 	r.Mount("/connectors", connectorsResource{s}.Routes())
 	r.Mount("/connector-plugins", pluginsResource{s}.Routes())
 	r.Mount("/admin/loggers", loggersResource{s.opt.Levels}.Routes())
+	s.routes = newRouteTable(r)
 	return r
 }
 
@@ -214,6 +219,10 @@ func decode(r *http.Request, v any) error {
 		return badRequest("Request body is empty; a JSON object is required")
 	}
 	if err := json.Unmarshal(b, v); err != nil {
+		var ae *apiError
+		if errors.As(err, &ae) { // a setting's value (settings)
+			return ae
+		}
 		return badRequest("Request body is not valid JSON for this endpoint: %s", jsonErrorText(err))
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -40,6 +41,8 @@ func (rs connectorsResource) Routes() chi.Router {
 		r.Get("/tasks", rs.tasks)
 		r.Get("/tasks/{task}/status", rs.taskStatus)
 		r.Post("/tasks/{task}/restart", rs.restartTask)
+		r.Get("/topics", rs.topics)
+		r.Put("/topics/reset", rs.resetTopics)
 		r.Get("/offsets", rs.offsets)
 		r.Patch("/offsets", rs.alterOffsets)
 		r.Delete("/offsets", rs.resetOffsets)
@@ -48,6 +51,15 @@ func (rs connectorsResource) Routes() chi.Router {
 }
 
 func (rs connectorsResource) reg() *connectors.Registry { return rs.s.h.Registry() }
+
+// version is the plugin version of a connector ("" when it is gone).
+func (rs connectorsResource) version(ctx context.Context, name string) string {
+	inf, err := rs.s.h.Info(ctx, name)
+	if err != nil {
+		return ""
+	}
+	return pluginVersion(rs.reg(), inf.Config)
+}
 
 // list is GET /connectors[?expand=status&expand=info].
 func (rs connectorsResource) list(w http.ResponseWriter, r *http.Request) {
@@ -76,7 +88,7 @@ func (rs connectorsResource) list(w http.ResponseWriter, r *http.Request) {
 					ok = false
 					continue
 				}
-				e["status"] = toStatus(st)
+				e["status"] = toStatus(st, rs.version(r.Context(), n))
 			case "info":
 				inf, err := rs.s.h.Info(r.Context(), n)
 				if err != nil {
@@ -124,9 +136,10 @@ func (rs connectorsResource) create(w http.ResponseWriter, r *http.Request) {
 	if req.InitialState != nil {
 		initial = *req.InitialState
 	}
-	target, err := engine.ParseTargetState(initial)
+	// Case-insensitive, as Connect's InitialState.forValue.
+	target, err := engine.ParseTargetState(strings.ToUpper(initial))
 	if err != nil {
-		rs.s.handleErr(w, badRequest("%s", err.Error()), secs)
+		rs.s.handleErr(w, badRequest("initial_state must be RUNNING, PAUSED or STOPPED, got %q", initial), secs)
 		return
 	}
 	inf, err := rs.s.h.Create(r.Context(), name, req.Config, target)
@@ -134,8 +147,19 @@ func (rs connectorsResource) create(w http.ResponseWriter, r *http.Request) {
 		rs.s.handleErr(w, err, secs)
 		return
 	}
-	w.Header().Set("Location", "/connectors/"+name)
+	w.Header().Set("Location", location(r, name))
 	writeJSON(w, http.StatusCreated, toInfo(rs.reg(), inf))
+}
+
+// location is the absolute URL of a connector, from the scheme and Host
+// the request reached the worker with (as Connect's JAX-RS
+// Response.created builds it).
+func location(r *http.Request, name string) string {
+	u := url.URL{Scheme: "http", Host: r.Host, Path: "/connectors/" + name}
+	if r.TLS != nil {
+		u.Scheme = "https"
+	}
+	return u.String()
 }
 
 // get is GET /connectors/{name}.
@@ -171,7 +195,7 @@ func (rs connectorsResource) getConfig(w http.ResponseWriter, r *http.Request) {
 // updated.
 func (rs connectorsResource) putConfig(w http.ResponseWriter, r *http.Request) {
 	name := chi.URLParam(r, "name")
-	var cfg map[string]string
+	var cfg settings
 	if err := decode(r, &cfg); err != nil {
 		rs.s.handleErr(w, err, nil)
 		return
@@ -193,7 +217,7 @@ func (rs connectorsResource) putConfig(w http.ResponseWriter, r *http.Request) {
 	code := http.StatusOK
 	if created {
 		code = http.StatusCreated
-		w.Header().Set("Location", "/connectors/"+name)
+		w.Header().Set("Location", location(r, name))
 	}
 	writeJSON(w, code, toInfo(rs.reg(), inf))
 }
@@ -202,7 +226,7 @@ func (rs connectorsResource) putConfig(w http.ResponseWriter, r *http.Request) {
 // removes a setting.
 func (rs connectorsResource) patchConfig(w http.ResponseWriter, r *http.Request) {
 	name := chi.URLParam(r, "name")
-	var patch map[string]*string
+	var patch patchSettings
 	if err := decode(r, &patch); err != nil {
 		rs.s.handleErr(w, err, nil)
 		return
@@ -239,7 +263,7 @@ func (rs connectorsResource) status(w http.ResponseWriter, r *http.Request) {
 		rs.s.handleErr(w, err, nil)
 		return
 	}
-	writeJSON(w, http.StatusOK, toStatus(st))
+	writeJSON(w, http.StatusOK, toStatus(st, rs.version(r.Context(), st.Name)))
 }
 
 // restart is POST /connectors/{name}/restart?includeTasks=&onlyFailed=:
@@ -265,7 +289,7 @@ func (rs connectorsResource) restart(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, toStatus(st))
+	writeJSON(w, http.StatusAccepted, toStatus(st, rs.version(r.Context(), name)))
 }
 
 func boolParam(r *http.Request, name string) (bool, error) {
@@ -338,7 +362,7 @@ func (rs connectorsResource) taskStatus(w http.ResponseWriter, r *http.Request) 
 	}
 	for _, t := range st.Tasks {
 		if t.ID == id {
-			writeJSON(w, http.StatusOK, toTaskState(t))
+			writeJSON(w, http.StatusOK, toTaskState(t, rs.version(r.Context(), name)))
 			return
 		}
 	}
@@ -358,6 +382,30 @@ func (rs connectorsResource) restartTask(w http.ResponseWriter, r *http.Request)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// topics is GET /connectors/{name}/topics: Connect's active topics,
+// {"<name>": {"topics": [...]}}.
+func (rs connectorsResource) topics(w http.ResponseWriter, r *http.Request) {
+	name := chi.URLParam(r, "name")
+	ts, err := rs.s.h.ActiveTopics(r.Context(), name)
+	if err != nil {
+		rs.s.handleErr(w, err, nil)
+		return
+	}
+	if ts == nil {
+		ts = []string{}
+	}
+	writeJSON(w, http.StatusOK, map[string]activeTopics{name: {Topics: ts}})
+}
+
+// resetTopics is PUT /connectors/{name}/topics/reset: 202, no body.
+func (rs connectorsResource) resetTopics(w http.ResponseWriter, r *http.Request) {
+	if err := rs.s.h.ResetActiveTopics(r.Context(), chi.URLParam(r, "name")); err != nil {
+		rs.s.handleErr(w, err, nil)
+		return
+	}
+	w.WriteHeader(http.StatusAccepted)
 }
 
 // offsets is GET /connectors/{name}/offsets: the offsets stored in the sink.

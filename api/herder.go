@@ -59,8 +59,18 @@ type Herder interface {
 	// (onlyFailed: only FAILED ones) in the background, and returns the
 	// status showing RESTARTING for what will be restarted.
 	Restart(ctx context.Context, name string, includeTasks, onlyFailed bool) (engine.ConnectorStatus, error)
-	// RestartTask restarts one task of a running connector.
+	// RestartTask restarts one task of a RUNNING or PAUSED connector (a
+	// paused task starts again paused); ErrNotFound for a STOPPED one.
 	RestartTask(ctx context.Context, name string, task int) error
+
+	// ActiveTopics returns, sorted, the topics the connector wrote records
+	// from since the last ResetActiveTopics (Connect's active topics).
+	ActiveTopics(ctx context.Context, name string) ([]string, error)
+	// ResetActiveTopics empties the connector's set of active topics.
+	ResetActiveTopics(ctx context.Context, name string) error
+	// RecentRounds returns the connector's last rounds, newest first (the
+	// /ui status page).
+	RecentRounds(ctx context.Context, name string) ([]engine.RoundTiming, error)
 
 	// Offsets returns the offsets stored in the connector's sink.
 	Offsets(ctx context.Context, name string) ([]offsets.Position, error)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -174,11 +175,18 @@ func fakeSpec(st *fakeStore) connectors.Spec {
 			}
 			return u.User.Username() + "@" + u.Host, nil
 		},
-		New: func(_ context.Context, _ connectors.Env, c config.Connector, _ config.Values) (connectors.Sink, error) {
+		New: func(_ context.Context, _ connectors.Env, c config.Connector, v config.Values) (connectors.Sink, error) {
+			if u, err := url.Parse(v["fake.url"]); err == nil && u.Hostname() == fakeDownHost {
+				return nil, fmt.Errorf("fake: cannot connect to %s: connection refused", u.Host)
+			}
 			return &fakeSink{st: st, name: c.Name}, nil
 		},
 	}
 }
+
+// fakeDownHost in fake.url makes the fake sink fail to open, as a sink
+// whose database is down.
+const fakeDownHost = "down.invalid"
 
 // env is one API under test: a real worker with the fake sink, on an
 // in-memory Kafka cluster.
@@ -240,7 +248,7 @@ func (e *env) start(opts ...envOpt) {
 	promReg := prometheus.NewRegistry()
 	var err error
 	w, err = herder.NewStandalone(reg, herder.StandaloneOptions{DataDir: e.dir, Engine: engine.Options{
-		WorkerID: "worker-1", Bootstrap: e.kafka.ListenAddrs(),
+		WorkerID: "worker-1", AdvertisedID: "127.0.0.1:8083", Bootstrap: e.kafka.ListenAddrs(),
 		Log:          levels.Logger(base, "txsink.worker"),
 		ConnectorLog: func(n string) *slog.Logger { return levels.Logger(base, "txsink.connectors."+n) },
 		Restart:      engine.RestartPolicy{Enabled: true, Initial: 50 * time.Millisecond, Max: time.Second},
@@ -374,3 +382,19 @@ func fakeConfig(name string) map[string]string {
 // canary is a password that must never appear in a response, a log line
 // or a metric.
 const canary = "Canary-Pw-9f3e1c"
+
+// waitPartitions waits until the connector's task 0 owns n partitions.
+func (e *env) waitPartitions(name string, n int) {
+	e.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st, err := e.worker.Status(context.Background(), name)
+		if err == nil && len(st.Tasks) > 0 && len(st.Tasks[0].Partitions) == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("task 0 of %s does not own %d partitions: %+v (err %v)", name, n, st, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -2,13 +2,16 @@ package api
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/go-chi/chi/v5"
 
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/convert"
 	"github.com/txsink/txsink/connectors/secrets"
+	"github.com/txsink/txsink/connectors/transform"
 )
 
 // pluginsResource serves /connector-plugins.
@@ -25,11 +28,41 @@ func (rs pluginsResource) Routes() chi.Router {
 
 func (rs pluginsResource) reg() *connectors.Registry { return rs.s.h.Registry() }
 
-// list is GET /connector-plugins: one entry per sink, by class.
+// list is GET /connector-plugins[?connectorsOnly=false]: one entry per
+// sink, by class; with connectorsOnly=false also the converters, the
+// transforms and the predicates, with Connect's type names.
 func (rs pluginsResource) list(w http.ResponseWriter, r *http.Request) {
+	connectorsOnly := true
+	if v := r.URL.Query().Get("connectorsOnly"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			rs.s.handleErr(w, badRequest("Query parameter connectorsOnly must be true or false, got %q", v), nil)
+			return
+		}
+		connectorsOnly = b
+	}
 	out := []pluginInfo{}
 	for _, s := range rs.reg().Specs() {
 		out = append(out, pluginInfo{Class: s.Class, Type: "sink", Version: s.Version})
+	}
+	if !connectorsOnly {
+		version := rs.s.opt.Version
+		if version == "" {
+			version = "unknown"
+		}
+		for _, c := range transform.TransformClasses() {
+			out = append(out, pluginInfo{Class: c, Type: "transformation", Version: version})
+		}
+		for _, p := range convert.Plugins() {
+			v := p.Version
+			if v == "" {
+				v = version
+			}
+			out = append(out, pluginInfo{Class: p.Class, Type: "converter", Version: v})
+		}
+		for _, c := range transform.PredicateClasses() {
+			out = append(out, pluginInfo{Class: c, Type: "predicate", Version: version})
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -97,7 +130,7 @@ func (rs pluginsResource) validate(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var raw map[string]string
+	var raw settings
 	if err := decode(r, &raw); err != nil {
 		rs.s.handleErr(w, err, nil)
 		return

@@ -4,6 +4,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
 	"github.com/txsink/txsink/connectors/engine"
 	"github.com/txsink/txsink/connectors/herder"
@@ -34,9 +35,9 @@ type serverInfo struct {
 }
 
 type createRequest struct {
-	Name         *string           `json:"name"`
-	Config       map[string]string `json:"config"`
-	InitialState *string           `json:"initial_state"`
+	Name         *string  `json:"name"`
+	Config       settings `json:"config"`
+	InitialState *string  `json:"initial_state"`
 }
 
 type taskID struct {
@@ -59,7 +60,9 @@ type taskInfo struct {
 type connectorState struct {
 	State    string `json:"state"`
 	WorkerID string `json:"worker_id"`
-	Trace    string `json:"trace,omitempty"`
+	// Version is the connector plugin's version (Connect 4.1, KIP-891).
+	Version string `json:"version"`
+	Trace   string `json:"trace,omitempty"`
 	// Txsink holds txsink's additions.
 	Txsink *connectorExt `json:"txsink,omitempty"`
 }
@@ -70,11 +73,13 @@ type connectorExt struct {
 }
 
 type taskState struct {
-	ID       int      `json:"id"`
-	State    string   `json:"state"`
-	WorkerID string   `json:"worker_id"`
-	Trace    string   `json:"trace,omitempty"`
-	Txsink   *taskExt `json:"txsink,omitempty"`
+	ID       int    `json:"id"`
+	State    string `json:"state"`
+	WorkerID string `json:"worker_id"`
+	// Version is the connector plugin's version (Connect 4.1, KIP-891).
+	Version string   `json:"version"`
+	Trace   string   `json:"trace,omitempty"`
+	Txsink  *taskExt `json:"txsink,omitempty"`
 }
 
 type taskExt struct {
@@ -128,6 +133,11 @@ type connectorStatus struct {
 	Connector connectorState `json:"connector"`
 	Tasks     []taskState    `json:"tasks"`
 	Type      string         `json:"type"`
+}
+
+// activeTopics is Connect's ActiveTopicsInfo, keyed by connector name.
+type activeTopics struct {
+	Topics []string `json:"topics"`
 }
 
 type offsetPartition struct {
@@ -210,8 +220,8 @@ func toInfo(reg *connectors.Registry, inf herder.Info) connectorInfo {
 	return out
 }
 
-func toTaskState(t engine.TaskStatus) taskState {
-	ts := taskState{ID: t.ID, State: string(t.State), WorkerID: t.WorkerID, Trace: t.Trace}
+func toTaskState(t engine.TaskStatus, version string) taskState {
+	ts := taskState{ID: t.ID, State: string(t.State), WorkerID: t.WorkerID, Version: version, Trace: t.Trace}
 	ext := &taskExt{Partitions: []partitionStatus{}, InDoubt: toInDoubt(t.InDoubt), Restarts: t.Restarts}
 	for _, p := range t.Partitions {
 		ps := partitionStatus{Topic: p.Topic, Partition: p.Partition, NextOffset: p.NextOffset}
@@ -238,6 +248,15 @@ func toTaskState(t engine.TaskStatus) taskState {
 	return ts
 }
 
+// pluginVersion is the version of the plugin a connector configuration
+// names ("" when unknown).
+func pluginVersion(reg *connectors.Registry, cfg map[string]string) string {
+	if spec, ok := reg.Lookup(cfg[config.KeyClass]); ok {
+		return spec.Version
+	}
+	return ""
+}
+
 func toInDoubt(bs []engine.InDoubtBatch) []inDoubtBatch {
 	out := []inDoubtBatch{}
 	for _, b := range bs {
@@ -246,18 +265,20 @@ func toInDoubt(bs []engine.InDoubtBatch) []inDoubtBatch {
 	return out
 }
 
-func toStatus(st engine.ConnectorStatus) connectorStatus {
+// toStatus converts a status; version is the connector plugin's version
+// (pluginVersion).
+func toStatus(st engine.ConnectorStatus, version string) connectorStatus {
 	out := connectorStatus{
 		Name: st.Name,
 		Type: st.Type,
 		Connector: connectorState{
-			State: string(st.Connector.State), WorkerID: st.Connector.WorkerID, Trace: st.Connector.Trace,
+			State: string(st.Connector.State), WorkerID: st.Connector.WorkerID, Version: version, Trace: st.Connector.Trace,
 			Txsink: &connectorExt{TargetState: string(st.Target), InDoubt: toInDoubt(st.InDoubt)},
 		},
 		Tasks: []taskState{},
 	}
 	for _, t := range st.Tasks {
-		out.Tasks = append(out.Tasks, toTaskState(t))
+		out.Tasks = append(out.Tasks, toTaskState(t, version))
 	}
 	return out
 }

@@ -27,6 +27,9 @@ const (
 	KeyOffsetsInitial    = "offsets.initial"
 	KeyGroupID           = "group.id"
 	KeyErrorsTolerance   = "errors.tolerance"
+	KeyDLQTopic          = "errors.deadletterqueue.topic.name"
+	KeyDLQReplication    = "errors.deadletterqueue.topic.replication.factor"
+	KeyDLQContextHeaders = "errors.deadletterqueue.context.headers.enable"
 	KeyTxnTimeoutMs      = "transaction.timeout.ms"
 	KeySessionTimeoutMs  = "session.timeout.ms"
 	KeyUnsafeNoFencing   = "txsink.test.unsafe.disable.fencing"
@@ -60,7 +63,16 @@ var ConnectorDefs = Defs{
 	{Name: KeyBatchLingerMs, Type: Int, Default: "50", Min: 0, Max: 60000, Group: "Batching", Doc: "How long a round keeps polling for more records after the first arrive. A round whose first poll already brings a tenth of batch.max.records or more does not linger: a backlog is waiting."},
 	{Name: KeyOffsetsInitial, Type: String, Default: "earliest", Enum: []string{"earliest", "latest"}, Group: "Offsets", Doc: "Where a partition with no offset stored in the sink starts."},
 	{Name: KeyGroupID, Type: String, Group: "Offsets", Doc: "Kafka consumer group; default txsink-<name>. Its committed offsets mirror the sink's and record the 2PC decision."},
-	{Name: KeyErrorsTolerance, Type: String, Default: "none", Enum: []string{"none", "all"}, Group: "Errors", Doc: "none: a bad record stops its task at exactly that offset with the error in the status; all: bad records go to the dead-letter table inside the same sink transaction."},
+	{Name: KeyErrorsTolerance, Type: String, Default: "none", Enum: []string{"none", "all"}, Group: "Errors", Doc: "none: a bad record stops its task at exactly that offset with the error in the status; all: bad records go to the dead-letter destinations (the sink's dead-letter table, written in the same sink transaction, and/or the dead-letter topic, errors.deadletterqueue.topic.name); at least one must be set."},
+	{Name: KeyDLQTopic, Type: String, Group: "Errors", Doc: "Kafka topic for bad records (errors.tolerance=all), as in Kafka Connect: each is produced with its original key, value, headers and timestamp; created when missing (1 partition). exactly_once: produced inside the round's Kafka transaction, the one that records the commit decision, so a dead letter exists exactly when its batch committed (read the topic with isolation.level=read_committed). The other modes produce after the batch commits in the sink (at most once across a crash between the two: see the README, Dead letters). May be set together with the sink's dead-letter table.",
+		Check: func(v string) error {
+			if len(v) > 249 || strings.ContainsAny(v, " \t/\\,") {
+				return fmt.Errorf("invalid topic name %q", v)
+			}
+			return nil
+		}},
+	{Name: KeyDLQReplication, Type: Int, Default: "3", Min: -1, Max: 32767, Group: "Errors", Doc: "Replication factor of the dead-letter topic when txsink creates it (-1: the broker's default), as in Kafka Connect. A value of 0 is refused."},
+	{Name: KeyDLQContextHeaders, Type: Boolean, Default: "false", Group: "Errors", Doc: "Add Kafka Connect's __connect.errors.* headers to each dead letter: the original topic, partition and offset, connector name, task id, stage, class name, exception class name, message and stack trace."},
 	{Name: KeyTxnTimeoutMs, Type: Int, Default: "15000", Min: 1000, Max: 900000, Group: "Delivery", Doc: "Kafka transaction timeout (exactly_once). Bounds how long an abandoned decision blocks recovery."},
 	{Name: KeySessionTimeoutMs, Type: Int, Default: "10000", Min: 1000, Max: 300000, Group: "Delivery", Doc: "Consumer group session timeout: after it a silent owner loses its partitions."},
 	{Name: KeyPrepareParallel, Type: Int, Default: "4", Min: 1, Max: 64, Group: "Delivery", Doc: "Partition batches prepared and committed in parallel per round."},
@@ -82,34 +94,42 @@ type Connector struct {
 	OffsetsInitial  string
 	GroupID         string
 	ErrorsTolerance string
-	TxnTimeout      time.Duration
-	SessionTimeout  time.Duration
-	Parallelism     int
-	RecoveryTimeout time.Duration
-	ShutdownGrace   time.Duration
-	UnsafeNoFencing bool
+	// DLQTopic, DLQReplication and DLQContextHeaders are the dead-letter
+	// topic's settings (DLQTopic "" when there is none).
+	DLQTopic          string
+	DLQReplication    int
+	DLQContextHeaders bool
+	TxnTimeout        time.Duration
+	SessionTimeout    time.Duration
+	Parallelism       int
+	RecoveryTimeout   time.Duration
+	ShutdownGrace     time.Duration
+	UnsafeNoFencing   bool
 }
 
 // ParseConnector reads the common settings from validated values.
 func ParseConnector(v Values) Connector {
 	c := Connector{
-		Name:            v[KeyName],
-		Class:           v[KeyClass],
-		TasksMax:        int(v.Int(KeyTasksMax)),
-		Topics:          v.List(KeyTopics),
-		Delivery:        v[KeyDelivery],
-		BatchMaxRecords: int(v.Int(KeyBatchMaxRecords)),
-		BatchMaxBytes:   int(v.Int(KeyBatchMaxBytes)),
-		BatchLinger:     time.Duration(v.Int(KeyBatchLingerMs)) * time.Millisecond,
-		OffsetsInitial:  v[KeyOffsetsInitial],
-		GroupID:         v[KeyGroupID],
-		ErrorsTolerance: v[KeyErrorsTolerance],
-		TxnTimeout:      time.Duration(v.Int(KeyTxnTimeoutMs)) * time.Millisecond,
-		SessionTimeout:  time.Duration(v.Int(KeySessionTimeoutMs)) * time.Millisecond,
-		Parallelism:     int(v.Int(KeyPrepareParallel)),
-		RecoveryTimeout: time.Duration(v.Int(KeyRecoveryTimeoutMs)) * time.Millisecond,
-		ShutdownGrace:   time.Duration(v.Int(KeyShutdownGraceMs)) * time.Millisecond,
-		UnsafeNoFencing: v.Bool(KeyUnsafeNoFencing),
+		Name:              v[KeyName],
+		Class:             v[KeyClass],
+		TasksMax:          int(v.Int(KeyTasksMax)),
+		Topics:            v.List(KeyTopics),
+		Delivery:          v[KeyDelivery],
+		BatchMaxRecords:   int(v.Int(KeyBatchMaxRecords)),
+		BatchMaxBytes:     int(v.Int(KeyBatchMaxBytes)),
+		BatchLinger:       time.Duration(v.Int(KeyBatchLingerMs)) * time.Millisecond,
+		OffsetsInitial:    v[KeyOffsetsInitial],
+		GroupID:           v[KeyGroupID],
+		ErrorsTolerance:   v[KeyErrorsTolerance],
+		DLQTopic:          v[KeyDLQTopic],
+		DLQReplication:    int(v.Int(KeyDLQReplication)),
+		DLQContextHeaders: v.Bool(KeyDLQContextHeaders),
+		TxnTimeout:        time.Duration(v.Int(KeyTxnTimeoutMs)) * time.Millisecond,
+		SessionTimeout:    time.Duration(v.Int(KeySessionTimeoutMs)) * time.Millisecond,
+		Parallelism:       int(v.Int(KeyPrepareParallel)),
+		RecoveryTimeout:   time.Duration(v.Int(KeyRecoveryTimeoutMs)) * time.Millisecond,
+		ShutdownGrace:     time.Duration(v.Int(KeyShutdownGraceMs)) * time.Millisecond,
+		UnsafeNoFencing:   v.Bool(KeyUnsafeNoFencing),
 	}
 	if c.GroupID == "" {
 		c.GroupID = "txsink-" + c.Name

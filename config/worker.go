@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"sort"
@@ -24,6 +25,9 @@ import (
 // case with '.' and '-' as '_', e.g. TXSINK_BOOTSTRAP_SERVERS).
 const (
 	KeyWorkerListen          = "listen"
+	KeyRESTListeners         = "listeners"
+	KeyRESTAdvertisedHost    = "rest.advertised.host.name"
+	KeyRESTAdvertisedPort    = "rest.advertised.port"
 	KeyWorkerBootstrap       = "bootstrap.servers"
 	KeyWorkerID              = "worker.id"
 	KeyWorkerDataDir         = "data.dir"
@@ -64,8 +68,12 @@ const (
 // WorkerDefs are the worker's settings.
 var WorkerDefs = Defs{
 	{Name: KeyWorkerListen, Type: String, Default: "127.0.0.1:8083", Group: "REST", Doc: "HTTP listen address of the REST API. The default listens on the loopback interface only; listening elsewhere without authentication logs a warning."},
+	{Name: KeyRESTListeners, Type: String, Group: "REST", Doc: "Kafka Connect's spelling of the listen address: one URL, http://host:port or https://host:port (https needs rest.tls.cert.file; an empty host listens on every interface). Set it or listen, not both with different addresses; txsink serves one listener.",
+		Check: checkListeners},
+	{Name: KeyRESTAdvertisedHost, Type: String, Group: "REST", Doc: "Host name of this worker's REST API as others reach it, as in Kafka Connect. With the port it makes the worker's id shown as worker_id in statuses (host:port, Connect's form), which health checks such as kafka-connect-healthcheck compare. Default: the host of listen, or the machine's host name when listen names no specific address."},
+	{Name: KeyRESTAdvertisedPort, Type: Int, Min: 1, Max: 65535, Group: "REST", Doc: "Port of this worker's REST API as others reach it (worker_id's port), as in Kafka Connect. Default: the port the API listens on."},
 	{Name: KeyWorkerBootstrap, Type: List, Default: "127.0.0.1:9092", Group: "Kafka", Doc: "Kafka bootstrap servers, comma-separated."},
-	{Name: KeyWorkerID, Type: String, Group: "Worker", Doc: "Stable id of this worker (default: the host name). Part of the Kafka transactional ids, so a restarted worker with the same id fences its previous incarnation; two live workers must use different ids. Shown as worker_id in statuses."},
+	{Name: KeyWorkerID, Type: String, Group: "Worker", Doc: "Stable id of this worker (default: the host name). Part of the Kafka transactional ids, so a restarted worker with the same id fences its previous incarnation; two live workers must use different ids. (worker_id in statuses is the advertised host:port; see rest.advertised.host.name.)"},
 	{Name: KeyWorkerDataDir, Type: String, Default: "txsink-data", Group: "Worker", Doc: "Directory of the standalone worker's state (connector configurations, target states, task states), written atomically. Holds connector passwords: keep it private (txsink creates it with mode 0700)."},
 	{Name: KeyWorkerLogFormat, Type: String, Default: "text", Enum: []string{"text", "json"}, Group: "Worker", Doc: "Log format."},
 	{Name: KeyWorkerLogLevel, Type: String, Default: "info", Enum: []string{"trace", "debug", "info", "warn", "error"}, Group: "Worker", Doc: "Level of the root logger; /admin/loggers changes levels at run time."},
@@ -138,6 +146,10 @@ type REST struct {
 	AllowedHosts []string
 	// AllowOrigin and AllowMethods are the CORS settings.
 	AllowOrigin, AllowMethods string
+	// AdvertisedHost and AdvertisedPort (0: unset) are Connect's
+	// rest.advertised.host.name and rest.advertised.port.
+	AdvertisedHost string
+	AdvertisedPort int
 }
 
 // Connections is what the worker lets connectors' connection settings
@@ -209,6 +221,22 @@ func ParseWorker(raw map[string]string) (Worker, error) {
 	if v.Int(KeyRestartMaxMs) < v.Int(KeyRestartInitialMs) && len(errs) == 0 {
 		add(KeyRestartMaxMs, fmt.Sprintf("must be at least task.restart.backoff.initial.ms (%d), got %d", v.Int(KeyRestartInitialMs), v.Int(KeyRestartMaxMs)))
 	}
+	listen := v[KeyWorkerListen]
+	if l := v[KeyRESTListeners]; l != "" && len(errs.For(KeyRESTListeners)) == 0 {
+		scheme, addr := "", l
+		if u, err := url.Parse(strings.TrimSpace(l)); err == nil {
+			scheme, addr = u.Scheme, u.Host
+		}
+		switch {
+		case raw[KeyWorkerListen] != "" && raw[KeyWorkerListen] != addr:
+			add(KeyRESTListeners, fmt.Sprintf("listens on %s but listen says %s: set one of them", addr, raw[KeyWorkerListen]))
+		case strings.EqualFold(scheme, "https") && v[KeyRESTTLSCertFile] == "":
+			add(KeyRESTListeners, "an https listener needs rest.tls.cert.file and rest.tls.key.file")
+		case strings.EqualFold(scheme, "http") && v[KeyRESTTLSCertFile] != "":
+			add(KeyRESTListeners, "rest.tls.cert.file is set, so the API is served over TLS: write https://"+addr)
+		}
+		listen = addr
+	}
 	if len(v.List(KeyWorkerBootstrap)) == 0 {
 		add(KeyWorkerBootstrap, "at least one bootstrap server is required")
 	}
@@ -217,7 +245,7 @@ func ParseWorker(raw map[string]string) (Worker, error) {
 		return Worker{}, errs
 	}
 	return Worker{
-		Listen:    v[KeyWorkerListen],
+		Listen:    listen,
 		Bootstrap: v.List(KeyWorkerBootstrap),
 		WorkerID:  v[KeyWorkerID],
 		DataDir:   v[KeyWorkerDataDir],
@@ -234,6 +262,7 @@ func ParseWorker(raw map[string]string) (Worker, error) {
 			MaxBodyBytes: v.Int(KeyRESTMaxBodyBytes),
 			AllowedHosts: v.List(KeyRESTAllowedHosts),
 			AllowOrigin:  v[KeyCORSAllowOrigin], AllowMethods: v[KeyCORSAllowMethods],
+			AdvertisedHost: v[KeyRESTAdvertisedHost], AdvertisedPort: int(v.Int(KeyRESTAdvertisedPort)),
 		},
 		Connections: Connections{
 			UnixSockets:        v.Bool(KeyConnUnixSocket),
@@ -397,6 +426,43 @@ func loadPool(path string) (*x509.CertPool, error) {
 		return nil, fmt.Errorf("%s holds no PEM certificates", path)
 	}
 	return pool, nil
+}
+
+// AdvertisedID is the worker's id in Kafka Connect's form, the host and
+// port of its advertised REST URL ("host:port"), for worker_id in
+// statuses. bound is the address the API listens on (its port is used
+// when rest.advertised.port is unset, so listen=…:0 works); the host is
+// rest.advertised.host.name, else the host of listen when it names a
+// specific address, else hostname (the machine's host name; Connect takes
+// that name's IP address, which would need a DNS lookup).
+func (w Worker) AdvertisedID(bound net.Addr, hostname string) string {
+	host, port, _ := net.SplitHostPort(w.Listen)
+	if ta, ok := bound.(*net.TCPAddr); ok && ta.Port > 0 {
+		port = strconv.Itoa(ta.Port)
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = hostname
+	}
+	if w.REST.AdvertisedHost != "" {
+		host = w.REST.AdvertisedHost
+	}
+	if w.REST.AdvertisedPort > 0 {
+		port = strconv.Itoa(w.REST.AdvertisedPort)
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// checkListeners validates listeners: one http:// or https:// URL with a
+// port.
+func checkListeners(v string) error {
+	if strings.Contains(v, ",") {
+		return fmt.Errorf("%q: txsink serves one listener; give one URL", v)
+	}
+	u, err := url.Parse(strings.TrimSpace(v))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Port() == "" || (u.Path != "" && u.Path != "/") || u.User != nil || u.RawQuery != "" {
+		return fmt.Errorf("%q: want http://host:port or https://host:port", v)
+	}
+	return nil
 }
 
 // checkAllowedHosts validates rest.allowed.hosts: host names (no ports),

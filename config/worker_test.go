@@ -1,6 +1,7 @@
 package config
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -91,5 +92,58 @@ func TestParseProperties(t *testing.T) {
 	}
 	if _, err := ParseProperties([]byte("novalue\n")); err == nil {
 		t.Error("line without = accepted")
+	}
+}
+
+// TestAdvertisedID: worker_id in Connect's form, host:port of the
+// advertised REST URL, from rest.advertised.host.name/port, listeners or
+// listen, and the port the API is bound to.
+func TestAdvertisedID(t *testing.T) {
+	bound := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40123}
+	for _, c := range []struct {
+		raw  map[string]string
+		want string
+	}{
+		{map[string]string{}, "127.0.0.1:40123"},
+		{map[string]string{KeyWorkerListen: "0.0.0.0:8083"}, "myhost:40123"},
+		{map[string]string{KeyWorkerListen: ":8083"}, "myhost:40123"},
+		{map[string]string{KeyRESTListeners: "http://:8083"}, "myhost:40123"},
+		{map[string]string{KeyRESTListeners: "http://connect-1.example:8083/"}, "connect-1.example:40123"},
+		{map[string]string{KeyWorkerListen: "0.0.0.0:8083", KeyRESTAdvertisedHost: "10.1.2.3"}, "10.1.2.3:40123"},
+		{map[string]string{KeyRESTAdvertisedHost: "w1.example", KeyRESTAdvertisedPort: "443"}, "w1.example:443"},
+		{map[string]string{KeyWorkerListen: "[::]:8083"}, "myhost:40123"},
+		{map[string]string{KeyWorkerListen: "[::1]:8083"}, "[::1]:40123"},
+	} {
+		w, err := ParseWorker(c.raw)
+		if err != nil {
+			t.Fatalf("%v: %v", c.raw, err)
+		}
+		if got := w.AdvertisedID(bound, "myhost"); got != c.want {
+			t.Errorf("%v: %s, want %s", c.raw, got, c.want)
+		}
+	}
+	w, _ := ParseWorker(map[string]string{KeyRESTListeners: "http://0.0.0.0:9999"})
+	if w.Listen != "0.0.0.0:9999" {
+		t.Errorf("listeners did not set the listen address: %q", w.Listen)
+	}
+}
+
+func TestListenersErrorsNameTheSetting(t *testing.T) {
+	for _, c := range []struct {
+		raw  map[string]string
+		want string
+	}{
+		{map[string]string{KeyRESTListeners: "http://a:1,http://b:2"}, "listeners: \"http://a:1,http://b:2\": txsink serves one listener"},
+		{map[string]string{KeyRESTListeners: "tcp://a:1"}, "listeners: \"tcp://a:1\": want http://host:port"},
+		{map[string]string{KeyRESTListeners: "http://a"}, "listeners: \"http://a\": want http://host:port"},
+		{map[string]string{KeyRESTListeners: "http://a:1", KeyWorkerListen: "b:2"}, "listeners: listens on a:1 but listen says b:2"},
+		{map[string]string{KeyRESTListeners: "https://a:1"}, "listeners: an https listener needs rest.tls.cert.file"},
+		{map[string]string{KeyRESTListeners: "http://a:1", KeyRESTTLSCertFile: "c", KeyRESTTLSKeyFile: "k"}, "listeners: rest.tls.cert.file is set"},
+		{map[string]string{KeyRESTAdvertisedPort: "70000"}, "rest.advertised.port: must be between 1 and 65535"},
+	} {
+		_, err := ParseWorker(c.raw)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: error %v, want %q", c.raw, err, c.want)
+		}
 	}
 }

@@ -1,5 +1,5 @@
 // Package connectors is the sink contract: what a sink implements (Sink,
-// and optionally DeadLetterCounter), how it is registered by name (Spec,
+// and optionally DeadLetterSource), how it is registered by name (Spec,
 // Registry), what it gets from the worker (Env, Policy) and how its errors
 // steer the runtime (Terminal, RecordLocator). The runtime that runs
 // connectors and tasks is connectors/engine; the herders that keep their
@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors/convert"
+	"github.com/txsink/txsink/connectors/record"
 	"github.com/txsink/txsink/connectors/secrets"
 	"github.com/txsink/txsink/connectors/transform"
 	"github.com/txsink/txsink/offsets"
@@ -54,12 +56,22 @@ type Sink interface {
 	Close()
 }
 
-// DeadLetterCounter is implemented by sinks that count the records they
-// dead-lettered per batch, so the runtime can report them for committed
-// rounds. TakeDeadLettered returns the count for the batches and forgets
-// them.
-type DeadLetterCounter interface {
-	TakeDeadLettered(ids []twophase.BatchID) int
+// DeadLetter is one bad record that errors.tolerance=all set aside: the
+// record as consumed and its error.
+type DeadLetter struct {
+	Record *kgo.Record
+	Err    *record.Error
+}
+
+// DeadLetterSource is implemented by sinks that report the bad records of
+// the batches they prepared (twophase) or wrote (WriteLocal), so that the
+// runtime counts them and produces them to the dead-letter topic
+// (errors.deadletterqueue.topic.name). TakeDeadLetters returns those of the
+// listed batches, in batch and offset order, and forgets them; a batch
+// that is aborted forgets its own. A sink reports a batch's dead letters
+// whether or not it also writes them to a dead-letter table.
+type DeadLetterSource interface {
+	TakeDeadLetters(ids []twophase.BatchID) []DeadLetter
 }
 
 // RecordLocator is implemented by errors about one bad record (sinks'
@@ -231,6 +243,12 @@ func (r *Registry) Validate(raw map[string]string) (Spec, config.Values, config.
 	p := r.Policy()
 	if len(errs) == 0 && spec.Validate != nil {
 		errs = spec.Validate(v, p)
+	}
+	if dlq := v[config.KeyDLQTopic]; dlq != "" && slices.Contains(v.List(config.KeyTopics), dlq) {
+		errs = append(errs, config.FieldError{Name: config.KeyDLQTopic, Msg: fmt.Sprintf("the dead-letter topic %q may not be one of the connector's topics", dlq)})
+	}
+	if v.Int(config.KeyDLQReplication) == 0 {
+		errs = append(errs, config.FieldError{Name: config.KeyDLQReplication, Msg: "must be -1 (the broker's default) or at least 1, got 0"})
 	}
 	if v.Bool(config.KeyUnsafeNoFencing) && !p.UnsafeTestSettings {
 		errs = append(errs, config.FieldError{Name: config.KeyUnsafeNoFencing, Msg: "is a test-only switch that breaks exactly-once delivery; this worker refuses it (only a process started with -allow-unsafe-test-settings accepts it)"})

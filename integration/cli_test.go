@@ -208,7 +208,9 @@ func TestCLIAgainstServe(t *testing.T) {
 		t.Fatalf("%d anomalies, first: %v", len(problems), problems[:min(10, len(problems))])
 	}
 	out = cliOK(t, env, "status", name)
-	for _, want := range []string{"CONNECTOR", "RUNNING", "cli-1", "TASK", "PARTITION", topic} {
+	// WORKER is the advertised host:port (Connect's worker id), here the
+	// API's address.
+	for _, want := range []string{"CONNECTOR", "RUNNING", strings.TrimPrefix(url, "http://"), "TASK", "PARTITION", topic} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status table lacks %q:\n%s", want, out)
 		}

@@ -66,7 +66,9 @@ func (w *worker) raw(t *testing.T, method, path, body string, hdr map[string]str
 }
 
 // connectorState returns the connector's state and trace ("" when it does
-// not exist).
+// not exist). A running connector with a FAILED task (a sink that cannot
+// open fails its tasks, as in Kafka Connect) counts as FAILED, with the
+// task's trace.
 func (w *worker) connectorState(t *testing.T, name string) (string, string) {
 	t.Helper()
 	code, b := w.call(t, "GET", "/connectors/"+name+"/status", nil)
@@ -75,6 +77,11 @@ func (w *worker) connectorState(t *testing.T, name string) (string, string) {
 	}
 	var st apiStatus
 	_ = json.Unmarshal([]byte(b), &st)
+	for _, ts := range st.Tasks {
+		if ts.State == "FAILED" && st.Connector.State != "FAILED" {
+			return ts.State, ts.Trace
+		}
+	}
 	return st.Connector.State, st.Connector.Trace
 }
 

@@ -292,9 +292,18 @@ func startUnsafeTxsink(t testing.TB, bootstrap, cfgPath, workerID string, env ..
 func runTxsink(t testing.TB, args []string, workerID string, env []string) *proc {
 	t.Helper()
 	cmd := exec.Command(txsinkBinary(t), args...)
+	cmd.Env = append(os.Environ(), env...)
+	return startProc(t, cmd, "txsink "+workerID)
+}
+
+// startProc starts cmd, collecting its output; at cleanup the process is
+// killed if still running (a stopped one is continued first), and its
+// output's tail is logged when the test failed (or TXSINK_TEST_VERBOSE is
+// set).
+func startProc(t testing.TB, cmd *exec.Cmd, label string) *proc {
+	t.Helper()
 	p := &proc{cmd: cmd, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p, p
-	cmd.Env = append(os.Environ(), env...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +315,7 @@ func runTxsink(t testing.TB, args []string, workerID string, env []string) *proc
 			<-p.done
 		}
 		if t.Failed() || os.Getenv("TXSINK_TEST_VERBOSE") != "" {
-			t.Logf("txsink %s output (tail):\n%s", workerID, tail(p.output(), 4000))
+			t.Logf("%s output (tail):\n%s", label, tail(p.output(), 6000))
 		}
 	})
 	return p
@@ -335,6 +344,25 @@ func sinkOffsets(ctx context.Context, pool *pgxpool.Pool, connector string) (map
 		out[p] = n
 	}
 	return out, rows.Err()
+}
+
+// waitWritten waits until the stored offsets that read returns add up to
+// more than n (a stream is under way), or fails after a minute or two.
+func waitWritten(t testing.TB, read func() map[int32]int64, n int64, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		got := read()
+		sum := int64(0)
+		for _, off := range got {
+			sum += max(off, 0)
+		}
+		if sum > n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no progress before %s: %v", what, got)
+		}
+	}
 }
 
 // drained reports whether every partition's stored offset reached the

@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/term"
 
 	"github.com/txsink/txsink/api"
 	"github.com/txsink/txsink/connectors/engine"
@@ -52,11 +53,17 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.partitions, "partitions", 4, "partitions of the demo topic")
 	fs.Float64Var(&o.abortRatio, "abort-ratio", 0.2, "fraction of upstream transactions aborted")
 	fs.StringVar(&o.postgresURL, "postgres-url", "", "use this PostgreSQL database (needs max_prepared_transactions > 0) instead of a throwaway cluster")
-	fs.BoolVar(&o.nonInteractive, "non-interactive", false, "print progress as plain lines (for CI and logs)")
+	fs.BoolVar(&o.nonInteractive, "non-interactive", false, "print progress as plain lines and end after the verdict (for CI and logs); the default when standard output is not a terminal")
 	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "give up when the sink has not caught up after this long")
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:0", "REST API address (port 0: any free port)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
+	}
+	explicit := false
+	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "non-interactive" })
+	if !explicit && !isTerminal(stdout) {
+		// "txsink demo | tee demo.log" ends after its verdict.
+		o.nonInteractive = true
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -353,4 +360,10 @@ func redactURL(s string) string {
 		return u.Redacted()
 	}
 	return "(unparsable URL)"
+}
+
+// isTerminal reports whether w is a terminal (an interactive run).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(interface{ Fd() uintptr })
+	return ok && term.IsTerminal(int(f.Fd()))
 }

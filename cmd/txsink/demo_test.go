@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -35,4 +37,40 @@ func TestDemo(t *testing.T) {
 		}
 	}
 	t.Logf("demo: %d committed, %d aborted, exact, in %v", v.committed, v.aborted, time.Since(start).Round(time.Millisecond))
+}
+
+// TestDemoEndsWhenOutputIsNotATerminal: "txsink demo | tee demo.log"
+// ends after the verdict; only a run on a terminal waits for Ctrl-C.
+func TestDemoEndsWhenOutputIsNotATerminal(t *testing.T) {
+	if _, err := pglocal.FindBinaries(); err != nil {
+		t.Skipf("PostgreSQL server binaries are needed for the demo: %v", err)
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	if isTerminal(pw) {
+		t.Fatal("a pipe taken for a terminal")
+	}
+	out := make(chan string)
+	go func() {
+		b, _ := io.ReadAll(pr)
+		out <- string(b)
+	}()
+	done := make(chan int)
+	go func() {
+		var stderr bytes.Buffer
+		done <- cmdDemo([]string{"-records", "1000", "-partitions", "2"}, pw, &stderr)
+		pw.Close()
+	}()
+	select {
+	case code := <-done:
+		log := <-out
+		if code != exitOK || !strings.Contains(log, "verdict     EXACT") || strings.Contains(log, "press Ctrl-C") {
+			t.Fatalf("exit %d, output:\n%s", code, log)
+		}
+	case <-time.After(3 * time.Minute):
+		t.Fatal("the demo did not end after its verdict with its output on a pipe")
+	}
 }

@@ -117,13 +117,22 @@ func cmdServe(args []string, stderr io.Writer) int {
 	if *unsafeTest {
 		log.Warn("started with -" + unsafeTestFlag + ": connectors may switch off exactly-once safeguards; never do this in production")
 	}
+	ln, err := net.Listen("tcp", wc.Listen)
+	if err != nil {
+		fmt.Fprintln(stderr, "txsink serve:", err)
+		return exitStartFail
+	}
+	defer ln.Close()
+	hostname, _ := os.Hostname()
+	advertised := wc.AdvertisedID(ln.Addr(), hostname)
 	worker, err = herder.NewStandalone(reg, herder.StandaloneOptions{
 		DataDir: wc.DataDir,
 		Engine: engine.Options{
-			WorkerID:  wc.WorkerID,
-			Bootstrap: wc.Bootstrap,
-			KafkaOpts: kopts,
-			Log:       levels.Logger(base, "txsink.worker"),
+			WorkerID:     wc.WorkerID,
+			AdvertisedID: advertised,
+			Bootstrap:    wc.Bootstrap,
+			KafkaOpts:    kopts,
+			Log:          levels.Logger(base, "txsink.worker"),
 			ConnectorLog: func(name string) *slog.Logger {
 				return levels.Logger(base, "txsink.connectors."+name)
 			},
@@ -139,11 +148,6 @@ func cmdServe(args []string, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	ln, err := net.Listen("tcp", wc.Listen)
-	if err != nil {
-		fmt.Fprintln(stderr, "txsink serve:", err)
-		return exitStartFail
-	}
 	auth := api.Auth{BasicUser: wc.REST.BasicUser, BasicPassword: wc.REST.BasicPassword, BearerToken: wc.REST.BearerToken}
 	if !auth.Enabled() && !isLoopback(ln.Addr()) {
 		log.Warn("the REST API listens beyond the loopback interface without authentication; set rest.auth.basic.user/password or rest.auth.bearer.token", "addr", ln.Addr().String())
@@ -176,7 +180,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	log.Info("worker listening", "url", scheme+"://"+ln.Addr().String(), "worker_id", wc.WorkerID, "data_dir", wc.DataDir)
+	log.Info("worker listening", "url", scheme+"://"+ln.Addr().String(), "advertised_id", advertised, "worker_id", wc.WorkerID, "data_dir", wc.DataDir)
 
 	code := exitOK
 	if err := worker.Start(ctx); err != nil {

@@ -29,9 +29,10 @@ import (
 
 // Compile-time checks.
 var (
-	_ connectors.Sink          = (*Sink)(nil)
-	_ twophase.Participant     = (*Sink)(nil)
-	_ connectors.RecordLocator = (*record.Error)(nil)
+	_ connectors.Sink             = (*Sink)(nil)
+	_ twophase.Participant        = (*Sink)(nil)
+	_ connectors.RecordLocator    = (*record.Error)(nil)
+	_ connectors.DeadLetterSource = (*Sink)(nil)
 )
 
 // Failpoints inside Commit (internal/failpoint). W1, after the intent and
@@ -90,6 +91,10 @@ type Sink struct {
 	stopCleanup func()        // stops the intents cleanup; nil when none runs
 	unsafeSeq   atomic.Uint64 // the negative control's distinct tokens
 
+	// DeadLetterBook keeps the dead letters of the batches this process
+	// prepared or wrote until the runtime takes them.
+	connectors.DeadLetterBook
+
 	mu     sync.Mutex
 	tables map[string]*table
 	mechs  map[string]Mechanism
@@ -105,7 +110,8 @@ type cacheKey struct {
 type prepared struct {
 	t      *table
 	blocks []*block
-	dlq    *block
+	dlq    *block          // nil without a dead-letter table
+	bad    []*record.Error // the dead-lettered records' errors
 }
 
 // Open connects to ClickHouse, detects the server's features and creates
@@ -409,6 +415,10 @@ func (s *Sink) build(ctx context.Context, t *table, recs []*kgo.Record, blockRow
 	if s.cfg.ErrorsTolerance != "all" {
 		return nil, bad[0]
 	}
+	p.bad = bad
+	if s.cfg.DLQTable == "" {
+		return p, nil // dead letters go to the runtime's topic only
+	}
 	p.dlq, err = s.dlqBlock(ctx, recs, bad)
 	return p, err
 }
@@ -462,6 +472,7 @@ func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) error {
 	s.cache[cacheKey{b.ID, b.Fence}] = p
 	s.mechs[p.t.Name] = mech
 	s.mu.Unlock()
+	s.Note(b.ID, b.Records, p.bad)
 	return nil
 }
 
@@ -763,6 +774,7 @@ func (s *Sink) rebuild(ctx context.Context, in intent) (*prepared, error) {
 // intents aborted. Aborting a batch with no pending intent returns nil.
 func (s *Sink) Abort(ctx context.Context, id twophase.BatchID) error {
 	defer s.dropCache(id)
+	s.TakeDeadLetters([]twophase.BatchID{id})
 	ins, err := s.st.intentsOf(ctx, id)
 	if err != nil {
 		return err
@@ -969,7 +981,11 @@ func (s *Sink) WriteLocal(ctx context.Context, b *twophase.Batch, guard offsets.
 		return err
 	}
 	failpoint.Hit(failpoint.AfterWrite)
-	return second()
+	if err := second(); err != nil {
+		return err
+	}
+	s.Note(b.ID, b.Records, p.bad)
+	return nil
 }
 
 // Preflight implements connectors.Sink. It refuses exactly_once_sink

@@ -57,7 +57,7 @@ var Defs = config.Defs{
 	{Name: KeyDeletedColumn, Type: config.String, Default: "is_deleted", Group: "Mapping", Doc: "UInt8 column set to 1 by tombstones when delete.enabled."},
 	{Name: KeyAutoCreate, Type: config.Boolean, Default: "false", Group: "Mapping", Doc: "Create a missing target table from the first record's fields (String, Int64, Float64, UInt8; objects and arrays as JSON text in String)."},
 	{Name: KeyAutoEngine, Type: config.String, Group: "Mapping", Doc: "ENGINE of auto-created tables, e.g. ReplacingMergeTree(version): one of MergeTree, ReplacingMergeTree, SummingMergeTree, AggregatingMergeTree, CollapsingMergeTree, VersionedCollapsingMergeTree or their Replicated* forms, with column names and, for Replicated*, a ZooKeeper path and replica name as arguments; nothing else (no SETTINGS, AS SELECT or table functions). Default: MergeTree (ReplacingMergeTree with version.column), made Replicated* with a ZooKeeper path when the server has no de-duplication tokens and exactly_once needs it."},
-	{Name: KeyDLQTable, Type: config.String, Group: "Errors", Doc: "Dead-letter table (errors.tolerance=all); created if missing, with a de-duplicating engine; written with the batch's de-dup token."},
+	{Name: KeyDLQTable, Type: config.String, Group: "Errors", Doc: "Dead-letter table (errors.tolerance=all; required unless errors.deadletterqueue.topic.name is set, and both may be); created if missing, with a de-duplicating engine; written with the batch's de-dup token."},
 	{Name: KeyOffsetsTable, Type: config.String, Default: "txsink_offsets", Group: "Offsets", Doc: "Table holding next_offset and fence per partition (ReplacingMergeTree); created if missing."},
 	{Name: KeyIntentsTable, Type: config.String, Default: "txsink_intents", Group: "Offsets", Doc: "Intent log of exactly_once batches (ReplacingMergeTree); created if missing."},
 	{Name: KeyRetentionMs, Type: config.Long, Default: "604800000", Min: 0, Max: 1 << 40, Group: "Offsets", Doc: "Resolved intents (done, aborted, fenced) prepared longer ago than this are deleted in the background, except the latest intent of each partition and anything prepared since the oldest intent still in doubt (docs/clickhouse.md, \"Intent retention\"). 0 keeps every intent."},
@@ -86,6 +86,9 @@ type Config struct {
 	AutoEngine      string
 	ErrorsTolerance string
 	DLQTable        string
+	// DLQTopic is the runtime's dead-letter topic, an alternative to
+	// DLQTable: the sink reports the bad records (DeadLetterSource).
+	DLQTopic        string
 	OffsetsTable    string
 	IntentsTable    string
 	IntentRetention time.Duration // intents.retention.ms; 0 keeps every intent
@@ -101,8 +104,8 @@ type Config struct {
 // Validate checks cross-field rules; every message starts with the
 // offending setting.
 func (c Config) Validate() error {
-	if c.ErrorsTolerance == "all" && c.DLQTable == "" {
-		return errors.New(KeyDLQTable + ": required when errors.tolerance=all")
+	if c.ErrorsTolerance == "all" && c.DLQTable == "" && c.DLQTopic == "" {
+		return errors.New(KeyDLQTable + ": required when errors.tolerance=all (or set " + config.KeyDLQTopic + ")")
 	}
 	if c.DeleteEnabled && c.VersionColumn == "" {
 		return errors.New(KeyDeleteEnabled + ": needs version.column (the ReplacingMergeTree version that orders a deletion after the row it deletes)")
@@ -193,6 +196,7 @@ func ParseConfig(c config.Connector, v config.Values) (Config, error) {
 		AutoEngine:      engine,
 		ErrorsTolerance: c.ErrorsTolerance,
 		DLQTable:        v[KeyDLQTable],
+		DLQTopic:        v[config.KeyDLQTopic],
 		OffsetsTable:    v[KeyOffsetsTable],
 		IntentsTable:    v[KeyIntentsTable],
 		IntentRetention: time.Duration(v.Int(KeyRetentionMs)) * time.Millisecond,

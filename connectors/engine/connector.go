@@ -24,6 +24,7 @@ type Connector struct {
 
 	log    *slog.Logger
 	opt    TaskOptions
+	gate   *gate // holds the tasks while PAUSED
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
@@ -76,7 +77,21 @@ func Open(ctx context.Context, reg *connectors.Registry, raw map[string]string, 
 		sink.Close()
 		return nil, err
 	}
-	return &Connector{Config: c, Values: v, Spec: spec, Sink: sink, log: log, opt: opt, errs: map[int]error{}, runs: map[int]*taskRun{}}, nil
+	return &Connector{Config: c, Values: v, Spec: spec, Sink: sink, log: log, opt: opt, gate: newGate(false), errs: map[int]error{}, runs: map[int]*taskRun{}}, nil
+}
+
+// SetPaused pauses (true) or resumes (false) the connector's tasks, those
+// running and those started later. A paused task finishes the round in
+// flight, then stops fetching and holds between rounds; it stays in the
+// consumer group and keeps its partitions (see gate).
+func (c *Connector) SetPaused(paused bool) {
+	c.mu.Lock()
+	if c.gate == nil {
+		c.gate = newGate(false)
+	}
+	g := c.gate
+	c.mu.Unlock()
+	g.set(paused)
 }
 
 // Start runs tasks.max tasks until Stop. onExit, when not nil, is called
@@ -134,6 +149,11 @@ func (c *Connector) StartTask(id int, onExit func(task int, err error)) error {
 	c.runs[id] = r
 	delete(c.errs, id)
 	t := NewTask(c.Config, id, c.Sink, c.opt)
+	if c.gate == nil {
+		c.gate = newGate(false)
+	}
+	t.gate = c.gate
+	t.valueConverter = c.Values[convert.KeyValueConverter]
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()

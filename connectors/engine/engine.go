@@ -90,10 +90,12 @@ func (p RestartPolicy) delay(attempt int) time.Duration {
 
 // Options configure an Engine.
 type Options struct {
-	// WorkerID is shown as worker_id in statuses and is the instance id of
-	// the Kafka transactional ids (see TaskOptions.InstanceID); default a
-	// random one.
+	// WorkerID is the instance id of the Kafka transactional ids (see
+	// TaskOptions.InstanceID); default a random one.
 	WorkerID string
+	// AdvertisedID is worker_id in statuses: Kafka Connect's advertised
+	// host:port of the worker's REST API (default: WorkerID).
+	AdvertisedID string
 	// Bootstrap and KafkaOpts reach the Kafka cluster.
 	Bootstrap []string
 	KafkaOpts []kgo.Opt
@@ -214,6 +216,9 @@ type taskSlot struct {
 func New(reg *connectors.Registry, opt Options, lis Listener) (*Engine, error) {
 	if opt.WorkerID == "" {
 		opt.WorkerID = NewInstanceID()
+	}
+	if opt.AdvertisedID == "" {
+		opt.AdvertisedID = opt.WorkerID
 	}
 	if opt.OpenTimeout <= 0 {
 		opt.OpenTimeout = 30 * time.Second
@@ -501,38 +506,64 @@ func (e *Engine) restartTaskLocked(c *conn, i int, manual bool) {
 	e.startTask(c, run, i)
 }
 
-// applyTargetLocked brings the connector to its target state. The caller
-// holds c.op.
+// applyTargetLocked brings the connector to its target state: RUNNING and
+// PAUSED run its tasks (PAUSED ones hold between rounds, in the consumer
+// group, without fetching), STOPPED stops them and closes the sink. The
+// caller holds c.op.
 func (e *Engine) applyTargetLocked(ctx context.Context, c *conn) {
 	c.mu.Lock()
 	target := c.cfg.Target
-	running := c.run != nil
+	run := c.run
 	c.mu.Unlock()
 	switch {
-	case target == TargetRunning && !running:
-		e.startLocked(ctx, c)
-	case target != TargetRunning:
+	case target == TargetStopped:
 		e.stopLocked(c)
-		e.idleLocked(c, target)
+		e.stoppedLocked(c)
+	case run == nil:
+		e.startLocked(ctx, c)
+	default:
+		e.pauseLocked(c, run, target == TargetPaused)
 	}
 }
 
-// idleLocked sets the states of a connector that is not running.
-func (e *Engine) idleLocked(c *conn, target TargetState) {
+// pauseLocked pauses or resumes a running connector's tasks and shows it:
+// the connector and its tasks that have not failed are PAUSED or RUNNING.
+// The caller holds c.op.
+func (e *Engine) pauseLocked(c *conn, run *Connector, paused bool) {
+	run.SetPaused(paused)
+	state := runState(paused)
+	c.mu.Lock()
+	if c.state != StateFailed {
+		c.state = state
+	}
+	for _, t := range c.tasks {
+		if t.state != StateFailed {
+			t.state = state
+		}
+	}
+	c.mu.Unlock()
+	if paused {
+		e.log.Info("connector paused: its tasks finish the round in flight and stop fetching, keeping their group membership", "connector", c.name)
+	} else {
+		e.log.Info("connector resumed", "connector", c.name)
+	}
+}
+
+// runState is the state of a running connector and its tasks.
+func runState(paused bool) State {
+	if paused {
+		return StatePaused
+	}
+	return StateRunning
+}
+
+// stoppedLocked sets the states of a STOPPED connector: no tasks.
+func (e *Engine) stoppedLocked(c *conn) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.trace = ""
-	switch target {
-	case TargetPaused:
-		c.state = StatePaused
-		c.tasks = make([]*taskSlot, c.tasksMax)
-		for i := range c.tasks {
-			c.tasks[i] = &taskSlot{state: StatePaused}
-		}
-	case TargetStopped:
-		c.state = StateStopped
-		c.tasks = nil
-	}
+	c.state = StateStopped
+	c.tasks = nil
 }
 
 // startLocked opens the connector's sink and starts its tasks. On failure
@@ -562,22 +593,28 @@ func (e *Engine) startLocked(ctx context.Context, c *conn) {
 	run, err := Open(octx, e.reg, raw, e.taskOptions(c))
 	cancel()
 	if err != nil {
+		// As in Kafka Connect, where a sink task opens its connections:
+		// the connector runs and its tasks are FAILED with the error.
 		trace := secrets.ScrubString(err.Error(), secs)
 		c.mu.Lock()
-		c.state = StateFailed
-		c.trace = trace
-		c.tasks = nil
+		c.state, c.trace = runState(c.cfg.Target == TargetPaused), ""
+		c.tasks = make([]*taskSlot, c.tasksMax)
+		for i := range c.tasks {
+			c.tasks[i] = &taskSlot{state: StateFailed, trace: trace}
+		}
 		c.gen++
 		c.mu.Unlock()
-		e.log.Error("connector failed to start", "connector", c.name, "err", trace)
+		e.log.Error("connector's sink failed to open; its tasks are FAILED", "connector", c.name, "err", trace)
 		e.metrics.connectorFailures.WithLabelValues(c.name).Inc()
 		e.scheduleConnRestart(c)
 		return
 	}
+	paused := c.cfg.Target == TargetPaused
+	run.SetPaused(paused)
 	c.mu.Lock()
 	c.run = run
 	c.gen++
-	c.state, c.trace = StateRunning, ""
+	c.state, c.trace = runState(paused), ""
 	c.tasks = make([]*taskSlot, run.Config.TasksMax)
 	for i := range c.tasks {
 		c.tasks[i] = &taskSlot{state: StateUnassigned}
@@ -609,7 +646,7 @@ func (e *Engine) startTask(c *conn, run *Connector, i int) {
 	t := c.tasks[i]
 	t.gen++
 	gen := t.gen
-	t.state, t.trace = StateRunning, ""
+	t.state, t.trace = runState(c.cfg.Target == TargetPaused), ""
 	t.started = time.Now()
 	t.next = time.Time{}
 	c.mu.Unlock()
@@ -640,7 +677,7 @@ func (e *Engine) taskExited(c *conn, run *Connector, id, gen int, err error) {
 	if time.Since(t.started) > e.opt.Restart.Max {
 		t.restarts = 0
 	}
-	retry := e.opt.Restart.Enabled && c.cfg.Target == TargetRunning && !errors.Is(err, ErrTaskStopped)
+	retry := e.opt.Restart.Enabled && c.cfg.Target != TargetStopped && !errors.Is(err, ErrTaskStopped)
 	if retry {
 		d := e.opt.Restart.delay(t.restarts)
 		t.restarts++
@@ -683,7 +720,7 @@ func (e *Engine) scheduleConnRestart(c *conn) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !e.opt.Restart.Enabled || c.cfg.Target != TargetRunning {
+	if !e.opt.Restart.Enabled || c.cfg.Target == TargetStopped {
 		return
 	}
 	d := e.opt.Restart.delay(c.restarts)
@@ -696,7 +733,7 @@ func (e *Engine) scheduleConnRestart(c *conn) {
 		defer e.bg.Done()
 		c.op.Lock()
 		c.mu.Lock()
-		stale := c.removed || c.gen != gen || c.run != nil || c.cfg.Target != TargetRunning
+		stale := c.removed || c.gen != gen || c.run != nil || c.cfg.Target == TargetStopped
 		c.mu.Unlock()
 		if stale || e.isClosed() {
 			c.op.Unlock()

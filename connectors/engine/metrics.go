@@ -120,6 +120,18 @@ func (m *metrics) round(name string, r RoundStats) {
 	}
 }
 
+// zero creates a connector's counter series at 0, so that dashboards and
+// alert rules see them (and rate/increase work) before the first event.
+func (m *metrics) zero(name string) {
+	for _, v := range []*prometheus.CounterVec{m.consumed, m.written, m.deadLettered, m.fenced, m.taskFailures, m.taskRestarts, m.connectorFailures, m.unavailable} {
+		v.WithLabelValues(name)
+	}
+	for _, outcome := range []string{"committed", "aborted"} {
+		m.rounds.WithLabelValues(name, outcome)
+		m.batches.WithLabelValues(name, outcome)
+	}
+}
+
 // forget drops a deleted connector's series.
 func (m *metrics) forget(name string) {
 	l := prometheus.Labels{"connector": name}

@@ -170,9 +170,9 @@ func (e *Engine) Snapshot(name string) (Snapshot, bool) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	sn := Snapshot{Connector: StateInfo{State: c.state, Trace: c.trace, WorkerID: e.opt.WorkerID}}
+	sn := Snapshot{Connector: StateInfo{State: c.state, Trace: c.trace, WorkerID: e.opt.AdvertisedID}}
 	for _, t := range c.tasks {
-		sn.Tasks = append(sn.Tasks, StateInfo{State: t.state, Trace: t.trace, WorkerID: e.opt.WorkerID})
+		sn.Tasks = append(sn.Tasks, StateInfo{State: t.state, Trace: t.trace, WorkerID: e.opt.AdvertisedID})
 	}
 	return sn, true
 }
@@ -185,13 +185,13 @@ func (e *Engine) statusSnapshot(c *conn) (ConnectorStatus, *Connector) {
 		Name:      c.name,
 		Type:      "sink",
 		Target:    c.cfg.Target,
-		Connector: StateInfo{State: c.state, Trace: c.trace, WorkerID: e.opt.WorkerID},
+		Connector: StateInfo{State: c.state, Trace: c.trace, WorkerID: e.opt.AdvertisedID},
 	}
 	if st.Connector.State == "" {
 		st.Connector.State = StateUnassigned
 	}
 	for i, t := range c.tasks {
-		ts := TaskStatus{ID: i, StateInfo: StateInfo{State: t.state, Trace: t.trace, WorkerID: e.opt.WorkerID}, Restarts: t.restarts, RestartAt: t.next}
+		ts := TaskStatus{ID: i, StateInfo: StateInfo{State: t.state, Trace: t.trace, WorkerID: e.opt.AdvertisedID}, Restarts: t.restarts, RestartAt: t.next}
 		st.Tasks = append(st.Tasks, ts)
 	}
 	run := c.run
@@ -233,6 +233,11 @@ type observer struct {
 	tasks   map[int]*taskObs
 	seen    map[twophase.BatchID]time.Time // in-doubt batches, first seen
 	secrets []string                       // removed from the errors it keeps
+	// active are the topics committed rounds wrote records from since
+	// the worker started or the last ResetActiveTopics.
+	active map[string]bool
+	// recent are the connector's last rounds, oldest first.
+	recent []RoundTiming
 }
 
 type taskObs struct {
@@ -245,6 +250,7 @@ type taskObs struct {
 var _ Observer = (*observer)(nil)
 
 func newObserver(m *metrics, name string) *observer {
+	m.zero(name)
 	return &observer{m: m, name: name, tasks: map[int]*taskObs{}, seen: map[twophase.BatchID]time.Time{}}
 }
 
@@ -298,6 +304,8 @@ func (o *observer) Round(task int, r RoundStats) {
 		}
 	}
 	t.round = &RoundSummary{At: time.Now().UTC(), Outcome: r.Outcome, Records: r.Records, Batches: r.Batches, Total: r.Total}
+	o.noteActiveLocked(r)
+	o.noteRoundLocked(task, r)
 	o.mu.Unlock()
 	o.m.round(o.name, r)
 }

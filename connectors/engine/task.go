@@ -106,6 +106,12 @@ type Task struct {
 	// unavailable counts consecutive rounds that failed on an unavailable
 	// dependency (backoff); only the task's goroutine uses it.
 	unavailable int
+	// gate, when set, holds the task between rounds while its connector
+	// is PAUSED.
+	gate *gate
+	// valueConverter is the connector's value.converter class, for the
+	// dead letters' context headers.
+	valueConverter string
 }
 
 // NewTask returns a task; Run starts it.
@@ -237,12 +243,21 @@ func (t *Task) runTransactional(ctx context.Context) error {
 	defer sess.Close()
 	dec = twophase.NewKafkaDecider(sess, t.conn.GroupID)
 	close(ready)
-	coord := twophase.NewCoordinator(t.sink, dec,
+	var decider twophase.Decider = dec
+	var dd *dlqDecider
+	if t.conn.DLQTopic != "" {
+		if err := t.ensureDLQTopic(ctx, sess.Client()); err != nil {
+			return err
+		}
+		dd = &dlqDecider{Decider: dec, t: t, cl: sess.Client()}
+		decider = dd
+	}
+	coord := twophase.NewCoordinator(t.sink, decider,
 		twophase.WithPrepareConcurrency(t.conn.Parallelism),
 		twophase.WithHook(failpoint.Hit))
 
 	for {
-		recs, err := t.poll(ctx, sess.PollRecords)
+		recs, err := t.pollPaused(ctx, sess.Client(), sess.PollRecords)
 		if err != nil || ctx.Err() != nil {
 			return err
 		}
@@ -255,6 +270,9 @@ func (t *Task) runTransactional(ctx context.Context) error {
 			continue
 		}
 		start := time.Now()
+		if dd != nil {
+			dd.batches = batches
+		}
 		res, err := coord.Round(t.hard, batches)
 		stats := RoundStats{Records: len(recs), Batches: len(batches), Prepare: res.Phases.Prepare, Decide: res.Phases.Decide, Commit: res.Phases.Commit, Total: time.Since(start)}
 		switch res.Outcome {
@@ -262,7 +280,11 @@ func (t *Task) runTransactional(ctx context.Context) error {
 			stats.Outcome = "committed"
 			t.available()
 			stats.Positions = t.advance(batches)
-			stats.DeadLettered = t.deadLettered(batches)
+			if dd != nil {
+				stats.DeadLettered = dd.sent
+			} else {
+				stats.DeadLettered = len(t.takeDeadLetters(batches))
+			}
 			t.observeRound(stats)
 			if err := t.stoppedError(); err != nil {
 				return err
@@ -347,6 +369,11 @@ func (t *Task) runLocal(ctx context.Context) error {
 	}
 	defer cl.Close()
 	close(ready)
+	if t.conn.DLQTopic != "" {
+		if err := t.ensureDLQTopic(ctx, cl); err != nil {
+			return err
+		}
+	}
 
 	guard, order := offsets.GuardCAS, connectors.Atomic
 	switch t.conn.Delivery {
@@ -359,7 +386,7 @@ func (t *Task) runLocal(ctx context.Context) error {
 		guard = offsets.GuardNone
 	}
 	for {
-		recs, err := t.poll(ctx, cl.PollRecords)
+		recs, err := t.pollPaused(ctx, cl, cl.PollRecords)
 		if err != nil || ctx.Err() != nil {
 			return err
 		}
@@ -388,18 +415,28 @@ func (t *Task) localRound(ctx context.Context, cl *kgo.Client, recs []*kgo.Recor
 		})
 	}
 	_ = g.Wait()
-	var done []*twophase.Batch
+	var done, failed []*twophase.Batch
 	var firstErr error
 	for i, err := range errs {
 		if err == nil {
 			done = append(done, batches[i])
-		} else if firstErr == nil {
-			firstErr = err
+		} else {
+			failed = append(failed, batches[i])
+			if firstErr == nil {
+				firstErr = err
+			}
 		}
+	}
+	t.takeDeadLetters(failed) // redone from the stored offsets
+	letters := t.takeDeadLetters(done)
+	if t.conn.DLQTopic != "" {
+		// After the sink commit: a crash before the produce loses them
+		// from the topic (README, Dead letters).
+		t.produceDeadLetters(ctx, cl, letters)
 	}
 	stats := RoundStats{Records: len(recs), Batches: len(batches), Commit: time.Since(start), Total: time.Since(start), Outcome: "committed"}
 	stats.Positions = t.advance(done)
-	stats.DeadLettered = t.deadLettered(batches)
+	stats.DeadLettered = len(letters)
 	if firstErr != nil {
 		stats.Outcome = "partial"
 	}
@@ -756,20 +793,6 @@ func (t *Task) stoppedError() error {
 		}
 	}
 	return nil
-}
-
-// deadLettered asks the sink how many records of the batches it
-// dead-lettered (0 when the sink does not count).
-func (t *Task) deadLettered(batches []*twophase.Batch) int {
-	dc, ok := t.sink.(connectors.DeadLetterCounter)
-	if !ok {
-		return 0
-	}
-	ids := make([]twophase.BatchID, len(batches))
-	for i, b := range batches {
-		ids[i] = b.ID
-	}
-	return dc.TakeDeadLettered(ids)
 }
 
 func (t *Task) observeRound(s RoundStats) {

@@ -169,10 +169,14 @@ func (h *Standalone) Start(ctx context.Context) error {
 		m.op.Unlock()
 		h.log.Info("connector restored", "connector", m.name, "target_state", cfg.Target)
 	}
+	// Ready once the restored state is written: a readiness probe (or a
+	// test) that looks at the data directory then finds no write in
+	// progress.
+	err := h.persist()
 	h.mu.Lock()
 	h.ready = true
 	h.mu.Unlock()
-	return h.persist()
+	return err
 }
 
 // Close stops every connector's tasks and closes their sinks without
@@ -424,7 +428,7 @@ func (h *Standalone) setTarget(ctx context.Context, name string, target engine.T
 	m.target = target
 	m.updated = time.Now().UTC()
 	m.mu.Unlock()
-	if same && (target != engine.TargetRunning || running) {
+	if same && (target == engine.TargetStopped || running) {
 		return nil
 	}
 	if err := h.persist(); err != nil {
@@ -476,7 +480,11 @@ func (h *Standalone) Restart(ctx context.Context, name string, includeTasks, onl
 	return st, nil
 }
 
-// RestartTask restarts one task of a running connector (synchronously).
+// RestartTask restarts one task of a RUNNING or PAUSED connector
+// (synchronously), as Kafka Connect does: a task of a PAUSED connector
+// starts again paused. When the connector's sink could not open (its
+// tasks are FAILED), the restart opens it again. A STOPPED connector has
+// no tasks: ErrNotFound, as in Connect's distributed herder.
 func (h *Standalone) RestartTask(ctx context.Context, name string, task int) error {
 	m, err := h.lockConn(name)
 	if err != nil {
@@ -485,12 +493,21 @@ func (h *Standalone) RestartTask(ctx context.Context, name string, task int) err
 	defer m.op.Unlock()
 	running, n := h.eng.Running(name)
 	if task < 0 || task >= n {
-		return errorf(ErrNotFound, "Task %s-%d not found", name, task)
+		return errorf(ErrNotFound, "Unknown task: %s-%d", name, task)
 	}
-	if !running {
+	m.mu.Lock()
+	target := m.target
+	m.mu.Unlock()
+	switch {
+	case running:
+		h.eng.RestartTask(name, task)
+	case target != engine.TargetStopped:
+		h.log.Info("restarting the connector's sink for a task restart", "connector", name, "task", task)
+		h.eng.Halt(name)
+		h.eng.Apply(ctx, name, m.config())
+	default:
 		return errorf(ErrConflict, "Cannot restart task %s-%d: the connector is not running", name, task)
 	}
-	h.eng.RestartTask(name, task)
 	return h.persist()
 }
 
@@ -682,4 +699,44 @@ func (h *Standalone) Secrets() []string {
 	}
 	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
 	return out
+}
+
+// ActiveTopics returns, sorted, the topics from which the connector's
+// committed rounds wrote records since the last ResetActiveTopics (Kafka
+// Connect's active topics). They are kept in memory; ctx is not used.
+func (h *Standalone) ActiveTopics(_ context.Context, name string) ([]string, error) {
+	if _, err := h.lookup(name); err != nil {
+		return nil, err
+	}
+	ts, ok := h.eng.ActiveTopics(name)
+	if !ok {
+		return nil, notFound(name)
+	}
+	return ts, nil
+}
+
+// ResetActiveTopics empties the connector's set of active topics; ctx is
+// not used.
+func (h *Standalone) ResetActiveTopics(_ context.Context, name string) error {
+	if _, err := h.lookup(name); err != nil {
+		return err
+	}
+	if !h.eng.ResetActiveTopics(name) {
+		return notFound(name)
+	}
+	return nil
+}
+
+// RecentRounds returns the connector's last rounds (up to 20, all tasks),
+// newest first. They are kept in memory since the worker started; ctx is
+// not used.
+func (h *Standalone) RecentRounds(_ context.Context, name string) ([]engine.RoundTiming, error) {
+	if _, err := h.lookup(name); err != nil {
+		return nil, err
+	}
+	rs, ok := h.eng.RecentRounds(name)
+	if !ok {
+		return nil, notFound(name)
+	}
+	return rs, nil
 }

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -25,10 +24,10 @@ import (
 
 // Compile-time checks.
 var (
-	_ connectors.Sink              = (*Sink)(nil)
-	_ twophase.Participant         = (*Sink)(nil)
-	_ connectors.RecordLocator     = (*record.Error)(nil)
-	_ connectors.DeadLetterCounter = (*Sink)(nil)
+	_ connectors.Sink             = (*Sink)(nil)
+	_ twophase.Participant        = (*Sink)(nil)
+	_ connectors.RecordLocator    = (*record.Error)(nil)
+	_ connectors.DeadLetterSource = (*Sink)(nil)
 )
 
 // GIDPrefix starts the global id of every prepared transaction txsink
@@ -47,8 +46,9 @@ type Sink struct {
 	connHash  string
 	log       *slog.Logger
 
-	dlMu sync.Mutex
-	dl   map[twophase.BatchID]int // dead letters per prepared or written batch
+	// DeadLetterBook keeps the dead letters of the batches this process
+	// prepared or wrote until the runtime takes them.
+	connectors.DeadLetterBook
 }
 
 // NewSink opens a sink on pool for the named connector. It creates the
@@ -133,34 +133,9 @@ func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) error {
 		if _, err := tx.Exec(ctx, "PREPARE TRANSACTION '"+GID(b.ID)+"'"); err != nil {
 			return fmt.Errorf("prepare %s: %w", b.ID, err)
 		}
-		s.noteDeadLetters(b.ID, st.DeadLettered)
+		s.Note(b.ID, b.Records, st.Bad)
 		return nil
 	}))
-}
-
-func (s *Sink) noteDeadLetters(id twophase.BatchID, n int) {
-	if n == 0 {
-		return
-	}
-	s.dlMu.Lock()
-	defer s.dlMu.Unlock()
-	if s.dl == nil {
-		s.dl = map[twophase.BatchID]int{}
-	}
-	s.dl[id] = n
-}
-
-// TakeDeadLettered implements connectors.DeadLetterCounter: the dead
-// letters of batches this process prepared or wrote, forgotten once taken.
-func (s *Sink) TakeDeadLettered(ids []twophase.BatchID) int {
-	s.dlMu.Lock()
-	defer s.dlMu.Unlock()
-	n := 0
-	for _, id := range ids {
-		n += s.dl[id]
-		delete(s.dl, id)
-	}
-	return n
 }
 
 // classify marks the errors no retry can fix as connectors.Terminal.
@@ -229,7 +204,7 @@ func (s *Sink) Commit(ctx context.Context, id twophase.BatchID) error {
 // Abort implements twophase.Participant with ROLLBACK PREPARED; a batch
 // that is not prepared is already aborted.
 func (s *Sink) Abort(ctx context.Context, id twophase.BatchID) error {
-	s.TakeDeadLettered([]twophase.BatchID{id})
+	s.TakeDeadLetters([]twophase.BatchID{id})
 	_, err := s.pool.Exec(ctx, "ROLLBACK PREPARED '"+GID(id)+"'")
 	if err == nil || isUndefinedObject(err) {
 		return nil
@@ -311,7 +286,7 @@ func (s *Sink) writeLocal(ctx context.Context, b *twophase.Batch, guard offsets.
 	write := func(tx pgx.Tx) error {
 		st, err := s.w.Write(ctx, tx, b.Records)
 		if err == nil {
-			s.noteDeadLetters(b.ID, st.DeadLettered)
+			s.Note(b.ID, b.Records, st.Bad)
 		}
 		return err
 	}

@@ -47,7 +47,7 @@ var Defs = config.Defs{
 	{Name: KeyPKMode, Type: config.String, Default: "none", Enum: []string{"none", "record_key", "record_value", "kafka"}, Group: "Mapping", Doc: "Where primary key values come from."},
 	{Name: KeyPKFields, Type: config.List, Group: "Mapping", Doc: "Primary key columns (required for upsert with record_key or record_value)."},
 	{Name: KeyDeleteEnabled, Type: config.Boolean, Default: "false", Group: "Mapping", Doc: "Tombstones (null values) delete the row with the record's key (needs pk.mode=record_key)."},
-	{Name: KeyDLQTable, Type: config.String, Group: "Errors", Doc: "Dead-letter table (errors.tolerance=all), written in the same transaction as the rows; created if missing."},
+	{Name: KeyDLQTable, Type: config.String, Group: "Errors", Doc: "Dead-letter table (errors.tolerance=all; required unless errors.deadletterqueue.topic.name is set, and both may be), written in the same transaction as the rows; created if missing."},
 	{Name: KeyOffsetsTable, Type: config.String, Default: "txsink_offsets", Group: "Offsets", Doc: "Table holding next_offset and fence per partition; created if missing."},
 }
 
@@ -75,6 +75,7 @@ func writerConfig(c config.Connector, v config.Values) WriterConfig {
 		DeleteEnabled:   v.Bool(KeyDeleteEnabled),
 		ErrorsTolerance: c.ErrorsTolerance,
 		DLQTable:        v[KeyDLQTable],
+		DLQTopic:        v[config.KeyDLQTopic],
 	}
 }
 

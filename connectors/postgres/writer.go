@@ -52,7 +52,8 @@ type WriterConfig struct {
 	PKFields        []string // "pk.fields"; empty: the table's primary key (record_key, record_value) or DefaultKafkaPKFields (kafka)
 	DeleteEnabled   bool     // "delete.enabled": tombstone with a key → DELETE by pk; requires pk.mode=record_key
 	ErrorsTolerance string   // "errors.tolerance": "none" | "all"
-	DLQTable        string   // "errors.deadletterqueue.table.name": "table" (in Schema) or "schema.table"; required when tolerance=all; created if missing
+	DLQTable        string   // "errors.deadletterqueue.table.name": "table" (in Schema) or "schema.table"; required when tolerance=all without DLQTopic; created if missing
+	DLQTopic        string   // "errors.deadletterqueue.topic.name": the runtime's dead-letter topic, an alternative to DLQTable (the runtime produces WriteStats.Bad)
 	// Pipeline converts records (the connector's converters); nil: txsink's
 	// default JSON converter.
 	Pipeline *convert.Pipeline
@@ -141,8 +142,8 @@ func (c WriterConfig) Validate() error {
 	switch c.ErrorsTolerance {
 	case ToleranceNone:
 	case ToleranceAll:
-		if c.DLQTable == "" {
-			return errors.New("errors.deadletterqueue.table.name: required when errors.tolerance=all")
+		if c.DLQTable == "" && c.DLQTopic == "" {
+			return errors.New("errors.deadletterqueue.table.name: required when errors.tolerance=all (or set errors.deadletterqueue.topic.name)")
 		}
 	default:
 		return fmt.Errorf("errors.tolerance: must be %q or %q, got %q", ToleranceNone, ToleranceAll, c.ErrorsTolerance)
@@ -201,9 +202,12 @@ func (w *Writer) TableName(topic string) string {
 type WriteStats struct {
 	Written      int // records written as rows (COPY, insert or upsert)
 	Deleted      int // tombstones applied as DELETE by key (whether or not a row existed)
-	DeadLettered int // bad records written to the dead-letter table
+	DeadLettered int // bad records set aside (errors.tolerance=all): written to the dead-letter table, if any, and listed in Bad
 	Superseded   int // upsert mode: records replaced by a later record with the same key in the batch
 	Dropped      int // records a transform filtered out
+	// Bad are the dead-lettered records' errors, in offset order, for the
+	// runtime's dead-letter topic.
+	Bad []*record.Error
 }
 
 // op is one record's pending change.
@@ -233,7 +237,8 @@ type plan struct {
 // (see IsBadRecord) the statement is bisected to isolate it.
 //
 // errors.tolerance=all: bad records go to the dead-letter table in tx, once
-// each (a redo cannot duplicate them), and the rest of the batch is written.
+// each (a redo cannot duplicate them), when one is set, and are listed in
+// WriteStats.Bad; the rest of the batch is written.
 // errors.tolerance=none: Write returns the *record.Error of the lowest bad
 // offset and tx must be rolled back.
 //
@@ -296,14 +301,16 @@ func (w *Writer) Write(ctx context.Context, tx pgx.Tx, records []*kgo.Record) (W
 	if w.cfg.ErrorsTolerance == ToleranceNone {
 		return WriteStats{}, bad[0]
 	}
-	byOffset := make(map[int64]*kgo.Record, len(records))
-	for _, r := range records {
-		byOffset[r.Offset] = r
+	if w.cfg.DLQTable != "" {
+		byOffset := make(map[int64]*kgo.Record, len(records))
+		for _, r := range records {
+			byOffset[r.Offset] = r
+		}
+		if err := w.deadLetter(ctx, tx, byOffset, bad); err != nil {
+			return WriteStats{}, err
+		}
 	}
-	if err := w.deadLetter(ctx, tx, byOffset, bad); err != nil {
-		return WriteStats{}, err
-	}
-	stats.DeadLettered = len(bad)
+	stats.DeadLettered, stats.Bad = len(bad), bad
 	return stats, nil
 }
 

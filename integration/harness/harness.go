@@ -253,6 +253,19 @@ func service[T any](tb testing.TB, kind string, start func(tb testing.TB, shared
 	return s.val.(T)
 }
 
+// Unavailable skips tb because something it needs besides the harness's
+// services (a JVM, a Python virtualenv, a browser) is missing, or fails it
+// when TXSINK_TEST_REQUIRE_SERVICES is true (CI), so that CI cannot pass
+// as a run of skips.
+func Unavailable(tb testing.TB, format string, args ...any) {
+	tb.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if boolEnv(EnvRequireServices) {
+		tb.Fatalf("%s, but %s is true", msg, EnvRequireServices)
+	}
+	tb.Skipf("%s: skipping", msg)
+}
+
 // requireDocker skips (or, with TXSINK_TEST_REQUIRE_SERVICES, fails) tb
 // unless a Docker engine answers. envVar names the variable that would have
 // pointed at an existing service instead.

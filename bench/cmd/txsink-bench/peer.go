@@ -2,9 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -18,82 +15,26 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/txsink/txsink/internal/connectpeer"
 )
 
 // peer runs Kafka Connect's standalone worker with Debezium's JDBC sink
-// connector, class path resolved from bench/peer/pom.xml by Maven.
-type peer struct {
-	libs string // directory of jars
-	java string
-}
+// connector, class path resolved from bench/peer/pom.xml by Maven
+// (internal/connectpeer, cached).
+type peer struct{ *connectpeer.Peer }
 
-// preparePeer resolves the peer's class path with plain
-// "mvn dependency:copy-dependencies" (the registry comes from the
-// machine's Maven settings), cached by the pom's hash under
-// ~/.cache/txsink-bench. It returns why the peer cannot run otherwise.
+// preparePeer resolves the peer's class path; it returns why the peer
+// cannot run otherwise.
 func preparePeer(ctx context.Context, repo string) (*peer, error) {
-	java, err := exec.LookPath("java")
-	if err != nil {
-		return nil, errors.New("no java on PATH (Kafka Connect needs Java 17)")
-	}
-	mvn, err := exec.LookPath("mvn")
-	if err != nil {
-		return nil, errors.New("no mvn on PATH (needed once to fetch Kafka Connect and Debezium from Maven Central)")
-	}
-	pom := filepath.Join(repo, "bench", "peer", "pom.xml")
-	b, err := os.ReadFile(pom)
+	p, err := connectpeer.Prepare(ctx, repo)
 	if err != nil {
 		return nil, err
 	}
-	sum := sha256.Sum256(b)
-	cache := os.Getenv("TXSINK_BENCH_CACHE")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "txsink-bench")
-	}
-	libs := filepath.Join(cache, "peer-"+hex.EncodeToString(sum[:6]))
-	if _, err := os.Stat(filepath.Join(libs, ".complete")); err == nil {
-		return &peer{libs: libs, java: java}, nil
-	}
-	tmp := libs + ".tmp"
-	_ = os.RemoveAll(tmp)
-	if err := os.MkdirAll(tmp, 0o755); err != nil {
-		return nil, err
-	}
-	cmd := exec.CommandContext(ctx, mvn, "-B", "-q", "-Dstyle.color=never", "-f", pom,
-		"dependency:copy-dependencies", "-DincludeScope=runtime", "-DoutputDirectory="+tmp)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("mvn dependency:copy-dependencies on bench/peer/pom.xml failed: %v\n%s", err, lastLines(string(out), 15))
-	}
-	if err := os.WriteFile(filepath.Join(tmp, ".complete"), nil, 0o644); err != nil {
-		return nil, err
-	}
-	_ = os.RemoveAll(libs)
-	if err := os.Rename(tmp, libs); err != nil {
-		return nil, err
-	}
-	return &peer{libs: libs, java: java}, nil
+	return &peer{p}, nil
 }
 
-func lastLines(s string, n int) string {
-	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(l) > n {
-		l = l[len(l)-n:]
-	}
-	return strings.Join(l, "\n")
-}
-
-const peerLog4j = `status = warn
-appender.out.type = Console
-appender.out.name = out
-appender.out.target = SYSTEM_ERR
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = warn
-rootLogger.appenderRef.out.ref = out
-logger.worker.name = org.apache.kafka.connect.runtime.WorkerSinkTask
-logger.worker.level = info
-`
+func lastLines(s string, n int) string { return connectpeer.LastLines(s, n) }
 
 // peerConfig returns the worker and connector properties of one run.
 // Tuning: the same batch size as txsink (10,000 records per batch and per
@@ -184,8 +125,7 @@ func (pp *peerProcess) logTail() string {
 func (p *peer) start(dir, name, worker, connector string) (*peerProcess, error) {
 	wf := filepath.Join(dir, name+"-worker.properties")
 	cf := filepath.Join(dir, name+"-connector.properties")
-	lf := filepath.Join(dir, "log4j2.properties")
-	for f, s := range map[string]string{wf: worker, cf: connector, lf: peerLog4j} {
+	for f, s := range map[string]string{wf: worker, cf: connector} {
 		if err := os.WriteFile(f, []byte(s), 0o600); err != nil {
 			return nil, err
 		}
@@ -194,10 +134,11 @@ func (p *peer) start(dir, name, worker, connector string) (*peerProcess, error) 
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(p.java, "-Xms1g", "-Xmx1g", "-XX:+UseG1GC",
-		"-Dlog4j2.configurationFile="+lf,
-		"-cp", filepath.Join(p.libs, "*"),
-		"org.apache.kafka.connect.cli.ConnectStandalone", wf, cf)
+	cmd, err := p.Standalone(dir, "1g", wf, cf)
+	if err != nil {
+		out.Close()
+		return nil, err
+	}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		out.Close()
