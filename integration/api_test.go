@@ -440,7 +440,7 @@ func TestAPIKillRestart(t *testing.T) {
 	k := harness.Kafka(t)
 	pg := harness.Postgres(t)
 	db := pg.NewDatabase(t)
-	const topic = "api-kill"
+	topic := "api-kill-" + randSuffix(t)
 	k.CreateTopic(t, topic, 3)
 	pool := connectPool(t, db)
 	createEventsTable(t, pool, topic)

@@ -160,14 +160,14 @@ func cliWaitState(t testing.TB, env []string, name, state string) cliStatusJSON 
 func TestCLIAgainstServe(t *testing.T) {
 	k, dbURL := sinkEnv(t)
 	pool := connectPool(t, dbURL)
-	topic := "cli_events"
+	topic := "cli_events_" + randSuffix(t)
 	createTopic(t, k, topic, 3)
 	createEventsTable(t, pool, topic)
 
 	const token = "cli-test-token"
 	_, url := cliServe(t, k.Bootstrap, "cli-1", "TXSINK_REST_AUTH_BEARER_TOKEN="+token)
 	env := []string{"TXSINK_URL=" + url, "TXSINK_TOKEN=" + token}
-	const name = "cli-orders"
+	name := "cli-orders-" + randSuffix(t)
 
 	// Authentication is enforced and the CLI reports the API's error.
 	if r := runCLI(t, []string{"TXSINK_URL=" + url, "TXSINK_TOKEN="}, "list"); r.code != 1 || !strings.Contains(r.stderr, "401") {

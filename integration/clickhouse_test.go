@@ -298,7 +298,7 @@ func TestClickHouseCrashWindows(t *testing.T) {
 			t.Parallel()
 			db := ch.NewDatabase(t)
 			conn := ch.Conn(t, db)
-			topic := fmt.Sprintf("chcrash-%d", i)
+			topic := fmt.Sprintf("chcrash-%d-%s", i, randSuffix(t))
 			name := topic
 			k.CreateTopic(t, topic, 3)
 			createCHEvents(t, conn, topic, chEngine(ch, db, topic, 100))
@@ -365,7 +365,7 @@ func TestClickHouseZombie(t *testing.T) {
 			t.Parallel()
 			db := ch.NewDatabase(t)
 			conn := ch.Conn(t, db)
-			topic := fmt.Sprintf("chzombie-%d", i)
+			topic := fmt.Sprintf("chzombie-%d-%s", i, randSuffix(t))
 			name := topic
 			k.CreateTopic(t, topic, 2)
 			createCHEvents(t, conn, topic, chEngine(ch, db, topic, 100))
@@ -431,7 +431,7 @@ func TestClickHouseDedupWindow(t *testing.T) {
 			t.Parallel()
 			db := ch.NewDatabase(t)
 			conn := ch.Conn(t, db)
-			topic := fmt.Sprintf("chwindow-%d", i)
+			topic := fmt.Sprintf("chwindow-%d-%s", i, randSuffix(t))
 			name := topic
 			k.CreateTopic(t, topic, 1)
 			// Old block ids leave the window when the table's cleanup runs

@@ -45,7 +45,7 @@ func TestPostgresModes(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			db := harness.Postgres(t).NewDatabase(t)
-			topic := fmt.Sprintf("modes-%d", i)
+			topic := fmt.Sprintf("modes-%d-%s", i, randSuffix(t))
 			conn := topic
 			k.CreateTopic(t, topic, 2)
 			pool := connectPool(t, db)
@@ -141,7 +141,7 @@ func TestPostgresZombie(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			db := harness.Postgres(t).NewDatabase(t)
-			topic := fmt.Sprintf("zombie-%d", i)
+			topic := fmt.Sprintf("zombie-%d-%s", i, randSuffix(t))
 			conn := topic
 			k.CreateTopic(t, topic, 2)
 			pool := connectPool(t, db)

@@ -75,8 +75,8 @@ func TestPostgresCrashPoints(t *testing.T) {
 		t.Run(point, func(t *testing.T) {
 			t.Parallel()
 			db := harness.Postgres(t).NewDatabase(t)
-			topic := "crash-" + point
-			conn := "crash-" + point
+			topic := "crash-" + point + "-" + randSuffix(t)
+			conn := topic
 			k.CreateTopic(t, topic, 3)
 			pool := connectPool(t, db)
 			createEventsTable(t, pool, topic)

@@ -52,8 +52,8 @@ func checkJSONLogs(t *testing.T, out string) {
 func TestShutdownUnderLoad(t *testing.T) {
 	k, dbURL := sinkEnv(t)
 	pool := connectPool(t, dbURL)
-	topic := "shutdown_events"
-	const name = "shutdown"
+	topic := "shutdown_events_" + randSuffix(t)
+	name := "shutdown-" + randSuffix(t)
 	createTopic(t, k, topic, 3)
 	createEventsTable(t, pool, topic)
 	cfg := baseConnector(name, topic, dbURL, "exactly_once")
