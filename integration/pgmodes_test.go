@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txsink/txsink/integration/harness"
@@ -205,6 +206,74 @@ func TestPostgresZombie(t *testing.T) {
 			}
 			if !logShowsRejection(a.output(), c.rejectLog) {
 				t.Errorf("zombie's log does not show its commit rejected (%q):\n%s", c.rejectLog, tail(a.output(), 3000))
+			}
+			if n := preparedXacts(t, pool); n != 0 {
+				t.Errorf("%d prepared transactions left", n)
+			}
+		})
+	}
+}
+
+// TestPostgresZombieFrozenInFence: an owner frozen inside the fence bump
+// of an assignment holds the offsets rows in an open transaction (a paused
+// VM, a SIGSTOP, a partition). Its new owner's fence bump waits on those
+// rows; connection.idle.transaction.timeout.ms makes PostgreSQL end the
+// frozen session, so the new owner fences and drains, and the zombie, once
+// resumed, writes nothing twice. The negative control sets the timeout to
+// an hour: the new owner then stays blocked, so the test can fail.
+func TestPostgresZombieFrozenInFence(t *testing.T) {
+	k := harness.Kafka(t)
+	for _, c := range []struct {
+		name      string
+		idleMs    string
+		mustDrain bool
+	}{{"bounded", "4000", true}, {"negative/unbounded", "3600000", false}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			db := harness.Postgres(t).NewDatabase(t)
+			topic := "fence-frozen-" + randSuffix(t)
+			k.CreateTopic(t, topic, 2)
+			pool := connectPool(t, db)
+			createEventsTable(t, pool, topic)
+			var u upstream
+			produce(t, k.Bootstrap, topic, produceOpts{Records: 600, Partitions: 2, AbortRatio: 0.1, MaxTxn: 40, Seed: 77}, &u)
+			cfg := baseConnector(topic, topic, db, "exactly_once")
+			cfg["connection.idle.transaction.timeout.ms"] = c.idleMs
+			path := writeConnector(t, cfg)
+
+			// A freezes inside its first fence bump, its first partition's
+			// offsets row locked.
+			a := startTxsink(t, k.Bootstrap, path, "wA", failpoint.Env+"="+failpoint.InFence+":1:stop")
+			waitStopped(t, a, 90*time.Second)
+			b := startTxsink(t, k.Bootstrap, path, "wB")
+			if !c.mustDrain {
+				// Past A's session timeout and several of B's fence
+				// attempts, nothing may have been written.
+				time.Sleep(25 * time.Second)
+				var rows int
+				if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM "+pgx.Identifier{topic}.Sanitize()).Scan(&rows); err != nil {
+					t.Fatal(err)
+				}
+				if rows != 0 || !strings.Contains(b.output(), "offsets row locked") {
+					t.Fatalf("negative control: with an hour-long idle-in-transaction timeout the new owner should stay blocked on the frozen owner's rows, but %d rows were written (log:\n%s)", rows, tail(b.output(), 2000))
+				}
+				t.Logf("negative control: the new owner stayed blocked on the frozen owner's locked rows, as designed")
+				a.signal(syscall.SIGKILL)
+				b.signal(syscall.SIGTERM)
+				a.wait(30 * time.Second)
+				b.wait(30 * time.Second)
+				return
+			}
+			waitDrained(t, pool, topic, &u, 2*time.Minute, nil)
+			// The zombie resumes on a connection the server ended.
+			a.signal(syscall.SIGCONT)
+			time.Sleep(8 * time.Second)
+			b.signal(syscall.SIGTERM)
+			a.signal(syscall.SIGTERM)
+			b.wait(30 * time.Second)
+			a.wait(30 * time.Second)
+			if problems := exactness(&u, readRows(t, pool, topic), nil); len(problems) > 0 {
+				t.Fatalf("%d anomalies, first: %s", len(problems), strings.Join(problems[:min(10, len(problems))], "; "))
 			}
 			if n := preparedXacts(t, pool); n != 0 {
 				t.Errorf("%d prepared transactions left", n)

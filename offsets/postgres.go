@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txsink/txsink/internal/failpoint"
 )
 
 // PG is the offset store in a PostgreSQL sink database. Its table lives next
@@ -91,6 +93,7 @@ func (s *PG) Acquire(ctx context.Context, connector, topic string, partitions []
 				pos.Next = *next
 			}
 			out[p] = pos
+			failpoint.Hit(failpoint.InFence)
 		}
 		return nil
 	})

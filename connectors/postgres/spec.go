@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -17,6 +18,7 @@ const (
 	KeyUser          = "connection.user"
 	KeyPassword      = "connection.password"
 	KeyPoolSize      = "connection.pool.size"
+	KeyIdleTxTimeout = "connection.idle.transaction.timeout.ms"
 	KeySchema        = "table.schema"
 	KeyTableFormat   = "table.name.format"
 	KeyInsertMode    = "insert.mode"
@@ -41,6 +43,7 @@ var Defs = config.Defs{
 	{Name: KeyUser, Type: config.String, Group: "Connection", Doc: "User name; overrides the URL's. One of the two is required unless the worker lets this host use its environment credentials (connection.env.credentials.hosts)."},
 	{Name: KeyPassword, Type: config.Password, Group: "Connection", Doc: "Password; overrides the URL's. Never shown by the API or logs. Bound to the host, port and user it was given with: a configuration change that moves any of them without sending the password again drops it."},
 	{Name: KeyPoolSize, Type: config.Int, Default: "8", Min: 2, Max: 256, Group: "Connection", Doc: "Maximum connections to the database."},
+	{Name: KeyIdleTxTimeout, Type: config.Int, Default: "30000", Min: 1000, Max: 3600000, Group: "Connection", Doc: "PostgreSQL's idle_in_transaction_session_timeout for the sink's sessions: the server ends a session that stays idle inside an open transaction this long, releasing its locks. It bounds how long an owner frozen inside a transaction (a paused VM, a SIGSTOPped process, a network partition) can hold the offsets rows its partitions' new owner must fence; prepared transactions belong to no session and are resolved by recovery instead. Keep it well above the time a round spends converting records between statements."},
 	{Name: KeySchema, Type: config.String, Default: "public", Group: "Mapping", Doc: "Schema of the target tables, the offsets table and the dead-letter table."},
 	{Name: KeyTableFormat, Type: config.String, Default: "${topic}", Group: "Mapping", Doc: "Target table name; ${topic} is replaced by the record's topic. Always quoted."},
 	{Name: KeyInsertMode, Type: config.String, Default: "insert", Enum: []string{"insert", "upsert"}, Group: "Mapping", Doc: "insert: COPY (a rewound range is written again); upsert: INSERT … ON CONFLICT (pk) DO UPDATE (a rewound range replaces rows)."},
@@ -131,6 +134,7 @@ func open(ctx context.Context, env connectors.Env, c config.Connector, v config.
 	if pc.ConnConfig.RuntimeParams["application_name"] == "" {
 		pc.ConnConfig.RuntimeParams["application_name"] = "txsink/" + c.Name
 	}
+	pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(v.Int(KeyIdleTxTimeout), 10)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)

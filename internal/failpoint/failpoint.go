@@ -23,6 +23,9 @@ const (
 	AfterPrepare = "after-prepare" // every batch of the round prepared
 	AfterDecide  = "after-decide"  // the Kafka decision is durable
 	AfterCommit  = "after-commit"  // COMMIT PREPARED done
+	// InFence is inside the fence bump of an assignment, with the
+	// offsets rows locked and the transaction open.
+	InFence = "in-fence"
 )
 
 var (
