@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -15,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
@@ -494,4 +496,71 @@ func checkOrigins(v string) error {
 		}
 	}
 	return nil
+}
+
+// KafkaConnError is a failure to connect to Kafka that a worker setting
+// explains (refused credentials, a certificate that does not verify): it
+// names the setting and wraps the client's error.
+type KafkaConnError struct {
+	// Setting is the worker setting to look at (kafka.sasl.password, …).
+	Setting string
+	// Msg says what the broker or the handshake refused.
+	Msg string
+	// Err is the Kafka client's error.
+	Err error
+}
+
+func (e *KafkaConnError) Error() string { return e.Setting + ": " + e.Msg + ": " + e.Err.Error() }
+
+// Unwrap returns the Kafka client's error.
+func (e *KafkaConnError) Unwrap() error { return e.Err }
+
+// ExplainKafkaError returns err as a *KafkaConnError naming the setting to
+// fix when the worker's Kafka security settings explain it, and err itself
+// otherwise (the broker is down, a timeout, …):
+//
+//   - the broker refused the SASL credentials (SASL_AUTHENTICATION_FAILED):
+//     kafka.sasl.password (with the user name in the message);
+//   - the broker does not offer the SASL mechanism: kafka.sasl.mechanism;
+//   - the broker's certificate does not verify: kafka.ssl.ca.file;
+//   - the broker ended the TLS handshake with an alert (it wants a client
+//     certificate its CA signed): kafka.ssl.cert.file;
+//   - TLS was spoken to a listener that does not speak it:
+//     kafka.security.protocol.
+func (w Worker) ExplainKafkaError(err error) error {
+	if err == nil {
+		return nil
+	}
+	k := w.Kafka
+	tlsOn := k.Protocol == ProtocolSSL || k.Protocol == ProtocolSASLSSL
+	var cve *tls.CertificateVerificationError
+	var rhe tls.RecordHeaderError
+	var op *net.OpError
+	switch {
+	case errors.Is(err, kerr.SaslAuthenticationFailed):
+		return &KafkaConnError{Setting: KeyKafkaSASLPassword, Err: err,
+			Msg: fmt.Sprintf("the broker refused the %s credentials of user %q (check %s and %s)", k.Mechanism, k.User, KeyKafkaSASLUsername, KeyKafkaSASLPassword)}
+	case errors.Is(err, kerr.UnsupportedSaslMechanism):
+		return &KafkaConnError{Setting: KeyKafkaSASLMechanism, Err: err,
+			Msg: fmt.Sprintf("the broker's listener does not offer SASL mechanism %s", k.Mechanism)}
+	case tlsOn && errors.As(err, &cve):
+		src := "the system roots"
+		if k.CAFile != "" {
+			src = k.CAFile
+		}
+		return &KafkaConnError{Setting: KeyKafkaSSLCAFile, Err: err,
+			Msg: "the broker's certificate does not verify against " + src}
+	case tlsOn && errors.As(err, &rhe):
+		return &KafkaConnError{Setting: KeyKafkaSecurityProtocol, Err: err,
+			Msg: fmt.Sprintf("%s speaks TLS, but the broker's listener does not", k.Protocol)}
+	case tlsOn && errors.As(err, &op) && op.Op == "remote error":
+		// A TLS alert from the broker: with a good CA and protocol this
+		// is the broker refusing our certificate, or its absence.
+		msg := "the broker refused the TLS handshake: it wants a client certificate its CA signed (mutual TLS), and none is set"
+		if k.CertFile != "" {
+			msg = "the broker refused the TLS handshake: it does not accept the client certificate " + k.CertFile
+		}
+		return &KafkaConnError{Setting: KeyKafkaSSLCertFile, Err: err, Msg: msg}
+	}
+	return err
 }

@@ -1,12 +1,18 @@
 package config
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 func TestLoadWorkerPrecedence(t *testing.T) {
@@ -144,6 +150,43 @@ func TestListenersErrorsNameTheSetting(t *testing.T) {
 		_, err := ParseWorker(c.raw)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: error %v, want %q", c.raw, err, c.want)
+		}
+	}
+}
+
+func TestExplainKafkaError(t *testing.T) {
+	sasl, _ := ParseWorker(map[string]string{KeyKafkaSecurityProtocol: "SASL_SSL", KeyKafkaSASLMechanism: "SCRAM-SHA-512", KeyKafkaSASLUsername: "u", KeyKafkaSASLPassword: "p"})
+	plainW, _ := ParseWorker(map[string]string{})
+	alert := &net.OpError{Op: "remote error", Err: errors.New("tls: certificate required")}
+	cases := []struct {
+		name    string
+		w       Worker
+		err     error
+		setting string // "" when the error must come back unchanged
+	}{
+		{"sasl refused", sasl, fmt.Errorf("dial: %w", kerr.SaslAuthenticationFailed), KeyKafkaSASLPassword},
+		{"mechanism", sasl, kerr.UnsupportedSaslMechanism, KeyKafkaSASLMechanism},
+		{"unknown CA", sasl, fmt.Errorf("unable to dial: %w", &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}), KeyKafkaSSLCAFile},
+		{"TLS alert", sasl, fmt.Errorf("unable to dial: %w", alert), KeyKafkaSSLCertFile},
+		{"not TLS", sasl, fmt.Errorf("unable to dial: %w", tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}), KeyKafkaSecurityProtocol},
+		{"TLS alert without TLS", plainW, alert, ""},
+		{"broker down", sasl, errors.New("dial tcp: connection refused"), ""},
+	}
+	for _, tc := range cases {
+		got := tc.w.ExplainKafkaError(tc.err)
+		var ke *KafkaConnError
+		if tc.setting == "" {
+			if got != tc.err {
+				t.Errorf("%s: got %v, want the error unchanged", tc.name, got)
+			}
+			continue
+		}
+		if !errors.As(got, &ke) || ke.Setting != tc.setting {
+			t.Errorf("%s: got %v, want a KafkaConnError naming %s", tc.name, got, tc.setting)
+			continue
+		}
+		if !errors.Is(got, tc.err) || !strings.HasPrefix(got.Error(), tc.setting+": ") {
+			t.Errorf("%s: %q does not start with the setting or does not wrap the cause", tc.name, got)
 		}
 	}
 }

@@ -80,7 +80,7 @@ func cliServe(t testing.TB, bootstrap, workerID string, env ...string) (*proc, s
 	}
 }
 
-// cliResult is one run of "txsink connectors …".
+// cliResult is one run of a txsink command.
 type cliResult struct {
 	args           []string
 	code           int
@@ -88,13 +88,20 @@ type cliResult struct {
 }
 
 func (r cliResult) String() string {
-	return fmt.Sprintf("txsink connectors %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(r.args, " "), r.code, r.stdout, r.stderr)
+	return fmt.Sprintf("txsink %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(r.args, " "), r.code, r.stdout, r.stderr)
 }
 
-// runCLI runs the CLI binary with the arguments and environment given.
+// runCLI runs "txsink connectors" with the arguments and environment given.
 func runCLI(t testing.TB, env []string, args ...string) cliResult {
 	t.Helper()
-	cmd := exec.Command(txsinkBinary(t), append([]string{"connectors"}, args...)...)
+	return runCommand(t, env, append([]string{"connectors"}, args...)...)
+}
+
+// runCommand runs the txsink binary to its end with the arguments and
+// environment given.
+func runCommand(t testing.TB, env []string, args ...string) cliResult {
+	t.Helper()
+	cmd := exec.Command(txsinkBinary(t), args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	cmd.Env = append(os.Environ(), env...)

@@ -21,10 +21,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
 	"github.com/txsink/txsink/connectors/clickhouse"
 	"github.com/txsink/txsink/connectors/engine"
 	"github.com/txsink/txsink/connectors/postgres"
+	"github.com/txsink/txsink/connectors/secrets"
 	"github.com/txsink/txsink/internal/buildinfo"
 )
 
@@ -97,43 +99,6 @@ const (
 	unsafeTestDoc  = "TEST ONLY: accept test-only connector settings that switch off exactly-once safeguards (txsink.test.unsafe.disable.fencing); without it they are refused"
 )
 
-type commonFlags struct {
-	workerID  string
-	bootstrap string
-	logFormat string
-	logLevel  string
-}
-
-func (c *commonFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.bootstrap, "bootstrap", envOr("TXSINK_BOOTSTRAP_SERVERS", "127.0.0.1:9092"), "Kafka bootstrap servers, comma-separated (env TXSINK_BOOTSTRAP_SERVERS)")
-	fs.StringVar(&c.workerID, "worker-id", envOr("TXSINK_WORKER_ID", defaultWorkerID()), "stable id of this worker (env TXSINK_WORKER_ID; default: the host name). It is part of the Kafka transactional ids, so a restarted worker with the same id fences its previous incarnation at once; two live workers must use different ids")
-	fs.StringVar(&c.logFormat, "log-format", envOr("TXSINK_LOG_FORMAT", "text"), "log format: text or json (env TXSINK_LOG_FORMAT)")
-	fs.StringVar(&c.logLevel, "log-level", envOr("TXSINK_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env TXSINK_LOG_LEVEL)")
-}
-
-func (c *commonFlags) logger(w io.Writer) (*slog.Logger, error) {
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(c.logLevel)); err != nil {
-		return nil, fmt.Errorf("-log-level: %w", err)
-	}
-	o := &slog.HandlerOptions{Level: lvl}
-	switch c.logFormat {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, o)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, o)), nil
-	}
-	return nil, fmt.Errorf("-log-format: must be text or json, got %q", c.logFormat)
-}
-
-func (c *commonFlags) taskOptions(log *slog.Logger) engine.TaskOptions {
-	return engine.TaskOptions{
-		Bootstrap:  splitList(c.bootstrap),
-		InstanceID: c.workerID,
-		Log:        log,
-	}
-}
-
 func defaultWorkerID() string {
 	if h, err := os.Hostname(); err == nil && h != "" {
 		return h
@@ -193,8 +158,7 @@ const (
 func cmdRun(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var cf commonFlags
-	cf.register(fs)
+	wf := registerWorkerFlags(fs, "worker-config", commonWorkerFlags)
 	cfgPath := fs.String("config", "", "connector config file (JSON)")
 	unsafeTest := fs.Bool(unsafeTestFlag, false, unsafeTestDoc)
 	if err := fs.Parse(args); err != nil {
@@ -204,7 +168,7 @@ func cmdRun(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "txsink run: -config is required")
 		return exitUsage
 	}
-	log, err := cf.logger(stderr)
+	wc, err := wf.load()
 	if err != nil {
 		fmt.Fprintln(stderr, "txsink run:", err)
 		return exitUsage
@@ -214,14 +178,31 @@ func cmdRun(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "txsink run:", err)
 		return exitUsage
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	// The connector comes from a file only the operator writes, not from a
 	// REST client: it may use Unix sockets and the environment's
 	// credentials (see docs/security.md).
 	reg := registry()
 	reg.SetPolicy(connectors.Policy{UnixSockets: true, EnvCredentialHosts: []string{"*"}, UnsafeTestSettings: *unsafeTest})
-	c, err := openWithRetry(ctx, reg, raw, cf.taskOptions(log), log)
+	connSecrets := secrets.Of(reg, raw)
+	rt, err := newWorkerRuntime(wc, stderr, func() []string { return connSecrets })
+	if err != nil {
+		fmt.Fprintln(stderr, "txsink run:", err)
+		return exitUsage
+	}
+	log := rt.logger("txsink")
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := rt.checkKafka(ctx, log); err != nil {
+		fmt.Fprintln(stderr, "txsink run:", err)
+		return exitStartFail
+	}
+	opt := engine.TaskOptions{
+		Bootstrap:  wc.Bootstrap,
+		KafkaOpts:  rt.kafkaOpts,
+		InstanceID: wc.WorkerID,
+		Log:        rt.logger("txsink.connectors." + raw[config.KeyName]),
+	}
+	c, err := openWithRetry(ctx, reg, raw, opt, log)
 	if err != nil {
 		fmt.Fprintln(stderr, "txsink run:", err)
 		return exitStartFail

@@ -48,32 +48,14 @@ var serveFlags = map[string]string{
 func cmdServe(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cfgFile := fs.String("config", os.Getenv("TXSINK_CONFIG"), "worker config file, JSON object or Java properties (env TXSINK_CONFIG); settings: see docs/api.md")
-	for flagName, key := range serveFlags {
-		d, _ := config.WorkerDefs.Lookup(key)
-		fs.String(flagName, "", fmt.Sprintf("%s (worker setting %s, env %s; default %q)", d.Doc, key, config.EnvKey(key), d.Default))
-	}
+	wf := registerWorkerFlags(fs, "config", serveFlags)
 	var files connectorFiles
 	fs.Var(&files, "connector", "connector config file (JSON) created at start if no connector of that name exists; repeatable")
 	unsafeTest := fs.Bool(unsafeTestFlag, false, unsafeTestDoc)
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
-	overrides := map[string]string{}
-	fs.Visit(func(f *flag.Flag) {
-		if key, ok := serveFlags[f.Name]; ok {
-			overrides[key] = f.Value.String()
-		}
-	})
-	wc, err := config.LoadWorker(*cfgFile, os.LookupEnv, overrides)
-	if err != nil {
-		fmt.Fprintln(stderr, "txsink serve:", err)
-		return exitUsage
-	}
-	if wc.WorkerID == "" {
-		wc.WorkerID = defaultWorkerID()
-	}
-	rootLevel, err := api.ParseLevel(wc.LogLevel)
+	wc, err := wf.load()
 	if err != nil {
 		fmt.Fprintln(stderr, "txsink serve:", err)
 		return exitUsage
@@ -82,29 +64,25 @@ func cmdServe(args []string, stderr io.Writer) int {
 	// Every log line goes through the secret scrubber, then the named
 	// levels of /admin/loggers.
 	var worker *herder.Standalone
-	ho := &slog.HandlerOptions{Level: api.LevelTrace}
-	var base slog.Handler = slog.NewTextHandler(stderr, ho)
-	if wc.LogFormat == "json" {
-		base = slog.NewJSONHandler(stderr, ho)
-	}
-	base = api.NewScrubHandler(base, func() []string {
+	rt, err := newWorkerRuntime(wc, stderr, func() []string {
 		if worker == nil {
 			return nil
 		}
 		return worker.Secrets()
 	})
-	levels := api.NewLevels(rootLevel)
-	log := levels.Logger(base, "txsink")
-
-	kopts, err := wc.KafkaOpts()
 	if err != nil {
 		fmt.Fprintln(stderr, "txsink serve:", err)
 		return exitUsage
 	}
+	log := rt.logger("txsink")
 	tlsCfg, err := wc.TLSConfig()
 	if err != nil {
 		fmt.Fprintln(stderr, "txsink serve:", err)
 		return exitUsage
+	}
+	if err := rt.checkKafka(context.Background(), log); err != nil {
+		fmt.Fprintln(stderr, "txsink serve:", err)
+		return exitStartFail
 	}
 	promReg := prometheus.NewRegistry()
 	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -131,10 +109,10 @@ func cmdServe(args []string, stderr io.Writer) int {
 			WorkerID:     wc.WorkerID,
 			AdvertisedID: advertised,
 			Bootstrap:    wc.Bootstrap,
-			KafkaOpts:    kopts,
-			Log:          levels.Logger(base, "txsink.worker"),
+			KafkaOpts:    rt.kafkaOpts,
+			Log:          rt.logger("txsink.worker"),
 			ConnectorLog: func(name string) *slog.Logger {
-				return levels.Logger(base, "txsink.connectors."+name)
+				return rt.logger("txsink.connectors." + name)
 			},
 			Restart:    engine.RestartPolicy{Enabled: wc.RestartEnabled, Initial: wc.RestartInitial, Max: wc.RestartMax},
 			Registerer: promReg,
@@ -159,9 +137,9 @@ func cmdServe(args []string, stderr io.Writer) int {
 	}
 	router := api.New(api.Options{
 		Herder:            worker,
-		Levels:            levels,
+		Levels:            rt.levels,
 		Metrics:           promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}),
-		Log:               levels.Logger(base, "txsink.api"),
+		Log:               rt.logger("txsink.api"),
 		Auth:              auth,
 		MaxBodyBytes:      wc.REST.MaxBodyBytes,
 		Listen:            wc.Listen,
@@ -176,7 +154,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 		Handler: router, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute,
 		// The server's own messages (TLS handshake errors, for one) go
 		// through the worker's log handler too: its format, its scrubber.
-		ErrorLog: slog.NewLogLogger(levels.Logger(base, "txsink.api.http").Handler(), slog.LevelWarn),
+		ErrorLog: slog.NewLogLogger(rt.logger("txsink.api.http").Handler(), slog.LevelWarn),
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors/clickhouse"
 	"github.com/txsink/txsink/internal/verify"
 )
@@ -51,8 +52,8 @@ func cmdVerify(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, verifyUsage)
 		fs.PrintDefaults()
 	}
+	wf := registerWorkerFlags(fs, "worker-config", map[string]string{"bootstrap": config.KeyWorkerBootstrap})
 	var (
-		bootstrap    = fs.String("bootstrap", envOr("TXSINK_BOOTSTRAP_SERVERS", "127.0.0.1:9092"), "Kafka bootstrap servers, comma-separated (env TXSINK_BOOTSTRAP_SERVERS)")
 		cfgPath      = fs.String("config", "", "connector config file (as for txsink run): fills -connector, -topics, -sink-url, -table, -schema, -offsets-table and -dlq-table; explicit flags win")
 		topics       = fs.String("topics", "", "input topics, comma-separated")
 		sinkURL      = fs.String("sink-url", envOr("TXSINK_VERIFY_SINK_URL", ""), "URL of the sink database: postgres://… or jdbc:postgresql://… for PostgreSQL, clickhouse://host:9000/db (or tcp://…) for ClickHouse (env TXSINK_VERIFY_SINK_URL)")
@@ -89,9 +90,20 @@ func cmdVerify(args []string, stdout, stderr io.Writer) int {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	wc, err := wf.load()
+	if err != nil {
+		fmt.Fprintln(stderr, "txsink verify:", err)
+		return exitVerifyUsage
+	}
+	kopts, err := wc.KafkaOpts()
+	if err != nil {
+		fmt.Fprintln(stderr, "txsink verify:", err)
+		return exitVerifyUsage
+	}
 
 	c := verify.Config{
-		Bootstrap: splitList(*bootstrap),
+		Bootstrap: wc.Bootstrap,
+		KafkaOpts: kopts,
 		Sink: verify.SinkOptions{
 			TopicColumn: *topicCol, PartitionColumn: *partCol, OffsetColumn: *offsetCol,
 			IDColumn: *idColumn,
@@ -220,9 +232,15 @@ func cmdVerify(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
+	if err := probeKafka(ctx, c.Bootstrap, c.KafkaOpts); err != nil {
+		if ke := wc.ExplainKafkaError(err); ke != err {
+			fmt.Fprintln(stderr, "txsink verify:", ke)
+			return exitVerifyFailed
+		}
+	}
 	r, err := verify.Check(ctx, c)
 	if err != nil {
-		fmt.Fprintln(stderr, "txsink verify:", err)
+		fmt.Fprintln(stderr, "txsink verify:", wc.ExplainKafkaError(err))
 		return exitVerifyFailed
 	}
 	if *output == "json" {

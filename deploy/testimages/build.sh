@@ -3,7 +3,8 @@
 # registry:
 #
 #   txsink-test/base:<hash>        debootstrap'ed Debian bookworm root filesystem
-#   txsink-test/kafka:<hash>       Apache Kafka broker (Maven Central jars, Java 17)
+#   txsink-test/kafka:<hash>       Apache Kafka broker (Maven Central jars, Java 17),
+#                                  the current release and the previous lane
 #   txsink-test/postgres:<hash>    PostgreSQL 15 (official postgres image contract)
 #   txsink-test/clickhouse:<hash>  ClickHouse 18.16 (official image contract)
 #   txsink-test/clickhouse26:<hash> ClickHouse 26.9's engine from the chdb-core
@@ -15,6 +16,7 @@
 # rebuilt. Progress goes to stderr; stdout gets only the lines
 #
 #   export TXSINK_TEST_KAFKA_IMAGE=txsink-test/kafka:<hash>
+#   export TXSINK_TEST_KAFKA_PREVIOUS_IMAGE=txsink-test/kafka:<hash>
 #   ...
 #
 # so that `eval "$(deploy/testimages/build.sh)"` points the integration tests
@@ -54,8 +56,17 @@ hash_files() {
 	} | sha256sum | cut -c1-12
 }
 
+# Kafka versions of the stand-ins: kafka/pom.xml's default is the current
+# release (harness.DefaultKafkaImage); the previous lane
+# (harness.DefaultKafkaPreviousImage) is built from the same recipe with
+# Maven's -Dkafka.version.
+kafka_version=$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$here/kafka/pom.xml")
+kafka_previous_version=4.1.1
+[[ -n $kafka_version ]] || die "kafka/pom.xml names no kafka.version"
+
 base_tag=$(hash_files base)
-kafka_tag=$(hash_files kafka build.sh -- "$base_tag")
+kafka_tag=$(hash_files kafka build.sh -- "$base_tag" "$kafka_version")
+kafka_previous_tag=$(hash_files kafka build.sh -- "$base_tag" "$kafka_previous_version")
 postgres_tag=$(hash_files postgres build.sh -- "$base_tag")
 clickhouse_tag=$(hash_files clickhouse shared build.sh -- "$base_tag")
 zookeeper_tag=$(hash_files zookeeper build.sh -- "$base_tag")
@@ -63,6 +74,7 @@ clickhouse26_tag=$(hash_files clickhouse26 shared build.sh -- "$base_tag")
 
 base_image=txsink-test/base:$base_tag
 kafka_image=txsink-test/kafka:$kafka_tag
+kafka_previous_image=txsink-test/kafka:$kafka_previous_tag
 postgres_image=txsink-test/postgres:$postgres_tag
 clickhouse_image=txsink-test/clickhouse:$clickhouse_tag
 zookeeper_image=txsink-test/zookeeper:$zookeeper_tag
@@ -70,6 +82,7 @@ clickhouse26_image=txsink-test/clickhouse26:$clickhouse26_tag
 
 print_env() {
 	printf 'export TXSINK_TEST_KAFKA_IMAGE=%s\n' "$kafka_image"
+	printf 'export TXSINK_TEST_KAFKA_PREVIOUS_IMAGE=%s\n' "$kafka_previous_image"
 	printf 'export TXSINK_TEST_POSTGRES_IMAGE=%s\n' "$postgres_image"
 	printf 'export TXSINK_TEST_CLICKHOUSE_IMAGE=%s\n' "$clickhouse_image"
 	printf 'export TXSINK_TEST_ZOOKEEPER_IMAGE=%s\n' "$zookeeper_image"
@@ -161,30 +174,36 @@ build_base() {
 	log "import took $((SECONDS - start))s"
 }
 
-# cached NAME FILE sets dir (the caller's) to NAME's cache directory for
-# the hash of FILE (relative to $here) and succeeds, printing it, when a
-# complete copy is there.
+# cached NAME FILE [WORD…] sets dir (the caller's) to NAME's cache
+# directory for the hash of FILE (relative to $here) and of the words, and
+# succeeds, printing it, when a complete copy is there.
 cached() {
-	dir=$cache_dir/$1-$(hash_files "$2")
-	[[ -f $dir/.complete ]] && printf '%s\n' "$dir"
+	if (($# > 2)); then
+		dir=$cache_dir/$1-$(hash_files "$2" -- "${@:3}")
+	else
+		dir=$cache_dir/$1-$(hash_files "$2")
+	fi
+	[[ -f $dir/.complete ]] && printf '%s
+' "$dir"
 }
 
-# kafka_libs fetches the Kafka broker's runtime jars with Maven into the cache
-# and prints the directory holding them.
+# kafka_libs VERSION fetches Kafka VERSION's broker runtime jars with Maven
+# into the cache and prints the directory holding them.
 kafka_libs() {
-	local dir tmp
-	cached kafka-libs kafka/pom.xml && return
+	local version=$1 dir tmp
+	cached kafka-libs kafka/pom.xml "$version" && return
 	command -v mvn >/dev/null || die "mvn is not installed"
-	log "fetching Kafka jars with Maven into $dir"
+	log "fetching Kafka $version's jars with Maven into $dir"
 	rm -rf "$dir"
 	mkdir -p "$cache_dir"
 	tmp=$(mktemp -d "$cache_dir/kafka-libs.XXXXXX")
 	cp "$here/kafka/pom.xml" "$tmp/pom.xml"
-	if ! (cd "$tmp" && mvn -B -q -Dstyle.color=never dependency:copy-dependencies \
+	if ! (cd "$tmp" && mvn -B -q -Dstyle.color=never -Dkafka.version="$version" dependency:copy-dependencies \
 		-DincludeScope=runtime -DoutputDirectory="$tmp/libs") >"$tmp/mvn.log" 2>&1; then
 		cat "$tmp/mvn.log" >&2
 		die "mvn dependency:copy-dependencies failed"
 	fi
+	[[ -f $tmp/libs/kafka_2.13-$version.jar ]] || die "Maven did not fetch kafka_2.13-$version.jar"
 	mv "$tmp/libs" "$dir"
 	rm -rf "$tmp"
 	touch "$dir/.complete"
@@ -270,15 +289,20 @@ build_image() {
 command -v docker >/dev/null || die "docker is not installed"
 docker info >/dev/null 2>&1 || die "no Docker engine answers (is dockerd running?)"
 
-if ! have_image "$kafka_image" || ! have_image "$postgres_image" ||
+if ! have_image "$kafka_image" || ! have_image "$kafka_previous_image" || ! have_image "$postgres_image" ||
 	! have_image "$clickhouse_image" || ! have_image "$zookeeper_image" ||
 	! have_image "$clickhouse26_image"; then
 	build_base
 	libs=""
 	if ! have_image "$kafka_image"; then
-		libs=$(kafka_libs)
+		libs=$(kafka_libs "$kafka_version")
 	fi
 	build_image kafka "$kafka_image" "$libs"
+	libs=""
+	if ! have_image "$kafka_previous_image"; then
+		libs=$(kafka_libs "$kafka_previous_version")
+	fi
+	build_image kafka "$kafka_previous_image" "$libs"
 	build_image postgres "$postgres_image"
 	build_image clickhouse "$clickhouse_image"
 	build_image zookeeper "$zookeeper_image"

@@ -60,11 +60,13 @@ import (
 )
 
 // Pinned official images, used when the TXSINK_TEST_*_IMAGE variables are
-// unset. DefaultKafkaImage's version must match deploy/testimages/kafka/pom.xml.
+// unset. DefaultKafkaImage's version must match deploy/testimages/kafka/pom.xml
+// and DefaultKafkaPreviousImage's the previous lane of build.sh.
 const (
-	DefaultKafkaImage      = "apache/kafka:4.1.1"
-	DefaultPostgresImage   = "postgres:15.14"
-	DefaultClickHouseImage = "clickhouse/clickhouse-server:25.8"
+	DefaultKafkaImage         = "apache/kafka:4.4.0"
+	DefaultKafkaPreviousImage = "apache/kafka:4.1.1"
+	DefaultPostgresImage      = "postgres:15.14"
+	DefaultClickHouseImage    = "clickhouse/clickhouse-server:25.8"
 	// DefaultClickHouse26Image is the server of ClickHouse lane "26".
 	DefaultClickHouse26Image = "clickhouse/clickhouse-server:26.9"
 	DefaultZooKeeperImage    = "zookeeper:3.8.4"
@@ -73,6 +75,7 @@ const (
 // Environment variables read by the harness.
 const (
 	EnvKafkaImage         = "TXSINK_TEST_KAFKA_IMAGE"
+	EnvKafkaPreviousImage = "TXSINK_TEST_KAFKA_PREVIOUS_IMAGE"
 	EnvPostgresImage      = "TXSINK_TEST_POSTGRES_IMAGE"
 	EnvClickHouseImage    = "TXSINK_TEST_CLICKHOUSE_IMAGE"
 	EnvClickHouse26Image  = "TXSINK_TEST_CLICKHOUSE26_IMAGE"

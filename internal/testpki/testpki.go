@@ -26,9 +26,9 @@ type PKI struct {
 	// ClientCertFile and ClientKeyFile a client certificate of the CA.
 	CAFile, CertFile, KeyFile     string
 	ClientCertFile, ClientKeyFile string
-	// Client is the CA's client certificate; Stranger one another CA
-	// signed.
-	Client, Stranger tls.Certificate
+	// Server is the server certificate and key; Client the CA's client
+	// certificate; Stranger one another CA signed.
+	Server, Client, Stranger tls.Certificate
 	// Pool holds the CA certificate.
 	Pool *x509.CertPool
 }
@@ -50,11 +50,10 @@ func New(dir string) (*PKI, error) {
 	if err := writePEM(p.CAFile, "CERTIFICATE", ca.Raw); err != nil {
 		return nil, err
 	}
-	srv, err := issue(ca, caKey, "127.0.0.1", x509.ExtKeyUsageServerAuth)
-	if err != nil {
+	if p.Server, err = issue(ca, caKey, "127.0.0.1", x509.ExtKeyUsageServerAuth); err != nil {
 		return nil, err
 	}
-	if err := writePair(srv, p.CertFile, p.KeyFile); err != nil {
+	if err := writePair(p.Server, p.CertFile, p.KeyFile); err != nil {
 		return nil, err
 	}
 	if p.Client, err = issue(ca, caKey, "client", x509.ExtKeyUsageClientAuth); err != nil {
@@ -67,6 +66,27 @@ func New(dir string) (*PKI, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// PKCS8Bundle returns c's private key (PKCS #8, unencrypted) followed by
+// its certificate, PEM-encoded: the keystore a Kafka broker reads with
+// ssl.keystore.type=PEM (Kafka does not read SEC 1 "EC PRIVATE KEY" blocks).
+func PKCS8Bundle(c tls.Certificate) ([]byte, error) {
+	kb, err := x509.MarshalPKCS8PrivateKey(c.PrivateKey)
+	if err != nil {
+		return nil, fmt.Errorf("testpki: %w", err)
+	}
+	out := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb})
+	for _, der := range c.Certificate {
+		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
+	}
+	return out, nil
+}
+
+// WritePair writes c's certificate and its key (SEC 1) as PEM files, for
+// clients that load a key pair from files.
+func WritePair(c tls.Certificate, certFile, keyFile string) error {
+	return writePair(c, certFile, keyFile)
 }
 
 // ClientConfig returns a client TLS configuration that trusts the CA and,
