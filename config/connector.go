@@ -33,6 +33,7 @@ const (
 	KeyTxnTimeoutMs      = "transaction.timeout.ms"
 	KeySessionTimeoutMs  = "session.timeout.ms"
 	KeyUnsafeNoFencing   = "txsink.test.unsafe.disable.fencing"
+	KeyUnsafeNoRecovery  = "txsink.test.unsafe.disable.recovery"
 	KeyPrepareParallel   = "commit.parallelism"
 	KeyRecoveryTimeoutMs = "recovery.timeout.ms"
 	KeyShutdownGraceMs   = "shutdown.grace.ms"
@@ -79,6 +80,7 @@ var ConnectorDefs = Defs{
 	{Name: KeyRecoveryTimeoutMs, Type: Int, Default: "120000", Min: 1000, Max: 3600000, Group: "Delivery", Doc: "How long recovery of in-doubt batches may take on assignment before the task fails."},
 	{Name: KeyShutdownGraceMs, Type: Int, Default: "10000", Min: 0, Max: 600000, Group: "Delivery", Doc: "On stop, pause or SIGTERM a task finishes the round in flight (commits or aborts it) and starts no new one; a round still running after this long is abandoned and left to recovery."},
 	{Name: KeyUnsafeNoFencing, Type: Boolean, Default: "false", Hidden: true, Group: "Testing", Doc: "TEST ONLY: disables the sink's fence and compare-and-set (blind offset writes). Used by negative controls to prove the tests can fail. Never set it in production."},
+	{Name: KeyUnsafeNoRecovery, Type: Boolean, Default: "false", Hidden: true, Group: "Testing", Doc: "TEST ONLY: skips the recovery of in-doubt batches on assignment (invariant 7), so a commit whose outcome was lost stays in doubt. Used by negative controls to prove the tests can fail. Never set it in production."},
 }
 
 // Connector is the parsed common part of a connector configuration.
@@ -105,6 +107,9 @@ type Connector struct {
 	RecoveryTimeout   time.Duration
 	ShutdownGrace     time.Duration
 	UnsafeNoFencing   bool
+	// UnsafeNoRecovery (test only) skips the recovery of in-doubt batches
+	// on assignment.
+	UnsafeNoRecovery bool
 }
 
 // ParseConnector reads the common settings from validated values.
@@ -130,6 +135,8 @@ func ParseConnector(v Values) Connector {
 		RecoveryTimeout:   time.Duration(v.Int(KeyRecoveryTimeoutMs)) * time.Millisecond,
 		ShutdownGrace:     time.Duration(v.Int(KeyShutdownGraceMs)) * time.Millisecond,
 		UnsafeNoFencing:   v.Bool(KeyUnsafeNoFencing),
+
+		UnsafeNoRecovery: v.Bool(KeyUnsafeNoRecovery),
 	}
 	if c.GroupID == "" {
 		c.GroupID = "txsink-" + c.Name

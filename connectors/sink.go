@@ -250,8 +250,10 @@ func (r *Registry) Validate(raw map[string]string) (Spec, config.Values, config.
 	if v.Int(config.KeyDLQReplication) == 0 {
 		errs = append(errs, config.FieldError{Name: config.KeyDLQReplication, Msg: "must be -1 (the broker's default) or at least 1, got 0"})
 	}
-	if v.Bool(config.KeyUnsafeNoFencing) && !p.UnsafeTestSettings {
-		errs = append(errs, config.FieldError{Name: config.KeyUnsafeNoFencing, Msg: "is a test-only switch that breaks exactly-once delivery; this worker refuses it (only a process started with -allow-unsafe-test-settings accepts it)"})
+	for _, key := range []string{config.KeyUnsafeNoFencing, config.KeyUnsafeNoRecovery} {
+		if v.Bool(key) && !p.UnsafeTestSettings {
+			errs = append(errs, config.FieldError{Name: key, Msg: "is a test-only switch that breaks exactly-once delivery; this worker refuses it (only a process started with -allow-unsafe-test-settings accepts it)"})
+		}
 	}
 	if len(errs) == 0 {
 		if _, err := convert.NewPipeline(v); err != nil {

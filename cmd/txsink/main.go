@@ -91,12 +91,13 @@ func registry() *connectors.Registry {
 }
 
 // unsafeTestFlag is the command-line flag of "run" and "serve" that lets
-// connectors use test-only switches (txsink.test.unsafe.disable.fencing).
+// connectors use test-only switches (txsink.test.unsafe.disable.fencing,
+// txsink.test.unsafe.disable.recovery).
 // It is a flag only: no configuration file or environment variable sets
 // it.
 const (
 	unsafeTestFlag = "allow-unsafe-test-settings"
-	unsafeTestDoc  = "TEST ONLY: accept test-only connector settings that switch off exactly-once safeguards (txsink.test.unsafe.disable.fencing); without it they are refused"
+	unsafeTestDoc  = "TEST ONLY: accept test-only connector settings that switch off exactly-once safeguards (txsink.test.unsafe.disable.fencing, txsink.test.unsafe.disable.recovery); without it they are refused"
 )
 
 func defaultWorkerID() string {

@@ -510,7 +510,12 @@ func (t *Task) assign(ctx context.Context, or outcomeReader, offs map[string]map
 		owns := func(tpc string, p int32) bool { return tpc == topic && owned[p] }
 		var pos map[int32]offsets.Position
 		for attempt := 0; ; attempt++ {
-			if _, err := twophase.Recover(ctx, t.sink, decOnly{or}, t.conn.Name, owns); err != nil {
+			if t.conn.UnsafeNoRecovery {
+				// Negative control only: in-doubt batches stay in doubt.
+				if attempt == 0 {
+					t.log.Warn("TEST ONLY: recovery of in-doubt batches is switched off (txsink.test.unsafe.disable.recovery)", "topic", topic)
+				}
+			} else if _, err := twophase.Recover(ctx, t.sink, decOnly{or}, t.conn.Name, owns); err != nil {
 				t.log.Warn("recovery of in-doubt batches failed; retrying", "topic", topic, "err", err)
 				if err := sleepCtx(ctx, backoffFor(attempt)); err != nil {
 					return nil, fmt.Errorf("recovery of %s: %w", topic, err)
