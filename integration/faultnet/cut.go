@@ -94,11 +94,13 @@ func ClickHouseInsert(table string) Request {
 
 // Cut loses the reply to the n-th request that matches its Request, on the
 // proxies that armed it: the request reaches the server, the reply does
-// not reach the client, and the connection is closed. Make it with NewCut
-// and give it to Proxy.Arm.
+// not reach the client, and the connection is closed. With LoseRequest the
+// request itself is lost instead: the connection is closed before it
+// reaches the server. Make it with NewCut and give it to Proxy.Arm.
 type Cut struct {
-	req Request
-	nth int
+	req         Request
+	nth         int
+	loseRequest bool
 
 	mu        sync.Mutex
 	seen      int
@@ -113,6 +115,18 @@ type Cut struct {
 func NewCut(req Request, n int) *Cut {
 	return &Cut{req: req, nth: max(n, 1), done: make(chan struct{})}
 }
+
+// LoseRequest makes the cut lose the request instead of its reply: the
+// bytes the client sent with it are dropped and the connection is closed,
+// so the server never executes it. It returns c.
+func (c *Cut) LoseRequest() *Cut {
+	c.loseRequest = true
+	return c
+}
+
+// LosesRequest reports whether the cut loses the request (LoseRequest)
+// rather than its reply.
+func (c *Cut) LosesRequest() bool { return c.loseRequest }
 
 // take counts m when it matches and reports whether it is the one to cut.
 func (c *Cut) take(m message) bool {
@@ -152,7 +166,8 @@ func (c *Cut) Fired() bool {
 
 // ReplySeen reports whether the server's reply reached the proxy before
 // the cut (so the server executed the request); false when the cut fell
-// back to closing the connection after waiting 10 s for it.
+// back to closing the connection after waiting 10 s for it, and for a cut
+// that loses the request.
 func (c *Cut) ReplySeen() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -171,9 +186,12 @@ func (c *Cut) String() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := fmt.Sprintf("cut of the reply to %s #%d", c.req, c.nth)
+	if c.loseRequest {
+		s = fmt.Sprintf("loss of %s #%d", c.req, c.nth)
+	}
 	if c.fired {
 		s += ": " + c.what
-		if !c.replySeen {
+		if !c.replySeen && !c.loseRequest {
 			s += " (no reply within 10s; connection cut anyway)"
 		}
 	}

@@ -316,12 +316,20 @@ func (r *relay) clientToServer() {
 		n, err := r.client.Read(buf)
 		if n > 0 {
 			r.mu.Lock()
+			lost := false
 			for _, m := range r.w.client(buf[:n]) {
 				if r.cut != nil {
 					break
 				}
 				if c := r.p.matches(m); c != nil {
 					r.cut = c
+					if c.loseRequest {
+						// Drop what the client sent with the request
+						// and close: the server never sees it.
+						c.fire(m, false)
+						lost = true
+						break
+					}
 					r.w.arm(m)
 					time.AfterFunc(cutFallback, func() {
 						if c.fire(m, false) {
@@ -331,6 +339,9 @@ func (r *relay) clientToServer() {
 				}
 			}
 			r.mu.Unlock()
+			if lost {
+				return
+			}
 			if _, werr := r.server.Write(buf[:n]); werr != nil {
 				return
 			}

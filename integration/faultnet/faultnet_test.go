@@ -131,6 +131,36 @@ func TestPostgresCutCommitPrepared(t *testing.T) {
 	if rows != 1 {
 		t.Fatalf("the cut COMMIT was not executed: %d rows", rows)
 	}
+
+	// A lost COMMIT PREPARED request: the transaction stays prepared.
+	if _, err := direct.Exec(ctx, "BEGIN; INSERT INTO t VALUES (3); PREPARE TRANSACTION 'faultnet_2'"); err != nil {
+		t.Fatal(err)
+	}
+	px.Disarm(cut)
+	cut = NewCut(PostgresQuery("COMMIT PREPARED"), 1).LoseRequest()
+	if err := px.Arm(cut); err != nil {
+		t.Fatal(err)
+	}
+	conn3, err := pgx.Connect(ctx, viaProxy(t, db, px))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn3.Close(ctx)
+	if _, err := conn3.Exec(ctx, "COMMIT PREPARED 'faultnet_2'"); err == nil {
+		t.Fatal("a lost COMMIT PREPARED returned no error")
+	}
+	if !cut.Fired() {
+		t.Fatalf("%s did not happen", cut)
+	}
+	if err := direct.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_xacts WHERE gid = 'faultnet_2'").Scan(&prepared); err != nil {
+		t.Fatal(err)
+	}
+	if prepared != 1 {
+		t.Fatalf("after losing COMMIT PREPARED the transaction is not prepared any more (%d)", prepared)
+	}
+	if _, err := direct.Exec(ctx, "ROLLBACK PREPARED 'faultnet_2'"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestKafkaCutEndTxn: an in-memory Kafka (kfake) executes EndTxn, the
