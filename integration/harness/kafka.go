@@ -42,7 +42,22 @@ func Kafka(t testing.TB) *KafkaService {
 		return &KafkaService{Bootstrap: addr, tb: t, k: &kafkaShared{bootstrap: addr}}
 	}
 	requireDocker(t, EnvKafkaBootstrap)
-	k := service(t, "kafka", startKafka)
+	k := service(t, "kafka", func(tb testing.TB, sharedMode bool) (*kafkaShared, error) {
+		return startKafka(tb, sharedMode, envOr(EnvKafkaImage, DefaultKafkaImage))
+	})
+	return &KafkaService{Bootstrap: k.bootstrap, tb: t, k: k}
+}
+
+// KafkaPrevious returns a broker like Kafka's, of the previous Kafka
+// release the suite still tests (TXSINK_TEST_KAFKA_PREVIOUS_IMAGE, default
+// DefaultKafkaPreviousImage), shared by the test binary. It always runs in
+// a container (TXSINK_TEST_KAFKA_BOOTSTRAP does not apply).
+func KafkaPrevious(t testing.TB) *KafkaService {
+	t.Helper()
+	requireDocker(t, "(none: the previous Kafka release runs in a container)")
+	k := service(t, "kafka-previous", func(tb testing.TB, sharedMode bool) (*kafkaShared, error) {
+		return startKafka(tb, sharedMode, envOr(EnvKafkaPreviousImage, DefaultKafkaPreviousImage))
+	})
 	return &KafkaService{Bootstrap: k.bootstrap, tb: t, k: k}
 }
 
@@ -201,10 +216,9 @@ func (n kafkaNode) ports() map[string]int {
 	return out
 }
 
-func startKafka(tb testing.TB, sharedMode bool) (*kafkaShared, error) {
+func startKafka(tb testing.TB, sharedMode bool, image string) (*kafkaShared, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	image := envOr(EnvKafkaImage, DefaultKafkaImage)
 	var lastErr error
 	for range 3 { // a picked port can be taken before Docker binds it
 		sec, files, err := newKafkaSecurity(tb, sharedMode)
