@@ -29,10 +29,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -43,6 +45,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/txsink/txsink/integration/faultnet"
+	"github.com/txsink/txsink/integration/upstream"
 	"github.com/txsink/txsink/internal/verify"
 )
 
@@ -120,6 +124,23 @@ type Lane struct {
 	// UnsafeNoFencing sets txsink.test.unsafe.disable.fencing (negative
 	// control only).
 	UnsafeNoFencing bool
+	// UnsafeNoRecovery sets txsink.test.unsafe.disable.recovery
+	// (negative control only): a commit whose answer was lost stays in
+	// doubt.
+	UnsafeNoRecovery bool
+	// Bootstrap, when set, is the lane's own Kafka cluster (another
+	// version, say); Broker, when set too, lets KafkaRestart hit it with
+	// the others. Empty: Env.Bootstrap.
+	Bootstrap string
+	Broker    Broker
+}
+
+// bootstrap returns the lane's Kafka bootstrap list.
+func (l *lane) bootstrap(p Profile) string {
+	if l.Lane.Bootstrap != "" {
+		return l.Lane.Bootstrap
+	}
+	return p.Env.Bootstrap
 }
 
 // Env is where a run happens.
@@ -143,6 +164,35 @@ type Env struct {
 	REST RESTDriver
 	// ClickHouse is required by ClickHouse lanes.
 	ClickHouse *ClickHouseEnv
+	// Cluster, when set, is the multi-broker Kafka cluster at Bootstrap:
+	// the broker faults (BrokerLeader, BrokerGroupCoordinator,
+	// BrokerTxnCoordinator, ControllerFailover, RollingRestart) are
+	// planned, and the workers reach it through its fault proxies
+	// (ProxiedBootstrap), so the network faults reach Kafka too.
+	Cluster Cluster
+	// ProxiedBootstrap is Cluster's bootstrap list through its proxies.
+	ProxiedBootstrap string
+}
+
+// Cluster is a Kafka cluster whose brokers the run may kill and whose
+// clients' connections go through fault proxies
+// (harness.KafkaClusterService satisfies it).
+type Cluster interface {
+	// Brokers lists the node ids.
+	Brokers() []int32
+	// Proxies are the brokers' fault proxies.
+	Proxies() []*faultnet.Proxy
+	// Restart kills broker id, waits pause, starts it and returns once
+	// every partition is in sync again.
+	Restart(ctx context.Context, id int32, pause time.Duration) error
+	// RollingRestart stops and starts every broker in turn, gracefully.
+	RollingRestart(ctx context.Context) error
+	// Leader, GroupCoordinator, TxnCoordinator and Controller find the
+	// broker a fault aims at.
+	Leader(ctx context.Context, topic string, partition int32) (int32, error)
+	GroupCoordinator(ctx context.Context, group string) (int32, error)
+	TxnCoordinator(ctx context.Context, txnID string) (int32, error)
+	Controller(ctx context.Context) (int32, error)
 }
 
 // Profile is one run.
@@ -166,8 +216,12 @@ type Profile struct {
 	SessionTimeout time.Duration
 	// GapMin and GapMax bound the planned pause between faults.
 	GapMin, GapMax time.Duration
-	// Warmup is traffic without faults before the schedule.
-	Warmup time.Duration
+	// Warmup is traffic without faults before the schedule, Cooldown
+	// after it (before the producers stop).
+	Warmup, Cooldown time.Duration
+	// CutWait bounds the wait for a cut fault to hit its request
+	// (default 60 s).
+	CutWait time.Duration
 	// DrainTimeout bounds the wait for the sinks to catch up at the end.
 	DrainTimeout time.Duration
 	// Weights is the fault mix (nil: DefaultWeights, plus RESTWeights
@@ -176,11 +230,18 @@ type Profile struct {
 	// KillPoints are the failpoints FailpointKill cycles through (nil: the
 	// runtime's five; ClickHouseKillPoints for ClickHouse profiles).
 	KillPoints []string
+	// StopPoints are the points ZombieFailpoint cycles through (nil:
+	// after-poll and after-prepare; ClickHouseStopPoints adds
+	// after-decide).
+	StopPoints []string
 	// BlockRows is the ClickHouse lanes' insert.block.rows (default 25:
 	// several blocks per batch, so the crash window between two blocks
 	// exists).
 	BlockRows int
-	Env       Env
+	// Plan, when set, is the schedule itself (focused tests of one
+	// fault), instead of one drawn from Seed, Faults and Weights.
+	Plan []Fault
+	Env  Env
 }
 
 func (p *Profile) defaults() error {
@@ -217,8 +278,11 @@ func (p *Profile) defaults() error {
 	if p.DrainTimeout == 0 {
 		p.DrainTimeout = 3 * time.Minute
 	}
-	if p.Faults <= 0 && p.Duration <= 0 {
-		return errors.New("faults or duration: one must be set")
+	if p.CutWait == 0 {
+		p.CutWait = time.Minute
+	}
+	if p.Faults <= 0 && p.Duration <= 0 && p.Plan == nil {
+		return errors.New("faults, duration or plan: one must be set")
 	}
 	if p.Env.Bootstrap == "" || p.Env.Binary == "" || p.Env.Dir == "" {
 		return errors.New("env: Bootstrap, Binary and Dir are required")
@@ -271,7 +335,9 @@ func (l Lane) sink() string {
 	return l.Sink
 }
 
-// Weights returns the fault mix the profile plans with.
+// weights returns the fault mix the profile plans with: the profile's (or
+// DefaultWeights, plus RESTWeights when Env.REST is set) without the kinds
+// this environment cannot inject.
 func (p *Profile) weights() map[Kind]int {
 	w := map[Kind]int{}
 	src := p.Weights
@@ -281,7 +347,7 @@ func (p *Profile) weights() map[Kind]int {
 	for k, n := range src {
 		w[k] = n
 	}
-	if p.Env.Broker == nil {
+	if !p.hasBroker() {
 		delete(w, KafkaRestart)
 	}
 	if p.Env.Postgres == nil || !p.hasSink(SinkPostgres) {
@@ -292,6 +358,21 @@ func (p *Profile) weights() map[Kind]int {
 	}
 	if p.Env.ClickHouse == nil || p.Env.ClickHouse.Server == nil || !p.hasSink(SinkClickHouse) {
 		delete(w, ClickHouseRestart)
+	}
+	if p.Env.Cluster == nil {
+		for k := range ClusterWeights {
+			delete(w, k)
+		}
+		delete(w, RollingRestart)
+	}
+	if p.Env.Cluster == nil || p.Env.ProxiedBootstrap == "" || !p.hasExactlyOnce() {
+		delete(w, CutEndTxn)
+		delete(w, CutTxnOffsets)
+	}
+	if len(p.netTargets()) == 0 {
+		delete(w, NetLatency)
+		delete(w, NetHalfOpen)
+		delete(w, NetBandwidth)
 	}
 	if p.Env.REST != nil && p.Weights == nil {
 		for k, n := range RESTWeights {
@@ -306,24 +387,86 @@ func (p *Profile) weights() map[Kind]int {
 	return w
 }
 
+// hasBroker reports whether a KafkaRestart has a broker to restart.
+func (p *Profile) hasBroker() bool {
+	if p.Env.Broker != nil {
+		return true
+	}
+	for _, l := range p.Lanes {
+		if l.Broker != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// hasExactlyOnce reports whether a lane on the main cluster runs
+// exactly_once (it has Kafka transactions to cut).
+func (p *Profile) hasExactlyOnce() bool {
+	for _, l := range p.Lanes {
+		if l.Delivery == "exactly_once" && l.Bootstrap == "" {
+			return true
+		}
+	}
+	return false
+}
+
+// netTargets lists the services network faults can reach through proxies.
+func (p *Profile) netTargets() []string {
+	var out []string
+	if p.hasSink(SinkPostgres) {
+		out = append(out, TargetPostgres)
+	}
+	if p.hasSink(SinkClickHouse) {
+		out = append(out, TargetClickHouse)
+	}
+	if p.Env.Cluster != nil && p.Env.ProxiedBootstrap != "" {
+		out = append(out, TargetKafka)
+	}
+	return out
+}
+
 // PlanOf returns the schedule Run will apply.
 func PlanOf(p Profile) ([]Fault, error) {
 	if err := p.defaults(); err != nil {
 		return nil, err
 	}
+	if p.Plan != nil {
+		return p.Plan, nil
+	}
 	return Plan(PlanOptions{Seed: p.Seed, Faults: p.Faults, Duration: p.Duration, Workers: p.Workers,
-		GapMin: p.GapMin, GapMax: p.GapMax, SessionTimeout: p.SessionTimeout, Weights: p.weights(), KillPoints: p.KillPoints}), nil
+		GapMin: p.GapMin, GapMax: p.GapMax, SessionTimeout: p.SessionTimeout, Weights: p.weights(),
+		KillPoints: p.KillPoints, StopPoints: p.StopPoints, Targets: p.netTargets(), Partitions: p.Partitions}), nil
+}
+
+// needsSinkProxy reports whether a fault of plan goes through the lanes'
+// database proxies.
+func needsSinkProxy(plan []Fault) bool {
+	for _, f := range plan {
+		switch f.Kind {
+		case CutCommit:
+			return true
+		case NetLatency, NetHalfOpen, NetBandwidth:
+			if f.Target != TargetKafka {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // lane is a Lane at run time.
 type lane struct {
 	Lane
 	connector, topic, db, cfgPath string
-	prod                          *producer
+	prod                          *upstream.Producer
 	prodLog                       *os.File
 	workers                       []*worker
 	pool                          *pgxpool.Pool // PostgreSQL lanes
 	ch                            driver.Conn   // ClickHouse lanes
+	// sinkProxy is between the workers and the lane's database (nil
+	// when no network fault is planned).
+	sinkProxy *faultnet.Proxy
 
 	mu      sync.Mutex
 	samples []verify.OffsetSample
@@ -359,17 +502,12 @@ func Run(ctx context.Context, p Profile) (Summary, error) {
 		return sum, err
 	}
 
-	adm, err := kgo.NewClient(kgo.SeedBrokers(env.Bootstrap))
-	if err != nil {
-		return sum, err
-	}
-	defer adm.Close()
 	nonce := rand.Uint32()
 	var lanes []*lane
 	defer func() {
 		for _, l := range lanes {
 			for _, w := range l.workers {
-				kill(w.hold())
+				w.hold().Kill()
 			}
 			if l.pool != nil {
 				l.pool.Close()
@@ -380,10 +518,13 @@ func Run(ctx context.Context, p Profile) (Summary, error) {
 			if l.prodLog != nil {
 				l.prodLog.Close()
 			}
+			if l.sinkProxy != nil {
+				l.sinkProxy.Close()
+			}
 		}
 	}()
 	for i, lc := range p.Lanes {
-		l, err := setupLane(ctx, p, lc, i, nonce, adm)
+		l, err := setupLane(ctx, p, lc, i, nonce, plan)
 		if err != nil {
 			return sum, fmt.Errorf("lane %s: %w", lc.Name, err)
 		}
@@ -396,7 +537,7 @@ func Run(ctx context.Context, p Profile) (Summary, error) {
 	var prodWG sync.WaitGroup
 	for _, l := range lanes {
 		prodWG.Add(1)
-		go func() { defer prodWG.Done(); l.prod.run(prodCtx) }()
+		go func() { defer prodWG.Done(); l.prod.Run(prodCtx) }()
 		for _, w := range l.workers {
 			if _, err := w.start(""); err != nil {
 				return sum, fmt.Errorf("lane %s: start %s: %w", l.Name, w.id, err)
@@ -469,7 +610,7 @@ func Run(ctx context.Context, p Profile) (Summary, error) {
 		err := apply(ctx, p, lanes, f)
 		now := time.Now()
 		for _, l := range lanes {
-			fr, _ := l.prod.snapshot()
+			fr, _ := l.prod.Snapshot()
 			l.mu.Lock()
 			l.heals = append(l.heals, heal{kind: f.Kind, at: now, frontier: fr})
 			l.mu.Unlock()
@@ -484,6 +625,7 @@ func Run(ctx context.Context, p Profile) (Summary, error) {
 		logf("chaos: %s (%v) %s", f, now.Sub(t0).Round(time.Millisecond), status)
 	}
 	sum.ScheduleTime = time.Since(schedStart)
+	sleep(ctx, p.Cooldown)
 
 	// Heal: every worker running, none stopped.
 	for _, l := range lanes {
@@ -502,7 +644,7 @@ func Run(ctx context.Context, p Profile) (Summary, error) {
 		drainWG.Add(1)
 		go func() {
 			defer drainWG.Done()
-			l.drain(ctx, p, adm)
+			l.drain(ctx, p)
 		}()
 	}
 	drainWG.Wait()
@@ -513,7 +655,7 @@ func Run(ctx context.Context, p Profile) (Summary, error) {
 	for _, l := range lanes {
 		for _, w := range l.workers {
 			p := w.hold()
-			stopGracefully(p, 30*time.Second)
+			p.Stop(30 * time.Second)
 		}
 	}
 
@@ -529,14 +671,21 @@ func Run(ctx context.Context, p Profile) (Summary, error) {
 	return sum, nil
 }
 
-func setupLane(ctx context.Context, p Profile, lc Lane, i int, nonce uint32, adm *kgo.Client) (*lane, error) {
+func setupLane(ctx context.Context, p Profile, lc Lane, i int, nonce uint32, plan []Fault) (*lane, error) {
 	env := p.Env
 	l := &lane{Lane: lc}
 	l.connector = fmt.Sprintf("chaos-%s-%d-%08x", lc.Name, p.Seed, nonce)
 	l.topic = l.connector
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	resp, err := kadm.NewClient(adm).CreateTopic(cctx, p.Partitions, 1, nil, l.topic)
+	adm, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(l.bootstrap(p), ",")...))
+	if err != nil {
+		return nil, err
+	}
+	defer adm.Close()
+	// Replication factor -1: the cluster's default (3 on the harness's
+	// cluster, 1 on a lone broker).
+	resp, err := kadm.NewClient(adm).CreateTopic(cctx, p.Partitions, -1, nil, l.topic)
 	if err == nil {
 		err = resp.Err
 	}
@@ -552,8 +701,16 @@ func setupLane(ctx context.Context, p Profile, lc Lane, i int, nonce uint32, adm
 	if err != nil {
 		return nil, err
 	}
+	if needsSinkProxy(plan) {
+		if err := l.proxySink(conf); err != nil {
+			return nil, err
+		}
+	}
 	if lc.UnsafeNoFencing {
 		conf["txsink.test.unsafe.disable.fencing"] = "true"
+	}
+	if lc.UnsafeNoRecovery {
+		conf["txsink.test.unsafe.disable.recovery"] = "true"
 	}
 	b, _ := json.MarshalIndent(map[string]any{"name": l.connector, "config": conf}, "", "  ")
 	l.cfgPath = filepath.Join(env.Dir, lc.Name+"-connector.json")
@@ -563,18 +720,21 @@ func setupLane(ctx context.Context, p Profile, lc Lane, i int, nonce uint32, adm
 	if l.prodLog, err = os.Create(filepath.Join(env.Dir, lc.Name+"-producer.jsonl")); err != nil {
 		return nil, err
 	}
-	l.prod = &producer{
-		lane: lc.Name, bootstrap: env.Bootstrap, topic: l.topic, partitions: p.Partitions,
-		rate: p.Rate, maxTxn: p.MaxTxn, abortRatio: p.AbortRatio,
-		rng: rand.New(rand.NewPCG(p.Seed, uint64(i)+1)),
-		log: verify.NewLogWriter(l.prodLog), logf: env.Logf,
-		frontier: map[int32]int64{},
+	l.prod = upstream.New(upstream.Options{
+		Name: lc.Name, Bootstrap: l.bootstrap(p), Topic: l.topic, Partitions: p.Partitions,
+		Rate: p.Rate, MaxTxn: p.MaxTxn, AbortRatio: p.AbortRatio,
+		Seed: p.Seed + uint64(i) + 1, TransactionalID: "chaos-up-" + l.topic,
+		Log: l.prodLog, Logf: env.Logf,
+	})
+	workerBootstrap := l.bootstrap(p)
+	if lc.Bootstrap == "" && env.ProxiedBootstrap != "" {
+		workerBootstrap = env.ProxiedBootstrap
 	}
 	for w := range p.Workers {
 		id := fmt.Sprintf("w%d", w+1)
-		args := []string{"run", "-bootstrap", env.Bootstrap, "-config", l.cfgPath, "-worker-id", id, "-log-level", "info"}
-		if lc.UnsafeNoFencing {
-			args = append(args, "-allow-unsafe-test-settings") // txsink refuses the switch otherwise
+		args := []string{"run", "-bootstrap", workerBootstrap, "-config", l.cfgPath, "-worker-id", id, "-log-level", "info"}
+		if lc.UnsafeNoFencing || lc.UnsafeNoRecovery {
+			args = append(args, "-allow-unsafe-test-settings") // txsink refuses the switches otherwise
 		}
 		l.workers = append(l.workers, &worker{
 			lane: l, idx: w, id: id, binary: env.Binary, logDir: env.Dir, exits: map[string]int{},
@@ -582,6 +742,26 @@ func setupLane(ctx context.Context, p Profile, lc Lane, i int, nonce uint32, adm
 		})
 	}
 	return l, nil
+}
+
+// proxySink puts a fault proxy between the lane's workers and its
+// database and points the connector's connection.url at it. The runner's
+// own connections (sampler, drain, verify) stay direct.
+func (l *lane) proxySink(conf map[string]string) error {
+	u, err := url.Parse(conf["connection.url"])
+	if err != nil {
+		return fmt.Errorf("connection.url: %w", err)
+	}
+	proto := faultnet.Postgres
+	if l.sink() == SinkClickHouse {
+		proto = faultnet.ClickHouse
+	}
+	if l.sinkProxy, err = faultnet.New(l.Name+"-"+l.sink(), "127.0.0.1:0", u.Host, proto); err != nil {
+		return err
+	}
+	u.Host = l.sinkProxy.Addr()
+	conf["connection.url"] = u.String()
+	return nil
 }
 
 // setupPostgres creates the lane's database and table and returns the
@@ -718,7 +898,7 @@ func (l *lane) sample(ctx context.Context) {
 	for i := range got {
 		got[i].At = now
 	}
-	fr, _ := l.prod.snapshot()
+	fr, _ := l.prod.Snapshot()
 	var lag int64
 	next := map[int32]int64{}
 	for _, s := range got {
@@ -748,41 +928,21 @@ func (l *lane) hasProgress() bool {
 
 // drain waits until no upstream transaction is open and the sink holds
 // every committed record (by its stored offsets).
-func (l *lane) drain(ctx context.Context, p Profile, admCl *kgo.Client) {
+func (l *lane) drain(ctx context.Context, p Profile) {
 	logf := p.Env.Logf
 	start := time.Now()
-	deadline := start.Add(p.DrainTimeout)
-	adm := kadm.NewClient(admCl)
-	for time.Now().Before(deadline) {
-		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		lso, err1 := adm.ListCommittedOffsets(lctx, l.topic)
-		hwm, err2 := adm.ListEndOffsets(lctx, l.topic)
-		cancel()
-		if err1 == nil && err2 == nil && lso.Error() == nil && hwm.Error() == nil {
-			stable := true
-			lso.Each(func(o kadm.ListedOffset) {
-				if h, ok := hwm.Lookup(o.Topic, o.Partition); !ok || h.Offset != o.Offset {
-					stable = false
-				}
-			})
-			if stable {
-				break
-			}
-		}
-		sleep(ctx, 500*time.Millisecond)
+	timeout := p.DrainTimeout
+	if l.UnsafeNoRecovery {
+		// A negative control without recovery is expected to stall.
+		timeout = min(timeout, 20*time.Second)
 	}
-	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	truth, err := verify.Scan(sctx, verify.ScanOptions{Bootstrap: []string{p.Env.Bootstrap}, Topics: []string{l.topic}})
+	deadline := start.Add(timeout)
+	sctx, cancel := context.WithTimeout(ctx, p.DrainTimeout+2*time.Minute)
+	target, err := upstream.CommittedEnds(sctx, l.bootstrap(p), nil, l.topic, timeout)
 	cancel()
 	if err != nil {
 		logf("chaos: lane %s: scan for the drain target: %v", l.Name, err)
 		return
-	}
-	target := map[int32]int64{}
-	for _, t := range truth {
-		if n := len(t.Records); n > 0 {
-			target[t.Partition] = t.Records[n-1].Offset + 1
-		}
 	}
 	for {
 		if l.reached(ctx, target) {
@@ -793,7 +953,7 @@ func (l *lane) drain(ctx context.Context, p Profile, admCl *kgo.Client) {
 			return
 		}
 		if time.Now().After(deadline) {
-			logf("chaos: lane %s NOT drained within %v (target %v)", l.Name, p.DrainTimeout, target)
+			logf("chaos: lane %s NOT drained within %v (target %v)", l.Name, timeout, target)
 			return
 		}
 		sleep(ctx, 500*time.Millisecond)
@@ -828,7 +988,7 @@ func (l *lane) check(ctx context.Context, p Profile) (LaneSummary, error) {
 	samples := append([]verify.OffsetSample(nil), l.samples...)
 	heals := append([]heal(nil), l.heals...)
 	l.mu.Unlock()
-	_, st := l.prod.snapshot()
+	_, st := l.prod.Snapshot()
 	ls.Producer = st
 	for _, w := range l.workers {
 		w.mu.Lock()
@@ -855,7 +1015,7 @@ func (l *lane) check(ctx context.Context, p Profile) (LaneSummary, error) {
 	if err := l.prodLog.Sync(); err != nil {
 		return ls, err
 	}
-	args := []string{"verify", "-bootstrap", env.Bootstrap, "-config", l.cfgPath,
+	args := []string{"verify", "-bootstrap", l.bootstrap(p), "-config", l.cfgPath,
 		"-id-column", "id", "-id-field", "id", "-compare", "seq",
 		"-producer-log", l.prodLog.Name(), "-offset-history", histPath,
 		"-prepared-grace", "0", "-max-lag", "0", "-output", "json", "-timeout", "5m"}

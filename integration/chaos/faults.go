@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/txsink/txsink/integration/faultnet"
 )
 
 // How long the runner waits for an armed failpoint to fire, and for a
@@ -21,6 +24,15 @@ const (
 // apply injects one fault and returns once it is healed (the worker is
 // running again, the service is back).
 func apply(ctx context.Context, p Profile, lanes []*lane, f Fault) error {
+	if len(f.Lanes) > 0 {
+		var only []*lane
+		for _, l := range lanes {
+			if slices.Contains(f.Lanes, l.Name) {
+				only = append(only, l)
+			}
+		}
+		lanes = only
+	}
 	switch f.Kind {
 	case KillWorker, TermWorker, FailpointKill, Zombie, ZombieFailpoint:
 		return forLanes(lanes, func(l *lane) error { return applyWorker(ctx, l, l.workers[f.Worker], f) })
@@ -46,19 +58,18 @@ func apply(ctx context.Context, p Profile, lanes []*lane, f Fault) error {
 		defer cancel()
 		return p.Env.ClickHouse.Server.Restart(rctx)
 	case KafkaRestart:
-		if p.Env.Broker == nil {
-			return errors.New("no Kafka controller")
-		}
-		rctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
-		defer cancel()
-		if err := p.Env.Broker.Stop(rctx); err != nil {
-			return err
-		}
-		sleep(ctx, f.Hold)
-		return p.Env.Broker.Start(rctx)
+		return restartBrokers(ctx, p, f)
+	case CutCommit:
+		return forLanes(lanes, func(l *lane) error { return cutSink(ctx, p, l, f) })
+	case CutEndTxn, CutTxnOffsets:
+		return forLanes(lanes, func(l *lane) error { return cutKafka(ctx, p, l, f) })
+	case NetLatency, NetHalfOpen, NetBandwidth:
+		return netFault(ctx, p, lanes, f)
+	case BrokerLeader, BrokerGroupCoordinator, BrokerTxnCoordinator, ControllerFailover, RollingRestart:
+		return brokerFault(ctx, p, lanes, f)
 	case ProducerKill:
 		for _, l := range lanes {
-			l.prod.kill.Add(1)
+			l.prod.Kill()
 		}
 		return nil
 	case RESTPause, RESTStop, RESTRestart, RESTConfig:
@@ -76,6 +87,7 @@ func apply(ctx context.Context, p Profile, lanes []*lane, f Fault) error {
 	return fmt.Errorf("unknown fault kind %q", f.Kind)
 }
 
+// forLanes runs fn on every lane at once.
 func forLanes(lanes []*lane, fn func(*lane) error) error {
 	errs := make([]error, len(lanes))
 	var wg sync.WaitGroup
@@ -97,12 +109,12 @@ func applyWorker(ctx context.Context, l *lane, w *worker, f Fault) error {
 	defer w.release()
 	switch f.Kind {
 	case KillWorker:
-		kill(cur)
+		cur.Kill()
 		sleep(ctx, f.Pause)
 		_, err := w.start("")
 		return err
 	case TermWorker:
-		graceful := stopGracefully(cur, termWait)
+		graceful := cur.Stop(termWait)
 		sleep(ctx, f.Pause)
 		if _, err := w.start(""); err != nil {
 			return err
@@ -112,15 +124,15 @@ func applyWorker(ctx context.Context, l *lane, w *worker, f Fault) error {
 		}
 		return nil
 	case FailpointKill:
-		stopGracefully(cur, termWait)
+		cur.Stop(termWait)
 		spec := fmt.Sprintf("%s:%d", pointFor(l.sink(), l.Delivery, f.Point), f.Hit)
 		armed, err := w.start(spec)
 		if err != nil {
 			return err
 		}
-		fired := armed.wait(failpointWait)
+		fired := armed.Wait(failpointWait)
 		if !fired {
-			kill(armed)
+			armed.Kill()
 			w.mu.Lock()
 			w.notFired++
 			w.mu.Unlock()
@@ -128,41 +140,41 @@ func applyWorker(ctx context.Context, l *lane, w *worker, f Fault) error {
 		if _, err := w.start(""); err != nil {
 			return err
 		}
-		if fired && armed.exitCode() != -1 {
-			return fmt.Errorf("%s exited with %d instead of being killed at %s", w.id, armed.exitCode(), spec)
+		if fired && armed.ExitCode() != -1 {
+			return fmt.Errorf("%s exited with %d instead of being killed at %s", w.id, armed.ExitCode(), spec)
 		}
 		return nil
 	case Zombie:
-		if cur == nil || cur.exited() {
+		if cur == nil || cur.Exited() {
 			return nil
 		}
-		_ = cur.cmd.Process.Signal(syscall.SIGSTOP)
+		cur.Signal(syscall.SIGSTOP)
 		sleep(ctx, f.Hold)
-		_ = cur.cmd.Process.Signal(syscall.SIGCONT)
+		cur.Signal(syscall.SIGCONT)
 		return nil
 	case ZombieFailpoint:
-		stopGracefully(cur, termWait)
+		cur.Stop(termWait)
 		spec := fmt.Sprintf("%s:%d:stop", stopPointFor(l.sink(), l.Delivery, f.Point), f.Hit)
 		armed, err := w.start(spec)
 		if err != nil {
 			return err
 		}
 		deadline := time.Now().Add(failpointWait)
-		for procState(armed.cmd.Process.Pid) != "T" {
-			if armed.exited() || time.Now().After(deadline) {
+		for armed.State() != "T" {
+			if armed.Exited() || time.Now().After(deadline) {
 				w.mu.Lock()
 				w.notFired++
 				w.mu.Unlock()
 				// Never leave an armed stop behind: it could freeze the
 				// worker during the drain.
-				stopGracefully(armed, termWait)
+				armed.Stop(termWait)
 				_, err := w.start("")
 				return err
 			}
 			sleep(ctx, 100*time.Millisecond)
 		}
 		sleep(ctx, f.Hold)
-		_ = armed.cmd.Process.Signal(syscall.SIGCONT)
+		armed.Signal(syscall.SIGCONT)
 		return nil
 	}
 	return fmt.Errorf("not a worker fault: %s", f.Kind)
@@ -180,4 +192,199 @@ func terminateBackends(ctx context.Context, dbURL string) error {
 	_, err = conn.Exec(cctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE datname = current_database() AND application_name LIKE 'txsink/%' AND pid <> pg_backend_pid()`)
 	return err
+}
+
+// restartBrokers kills every broker a KafkaRestart hits (Env.Broker and
+// the lanes' own), keeps them down for f.Hold and starts them again.
+func restartBrokers(ctx context.Context, p Profile, f Fault) error {
+	var brokers []Broker
+	if p.Env.Broker != nil {
+		brokers = append(brokers, p.Env.Broker)
+	}
+	for _, l := range p.Lanes {
+		if l.Broker != nil && !slices.Contains(brokers, l.Broker) {
+			brokers = append(brokers, l.Broker)
+		}
+	}
+	if len(brokers) == 0 {
+		return errors.New("no Kafka controller")
+	}
+	rctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+	defer cancel()
+	errs := make([]error, len(brokers))
+	var wg sync.WaitGroup
+	for i, b := range brokers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := b.Stop(rctx); err != nil {
+				errs[i] = err
+				return
+			}
+			sleep(ctx, f.Hold)
+			errs[i] = b.Start(rctx)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// sinkCommitRequest is the request whose answer CutCommit loses in a lane.
+func sinkCommitRequest(l *lane) faultnet.Request {
+	switch {
+	case l.sink() == SinkClickHouse:
+		return faultnet.ClickHouseInsert("events")
+	case l.Delivery == "exactly_once":
+		return faultnet.PostgresQuery("COMMIT PREPARED")
+	}
+	return faultnet.PostgresQuery("COMMIT")
+}
+
+// newCut returns the cut f asks for.
+func newCut(req faultnet.Request, f Fault) *faultnet.Cut {
+	c := faultnet.NewCut(req, f.Hit)
+	if f.Request {
+		c.LoseRequest()
+	}
+	return c
+}
+
+// cutSink loses the answer to (or with f.Request, the request of) the
+// lane's f.Hit-th sink commit from now.
+func cutSink(ctx context.Context, p Profile, l *lane, f Fault) error {
+	if l.sinkProxy == nil {
+		return errors.New("the lane's database has no fault proxy")
+	}
+	return awaitCut(ctx, p.CutWait, newCut(sinkCommitRequest(l), f), l.sinkProxy)
+}
+
+// cutKafka loses the answer to an exactly_once lane's f.Hit-th EndTxn or
+// TxnOffsetCommit from now, on whichever broker coordinates it.
+func cutKafka(ctx context.Context, p Profile, l *lane, f Fault) error {
+	if l.Delivery != "exactly_once" || l.Bootstrap != "" {
+		return nil // no Kafka transaction, or not behind the proxies
+	}
+	if p.Env.Cluster == nil {
+		return errors.New("no Kafka cluster with fault proxies")
+	}
+	key := faultnet.APIKeyEndTxn
+	if f.Kind == CutTxnOffsets {
+		key = faultnet.APIKeyTxnOffsetCommit
+	}
+	// Transactional ids are txsink-<connector>-<task>-<worker id>.
+	return awaitCut(ctx, p.CutWait, newCut(faultnet.KafkaRequest(key, "txsink-"+l.connector+"-"), f), p.Env.Cluster.Proxies()...)
+}
+
+// awaitCut arms c on the proxies and waits up to wait until it happened.
+func awaitCut(ctx context.Context, wait time.Duration, c *faultnet.Cut, proxies ...*faultnet.Proxy) error {
+	for _, px := range proxies {
+		if err := px.Arm(c); err != nil {
+			return err
+		}
+		defer px.Disarm(c)
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-c.Done():
+	case <-t.C:
+		return fmt.Errorf("%s: not within %v (%d matching requests seen)", c, wait, c.Matches())
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if !c.ReplySeen() && !c.LosesRequest() {
+		return fmt.Errorf("%s: the connection was cut before the server answered", c)
+	}
+	return nil
+}
+
+// netFault applies a toxic to every proxy of f.Target for f.Hold.
+func netFault(ctx context.Context, p Profile, lanes []*lane, f Fault) error {
+	var proxies []*faultnet.Proxy
+	switch f.Target {
+	case TargetKafka:
+		if p.Env.Cluster != nil {
+			proxies = p.Env.Cluster.Proxies()
+		}
+	case TargetPostgres, TargetClickHouse:
+		for _, l := range lanes {
+			if l.sinkProxy != nil && l.sink() == f.Target {
+				proxies = append(proxies, l.sinkProxy)
+			}
+		}
+	}
+	if len(proxies) == 0 {
+		return fmt.Errorf("no fault proxy for target %q", f.Target)
+	}
+	var err error
+	for _, px := range proxies {
+		switch f.Kind {
+		case NetLatency:
+			err = errors.Join(err, px.Latency(f.Latency, f.Latency/10))
+		case NetHalfOpen:
+			err = errors.Join(err, px.HalfOpen())
+		case NetBandwidth:
+			err = errors.Join(err, px.Bandwidth(f.Rate))
+		}
+	}
+	sleep(ctx, f.Hold)
+	for _, px := range proxies {
+		px.Heal(context.WithoutCancel(ctx))
+	}
+	return err
+}
+
+// brokerFault kills the broker a cluster fault aims at (or restarts them
+// all in turn) and returns once the cluster is in sync again.
+func brokerFault(ctx context.Context, p Profile, lanes []*lane, f Fault) error {
+	c := p.Env.Cluster
+	if c == nil {
+		return errors.New("no Kafka cluster")
+	}
+	rctx, cancel := context.WithTimeout(ctx, 6*time.Minute)
+	defer cancel()
+	if f.Kind == RollingRestart {
+		return c.RollingRestart(rctx)
+	}
+	var first, firstEO *lane
+	for _, l := range lanes {
+		if l.Bootstrap != "" {
+			continue
+		}
+		if first == nil {
+			first = l
+		}
+		if firstEO == nil && l.Delivery == "exactly_once" {
+			firstEO = l
+		}
+	}
+	var id int32
+	var err error
+	switch f.Kind {
+	case BrokerLeader:
+		if first == nil {
+			return errors.New("no lane on the cluster")
+		}
+		id, err = c.Leader(rctx, first.topic, int32(f.Hit)%p.Partitions)
+	case BrokerGroupCoordinator:
+		if first == nil {
+			return errors.New("no lane on the cluster")
+		}
+		id, err = c.GroupCoordinator(rctx, "txsink-"+first.connector)
+	case BrokerTxnCoordinator:
+		if firstEO == nil {
+			firstEO = first
+		}
+		if firstEO == nil {
+			return errors.New("no lane on the cluster")
+		}
+		id, err = c.TxnCoordinator(rctx, fmt.Sprintf("txsink-%s-0-%s", firstEO.connector, firstEO.workers[0].id))
+	case ControllerFailover:
+		id, err = c.Controller(rctx)
+	}
+	if err != nil {
+		return fmt.Errorf("finding the broker to kill: %w", err)
+	}
+	p.Env.Logf("chaos: %s: killing broker %d", f.Kind, id)
+	return c.Restart(rctx, id, f.Hold)
 }

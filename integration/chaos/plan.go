@@ -47,6 +47,48 @@ const (
 	// killed after 30 s; same data and address).
 	ClickHouseRestart Kind = "ch-restart"
 
+	// CutCommit loses the answer to a lane's sink commit, executed by the
+	// server, and cuts the connection (through the lane's fault proxy):
+	// COMMIT PREPARED in exactly_once PostgreSQL lanes, the local COMMIT
+	// (rows and offsets compare-and-set) in the other PostgreSQL lanes, a
+	// block insert into the target table in ClickHouse lanes. Hit picks
+	// the n-th such request.
+	CutCommit Kind = "cut-commit"
+	// CutEndTxn loses the answer to an exactly_once lane's EndTxn (the
+	// Kafka decision), executed by the transaction coordinator. Needs
+	// Env.Cluster (its proxies).
+	CutEndTxn Kind = "cut-endtxn"
+	// CutTxnOffsets loses the answer to an exactly_once lane's
+	// TxnOffsetCommit (the group offsets inside the decision). Needs
+	// Env.Cluster.
+	CutTxnOffsets Kind = "cut-txn-offsets"
+	// NetLatency delays every byte between the workers and one service
+	// (Target: postgres, clickhouse or kafka) by Latency, past the
+	// session and transaction timeouts, for Hold.
+	NetLatency Kind = "net-latency"
+	// NetHalfOpen makes the workers' connections to Target black holes
+	// (open, silent) for Hold, then closes them.
+	NetHalfOpen Kind = "net-half-open"
+	// NetBandwidth limits the workers' connections to Target to Rate
+	// KB/s for Hold.
+	NetBandwidth Kind = "net-bandwidth"
+	// BrokerLeader kills (SIGKILL) the broker leading a partition of the
+	// first lane's topic, down for Hold. Needs Env.Cluster.
+	BrokerLeader Kind = "broker-leader"
+	// BrokerGroupCoordinator kills the leader of the first lane's
+	// __consumer_offsets partition (its group coordinator).
+	BrokerGroupCoordinator Kind = "broker-group-coord"
+	// BrokerTxnCoordinator kills the leader of the __transaction_state
+	// partition of the first exactly_once lane's first worker (its
+	// transaction coordinator).
+	BrokerTxnCoordinator Kind = "broker-txn-coord"
+	// ControllerFailover kills the active KRaft controller (the metadata
+	// quorum's leader).
+	ControllerFailover Kind = "controller-failover"
+	// RollingRestart restarts every broker in turn, gracefully, each once
+	// the cluster is in sync again.
+	RollingRestart Kind = "rolling-restart"
+
 	// REST faults: planned only when Env.REST is set (the REST API is being
 	// built; see Env.REST).
 	RESTPause   Kind = "rest-pause"
@@ -99,12 +141,50 @@ const (
 	PointCHAfterInsert = "ch-after-insert"
 )
 
+// NetWeights are the network faults (fault proxies), ClusterWeights the
+// broker faults of a three-broker cluster (a rolling restart, which takes
+// minutes, only in the soak: SoakWeights); CIWeights is the CI profile's
+// mix: DefaultWeights with both.
+var (
+	NetWeights = map[Kind]int{CutCommit: 3, CutEndTxn: 2, CutTxnOffsets: 1, NetLatency: 2, NetHalfOpen: 2, NetBandwidth: 1}
+
+	ClusterWeights = map[Kind]int{BrokerLeader: 2, BrokerGroupCoordinator: 1, BrokerTxnCoordinator: 1, ControllerFailover: 1}
+
+	CIWeights = merge(DefaultWeights, NetWeights, ClusterWeights)
+
+	SoakWeights = merge(CIWeights, map[Kind]int{RollingRestart: 1, ClickHouseRestart: 3, FailpointKill: 3, ZombieFailpoint: 1})
+)
+
+// merge returns the sum of weight maps.
+func merge(ms ...map[Kind]int) map[Kind]int {
+	out := map[Kind]int{}
+	for _, m := range ms {
+		for k, n := range m {
+			out[k] += n
+		}
+	}
+	return out
+}
+
+// Network fault targets (Fault.Target).
+const (
+	TargetPostgres   = "postgres"
+	TargetClickHouse = "clickhouse"
+	TargetKafka      = "kafka"
+)
+
 // RESTWeights is added to the mix when Env.REST is set.
 var RESTWeights = map[Kind]int{RESTPause: 2, RESTStop: 1, RESTRestart: 1, RESTConfig: 1}
 
 // Protocol points a FailpointKill or ZombieFailpoint cycles through.
 var killPoints = []string{failpoint.AfterPoll, failpoint.AfterWrite, failpoint.AfterPrepare, failpoint.AfterDecide, failpoint.AfterCommit}
 var stopPoints = []string{failpoint.AfterPoll, failpoint.AfterPrepare}
+
+// ClickHouseStopPoints are the zombie points of the ClickHouse profiles:
+// besides the runtime's two, after-decide (intent written, decision
+// committed, nothing inserted), the race a ClickHouse lane without fencing
+// loses: the zombie inserts a batch the new owner redid already.
+var ClickHouseStopPoints = []string{failpoint.AfterPoll, failpoint.AfterPrepare, failpoint.AfterDecide}
 
 // Fault is one planned fault.
 type Fault struct {
@@ -120,9 +200,21 @@ type Fault struct {
 	// worker is hit at the Hit-th pass through Point.
 	Point string
 	Hit   int
-	// Hold is how long a zombie stays stopped, or a broker stays down;
-	// Pause is the delay before a killed worker is restarted.
+	// Hold is how long a zombie stays stopped, a broker stays down or a
+	// network fault lasts; Pause is the delay before a killed worker is
+	// restarted.
 	Hold, Pause time.Duration
+	// Target is the service a network fault hits (TargetPostgres, …);
+	// Latency the delay of NetLatency; Rate the KB/s of NetBandwidth.
+	Target  string
+	Latency time.Duration
+	Rate    int64
+	// Request makes a cut lose the request itself (the server never
+	// executes it) instead of its answer.
+	Request bool
+	// Lanes, when set, names the lanes a cut or worker fault hits (the
+	// others are left alone); empty: every lane.
+	Lanes []string
 }
 
 func (f Fault) String() string {
@@ -136,10 +228,27 @@ func (f Fault) String() string {
 		s += fmt.Sprintf(" w%d hold=%v", f.Worker+1, f.Hold)
 	case ZombieFailpoint:
 		s += fmt.Sprintf(" w%d %s:%d:stop hold=%v", f.Worker+1, f.Point, f.Hit, f.Hold)
-	case KafkaRestart:
+	case KafkaRestart, BrokerLeader, BrokerGroupCoordinator, BrokerTxnCoordinator, ControllerFailover:
 		s += fmt.Sprintf(" down=%v", f.Hold)
+		if f.Kind == BrokerLeader {
+			s += fmt.Sprintf(" partition#%d", f.Hit)
+		}
+	case CutCommit, CutEndTxn, CutTxnOffsets:
+		s += fmt.Sprintf(" #%d", f.Hit)
+		if f.Request {
+			s += " request"
+		}
+	case NetLatency:
+		s += fmt.Sprintf(" %s latency=%v hold=%v", f.Target, f.Latency, f.Hold)
+	case NetHalfOpen:
+		s += fmt.Sprintf(" %s hold=%v", f.Target, f.Hold)
+	case NetBandwidth:
+		s += fmt.Sprintf(" %s rate=%dKB/s hold=%v", f.Target, f.Rate, f.Hold)
 	case RESTPause, RESTStop, RESTRestart, RESTConfig:
 		s += fmt.Sprintf(" hold=%v", f.Hold)
+	}
+	if len(f.Lanes) > 0 {
+		s += " lanes=" + strings.Join(f.Lanes, ",")
 	}
 	return s
 }
@@ -163,6 +272,14 @@ type PlanOptions struct {
 	// KillPoints are the failpoints FailpointKill cycles through; nil
 	// means the runtime's five (after-poll … after-commit).
 	KillPoints []string
+	// StopPoints are the points ZombieFailpoint cycles through; nil means
+	// after-poll and after-prepare.
+	StopPoints []string
+	// Targets are the services network faults may hit (TargetPostgres,
+	// …); network faults are not planned without one.
+	Targets []string
+	// Partitions is the number of partitions BrokerLeader picks from.
+	Partitions int32
 }
 
 // Plan returns the seeded fault schedule: the same options give the same
@@ -210,6 +327,9 @@ func Plan(o PlanOptions) []Fault {
 		kp = append([]string(nil), o.KillPoints...)
 	}
 	sp := append([]string(nil), stopPoints...)
+	if o.StopPoints != nil {
+		sp = append([]string(nil), o.StopPoints...)
+	}
 	ki, si := len(kp), len(sp)
 	var out []Fault
 	at := time.Duration(0)
@@ -251,8 +371,26 @@ func Plan(o PlanOptions) []Fault {
 			// a loaded machine: only then does a commit without fencing
 			// show as duplicates.
 			f.Hold = (o.SessionTimeout + between(8*time.Second, 12*time.Second)).Round(100 * time.Millisecond)
-		case KafkaRestart:
+		case KafkaRestart, BrokerGroupCoordinator, BrokerTxnCoordinator, ControllerFailover:
 			f.Hold = between(time.Second, 4*time.Second).Round(100 * time.Millisecond)
+		case BrokerLeader:
+			f.Hold = between(time.Second, 4*time.Second).Round(100 * time.Millisecond)
+			f.Hit = rng.IntN(int(max(o.Partitions, 1)))
+		case CutCommit, CutEndTxn, CutTxnOffsets:
+			f.Hit = 1 + rng.IntN(3)
+		case NetLatency, NetHalfOpen, NetBandwidth:
+			if len(o.Targets) > 0 {
+				f.Target = o.Targets[rng.IntN(len(o.Targets))]
+			}
+			f.Hold = between(3*time.Second, 8*time.Second).Round(100 * time.Millisecond)
+			switch f.Kind {
+			case NetLatency:
+				// Past the group session timeout and near the
+				// transaction timeout: members drop out, rounds abort.
+				f.Latency = (o.SessionTimeout + between(0, 4*time.Second)).Round(100 * time.Millisecond)
+			case NetBandwidth:
+				f.Rate = 8 + rng.Int64N(25)
+			}
 		case RESTPause, RESTStop, RESTRestart, RESTConfig:
 			f.Hold = between(time.Second, 5*time.Second).Round(100 * time.Millisecond)
 		}

@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/txsink/txsink/integration/upstream"
 	"github.com/txsink/txsink/internal/verify"
 )
 
@@ -39,7 +40,7 @@ type LaneSummary struct {
 	// Drained is true when the sink reached every committed record.
 	Drained bool
 	// Producer are the upstream's transaction counts.
-	Producer producerStats
+	Producer upstream.Stats
 	// MaxLag is the largest sampled lag in offsets (acknowledged upstream,
 	// not yet stored in the sink), over all partitions.
 	MaxLag int64

@@ -1,15 +1,15 @@
 package chaos
 
 import (
+	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/txsink/txsink/integration/harness"
 	"github.com/txsink/txsink/internal/failpoint"
 )
 
@@ -26,7 +26,7 @@ type worker struct {
 	logDir string
 
 	mu          sync.Mutex
-	cur         *process
+	cur         *harness.Process
 	held        bool
 	incarnation int
 	exits       map[string]int // unexpected exits by code
@@ -34,42 +34,9 @@ type worker struct {
 	started     time.Time      // of the current incarnation
 }
 
-type process struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	out  *os.File
-}
-
-func (p *process) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (p *process) wait(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-p.done:
-		return true
-	case <-t.C:
-		return false
-	}
-}
-
-func (p *process) exitCode() int {
-	if p.cmd.ProcessState == nil {
-		return -1
-	}
-	return p.cmd.ProcessState.ExitCode() // -1 when killed by a signal
-}
-
 // start starts a new incarnation and returns it; failpointSpec arms
 // TXSINK_FAILPOINT ("" for none).
-func (w *worker) start(failpointSpec string) (*process, error) {
+func (w *worker) start(failpointSpec string) (*harness.Process, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := w.startLocked(failpointSpec); err != nil {
@@ -86,27 +53,15 @@ func (w *worker) startLocked(failpointSpec string) error {
 		return err
 	}
 	fmt.Fprintf(out, "\n=== incarnation %d %s failpoint=%q\n", w.incarnation, time.Now().UTC().Format(time.RFC3339Nano), failpointSpec)
-	cmd := exec.Command(w.binary, w.args...)
-	cmd.Stdout, cmd.Stderr = out, out
-	env := []string{}
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, failpoint.Env+"=") {
-			env = append(env, kv)
-		}
-	}
-	if failpointSpec != "" {
-		env = append(env, failpoint.Env+"="+failpointSpec)
-	}
-	cmd.Env = env
-	if err := cmd.Start(); err != nil {
+	// An empty TXSINK_FAILPOINT disarms one the test's environment may set.
+	p, err := harness.StartProcess(w.binary, w.args, []string{failpoint.Env + "=" + failpointSpec}, out)
+	if err != nil {
 		out.Close()
 		return err
 	}
-	p := &process{cmd: cmd, done: make(chan struct{}), out: out}
 	go func() {
-		_ = cmd.Wait()
+		<-p.Done()
 		out.Close()
-		close(p.done)
 	}()
 	w.cur = p
 	w.started = time.Now()
@@ -114,7 +69,7 @@ func (w *worker) startLocked(failpointSpec string) error {
 }
 
 // hold stops supervision and returns the current incarnation.
-func (w *worker) hold() *process {
+func (w *worker) hold() *harness.Process {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.held = true
@@ -131,10 +86,10 @@ func (w *worker) release() {
 func (w *worker) supervise() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.held || w.cur == nil || !w.cur.exited() || time.Since(w.started) < time.Second {
+	if w.held || w.cur == nil || !w.cur.Exited() || time.Since(w.started) < time.Second {
 		return // at most one restart a second, like a service manager's back-off
 	}
-	code := w.cur.exitCode()
+	code := w.cur.ExitCode()
 	w.exits[fmt.Sprint(code)]++
 	_ = w.startLocked("")
 }
@@ -144,46 +99,16 @@ func (w *worker) signal(sig syscall.Signal) {
 	w.mu.Lock()
 	p := w.cur
 	w.mu.Unlock()
-	if p != nil && !p.exited() {
-		_ = p.cmd.Process.Signal(sig)
+	if p != nil {
+		p.Signal(sig)
 	}
 }
 
-// stopGracefully sends SIGCONT and SIGTERM and waits up to d, then SIGKILLs.
-// It returns true when the process ended on its own.
-func stopGracefully(p *process, d time.Duration) bool {
-	if p == nil || p.exited() {
-		return true
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGCONT)
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	if p.wait(d) {
-		return true
-	}
-	_ = p.cmd.Process.Kill()
-	<-p.done
-	return false
-}
-
-func kill(p *process) {
-	if p == nil || p.exited() {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGCONT)
-	_ = p.cmd.Process.Kill()
-	<-p.done
-}
-
-// procState reads a process's state letter from /proc (T: stopped).
-func procState(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return ""
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 >= len(s) {
-		return ""
-	}
-	return s[i+2 : i+3]
 }
