@@ -37,6 +37,7 @@ const (
 	KeyPrepareParallel   = "commit.parallelism"
 	KeyRecoveryTimeoutMs = "recovery.timeout.ms"
 	KeyShutdownGraceMs   = "shutdown.grace.ms"
+	KeySinkTimeoutMs     = "sink.timeout.ms"
 )
 
 // ConnectorDefs are the settings every sink connector has.
@@ -79,6 +80,7 @@ var ConnectorDefs = Defs{
 	{Name: KeyPrepareParallel, Type: Int, Default: "4", Min: 1, Max: 64, Group: "Delivery", Doc: "Partition batches prepared and committed in parallel per round."},
 	{Name: KeyRecoveryTimeoutMs, Type: Int, Default: "120000", Min: 1000, Max: 3600000, Group: "Delivery", Doc: "How long recovery of in-doubt batches may take on assignment before the task fails."},
 	{Name: KeyShutdownGraceMs, Type: Int, Default: "10000", Min: 0, Max: 600000, Group: "Delivery", Doc: "On stop, pause or SIGTERM a task finishes the round in flight (commits or aborts it) and starts no new one; a round still running after this long is abandoned and left to recovery."},
+	{Name: KeySinkTimeoutMs, Type: Int, Default: "60000", Min: 1000, Max: 3600000, Group: "Delivery", Doc: "Bounds each write to the sink: a batch's prepare, commit or abort, a local write. A call still running after it is abandoned and its connection closed: a prepare that did not finish aborts the round, a commit that did not finish leaves its batch in doubt for recovery (the sink's records resolve it). It keeps a database that vanished without closing the connection (a dead primary behind a proxy or after a failover, a half-open connection) from holding a task forever."},
 	{Name: KeyUnsafeNoFencing, Type: Boolean, Default: "false", Hidden: true, Group: "Testing", Doc: "TEST ONLY: disables the sink's fence and compare-and-set (blind offset writes). Used by negative controls to prove the tests can fail. Never set it in production."},
 	{Name: KeyUnsafeNoRecovery, Type: Boolean, Default: "false", Hidden: true, Group: "Testing", Doc: "TEST ONLY: skips the recovery of in-doubt batches on assignment (invariant 7), so a commit whose outcome was lost stays in doubt. Used by negative controls to prove the tests can fail. Never set it in production."},
 }
@@ -106,6 +108,7 @@ type Connector struct {
 	Parallelism       int
 	RecoveryTimeout   time.Duration
 	ShutdownGrace     time.Duration
+	SinkTimeout       time.Duration
 	UnsafeNoFencing   bool
 	// UnsafeNoRecovery (test only) skips the recovery of in-doubt batches
 	// on assignment.
@@ -134,6 +137,7 @@ func ParseConnector(v Values) Connector {
 		Parallelism:       int(v.Int(KeyPrepareParallel)),
 		RecoveryTimeout:   time.Duration(v.Int(KeyRecoveryTimeoutMs)) * time.Millisecond,
 		ShutdownGrace:     time.Duration(v.Int(KeyShutdownGraceMs)) * time.Millisecond,
+		SinkTimeout:       time.Duration(v.Int(KeySinkTimeoutMs)) * time.Millisecond,
 		UnsafeNoFencing:   v.Bool(KeyUnsafeNoFencing),
 
 		UnsafeNoRecovery: v.Bool(KeyUnsafeNoRecovery),

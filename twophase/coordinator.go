@@ -42,6 +42,19 @@ func WithCommitConcurrency(n int) Option {
 	return func(c *Coordinator) { c.commitConc = max(n, 1) }
 }
 
+// WithCallTimeout bounds each participant call (Prepare, Commit, Abort)
+// to d; d <= 0 means no bound (the default). A call still running after d
+// has its context cancelled: a prepare that did not finish is refused
+// (the round aborts), and a commit or abort that did not finish leaves its
+// batch in doubt for Recover, exactly as a lost connection would. It keeps
+// a participant whose server vanished without closing the connection (a
+// dead host behind a proxy, a half-open connection) from holding a round
+// forever. Decider calls are not bounded: cancelling one leaves a Kafka
+// session unusable.
+func WithCallTimeout(d time.Duration) Option {
+	return func(c *Coordinator) { c.callTimeout = d }
+}
+
 // WithHook installs fn, called synchronously from Round at the named points
 // [HookAfterBegin], [HookAfterPrepare], [HookAfterDecide] and
 // [HookAfterCommit]. It exists for fault injection (crash tests): a hook
@@ -84,6 +97,7 @@ type Coordinator struct {
 	d           Decider
 	prepareConc int
 	commitConc  int
+	callTimeout time.Duration
 	hook        func(string)
 }
 
@@ -158,6 +172,7 @@ func (c *Coordinator) Round(ctx context.Context, batches []*Batch) (RoundResult,
 		byID:        byID,
 		prepareConc: c.prepareConc,
 		commitConc:  c.commitConc,
+		callTimeout: c.callTimeout,
 		hook:        c.hook,
 	}
 	dr.run()
@@ -201,7 +216,14 @@ type RecoveryReport struct {
 // returned; so are commit and abort errors. The error wraps ErrInDoubt when
 // any batch is left in doubt; running Recover again is safe (every step is
 // idempotent). Cancelling ctx leaves the remaining batches in doubt.
-func Recover(ctx context.Context, p Participant, d Decider, connector string, owns func(topic string, partition int32) bool) (RecoveryReport, error) {
+//
+// Of opts, WithCallTimeout bounds each Commit and Abort; the others do not
+// apply.
+func Recover(ctx context.Context, p Participant, d Decider, connector string, owns func(topic string, partition int32) bool, opts ...Option) (RecoveryReport, error) {
+	var c Coordinator
+	for _, o := range opts {
+		o(&c)
+	}
 	var rep RecoveryReport
 	all, err := p.InDoubt(ctx, connector)
 	if err != nil {
@@ -226,6 +248,7 @@ func Recover(ctx context.Context, p Participant, d Decider, connector string, ow
 		d:           d,
 		prepareConc: defaultConcurrency,
 		commitConc:  defaultConcurrency,
+		callTimeout: c.callTimeout,
 	}
 	dr.run()
 	rep.Committed = m.Committed()
@@ -262,6 +285,7 @@ type driver struct {
 	byID        map[BatchID]*Batch
 	prepareConc int
 	commitConc  int
+	callTimeout time.Duration
 	hook        func(string)
 
 	fenced  []BatchID
@@ -421,11 +445,17 @@ type result struct {
 // touches neither the machine nor the driver's fields.
 func (dr *driver) call(a Action) result {
 	ev := Event{ID: a.ID}
+	ctx := dr.ctx
+	if dr.callTimeout > 0 && a.Type != ActionQueryOutcome {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, dr.callTimeout)
+		defer cancel()
+	}
 	var err error
 	switch a.Type {
 	case ActionPrepare:
 		b := dr.byID[a.ID]
-		if err = dr.p.Prepare(dr.ctx, b); err != nil {
+		if err = dr.p.Prepare(ctx, b); err != nil {
 			err = fmt.Errorf("twophase: prepare %s: %w", a.ID, err)
 			switch {
 			case errors.Is(err, ErrFenced):
@@ -440,13 +470,13 @@ func (dr *driver) call(a Action) result {
 		}
 	case ActionCommit:
 		ev.Type = EventCommitOK
-		if err = dr.p.Commit(dr.ctx, a.ID); err != nil {
+		if err = dr.p.Commit(ctx, a.ID); err != nil {
 			err = fmt.Errorf("twophase: commit %s: %w", a.ID, err)
 			ev.Type = EventCommitErr
 		}
 	case ActionAbort:
 		ev.Type = EventAbortOK
-		if err = dr.p.Abort(dr.ctx, a.ID); err != nil {
+		if err = dr.p.Abort(ctx, a.ID); err != nil {
 			err = fmt.Errorf("twophase: abort %s: %w", a.ID, err)
 			ev.Type = EventAbortErr
 		}

@@ -278,6 +278,25 @@ func TestRoundCancelDuringPrepare(t *testing.T) {
 	}
 }
 
+// TestRoundCallTimeout: a participant call that never returns by itself (a
+// server that vanished without closing the connection) is ended by
+// WithCallTimeout: a stuck prepare aborts the round, the decider still
+// decides (abort) and the round returns with the batches in doubt.
+func TestRoundCallTimeout(t *testing.T) {
+	c, p, d, bs := newRound(2, WithCallTimeout(20*time.Millisecond))
+	p.blockPrepare = true
+	res, err := c.Round(context.Background(), bs)
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrInDoubt) {
+		t.Fatalf("err %v", err)
+	}
+	if res.Outcome != OutcomeAborted || !slices.Equal(res.InDoubt, ids(bs)) {
+		t.Fatalf("res %+v", res)
+	}
+	if got := d.callList(); !slices.Equal(got, []string{"begin", "decide false"}) {
+		t.Errorf("decider calls %v", got)
+	}
+}
+
 func TestRoundHooks(t *testing.T) {
 	var points []string
 	c, _, _, bs := newRound(2, WithHook(func(p string) { points = append(points, p) }))

@@ -254,6 +254,7 @@ func (t *Task) runTransactional(ctx context.Context) error {
 	}
 	coord := twophase.NewCoordinator(t.sink, decider,
 		twophase.WithPrepareConcurrency(t.conn.Parallelism),
+		twophase.WithCallTimeout(t.conn.SinkTimeout),
 		twophase.WithHook(failpoint.Hit))
 
 	for {
@@ -410,7 +411,9 @@ func (t *Task) localRound(ctx context.Context, cl *kgo.Client, recs []*kgo.Recor
 	g.SetLimit(t.conn.Parallelism)
 	for i, b := range batches {
 		g.Go(func() error {
-			errs[i] = t.sink.WriteLocal(gctx, b, guard, order)
+			wctx, cancel := t.sinkCtx(gctx)
+			defer cancel()
+			errs[i] = t.sink.WriteLocal(wctx, b, guard, order)
 			return nil
 		})
 	}
@@ -484,6 +487,15 @@ func (t *Task) localRound(ctx context.Context, cl *kgo.Client, recs []*kgo.Recor
 	return nil
 }
 
+// sinkCtx bounds one sink call by sink.timeout.ms (see
+// twophase.WithCallTimeout).
+func (t *Task) sinkCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if t.conn.SinkTimeout <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, t.conn.SinkTimeout)
+}
+
 // outcomeReader is the part of a Decider recovery needs.
 type outcomeReader interface {
 	Outcome(ctx context.Context, id twophase.BatchID) (bool, error)
@@ -515,7 +527,7 @@ func (t *Task) assign(ctx context.Context, or outcomeReader, offs map[string]map
 				if attempt == 0 {
 					t.log.Warn("TEST ONLY: recovery of in-doubt batches is switched off (txsink.test.unsafe.disable.recovery)", "topic", topic)
 				}
-			} else if _, err := twophase.Recover(ctx, t.sink, decOnly{or}, t.conn.Name, owns); err != nil {
+			} else if _, err := twophase.Recover(ctx, t.sink, decOnly{or}, t.conn.Name, owns, twophase.WithCallTimeout(t.conn.SinkTimeout)); err != nil {
 				t.log.Warn("recovery of in-doubt batches failed; retrying", "topic", topic, "err", err)
 				if err := sleepCtx(ctx, backoffFor(attempt)); err != nil {
 					return nil, fmt.Errorf("recovery of %s: %w", topic, err)

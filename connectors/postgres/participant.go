@@ -6,9 +6,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -114,7 +117,8 @@ func parseGID(gid string) (connHash, topicHash string, partition int32, first, l
 // dead letters; PREPARE TRANSACTION. Cancelling ctx before PREPARE
 // completes rolls back; if the connection breaks during PREPARE the batch
 // may be prepared, and InDoubt lists it.
-func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) error {
+func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) (err error) {
+	defer func() { s.resetOnLostConnection(err) }()
 	return classify(s.inTx(ctx, func(tx pgx.Tx) error {
 		if err := s.store.Advance(ctx, tx, offsets.GuardCAS, b.ID.Connector, b.ID.Topic, b.ID.Partition, b.Fence, b.Prev, b.ID.NextOffset()); err != nil {
 			return err
@@ -183,8 +187,9 @@ func (e *commitError) Unwrap() error { return e.err }
 // Commit implements twophase.Participant with COMMIT PREPARED. A batch that
 // is no longer prepared counts as committed when the stored offset has
 // reached its end.
-func (s *Sink) Commit(ctx context.Context, id twophase.BatchID) error {
-	_, err := s.pool.Exec(ctx, "COMMIT PREPARED '"+GID(id)+"'")
+func (s *Sink) Commit(ctx context.Context, id twophase.BatchID) (err error) {
+	defer func() { s.resetOnLostConnection(err) }()
+	_, err = s.pool.Exec(ctx, "COMMIT PREPARED '"+GID(id)+"'")
 	if err == nil {
 		return nil
 	}
@@ -203,9 +208,10 @@ func (s *Sink) Commit(ctx context.Context, id twophase.BatchID) error {
 
 // Abort implements twophase.Participant with ROLLBACK PREPARED; a batch
 // that is not prepared is already aborted.
-func (s *Sink) Abort(ctx context.Context, id twophase.BatchID) error {
+func (s *Sink) Abort(ctx context.Context, id twophase.BatchID) (err error) {
+	defer func() { s.resetOnLostConnection(err) }()
 	s.TakeDeadLetters([]twophase.BatchID{id})
-	_, err := s.pool.Exec(ctx, "ROLLBACK PREPARED '"+GID(id)+"'")
+	_, err = s.pool.Exec(ctx, "ROLLBACK PREPARED '"+GID(id)+"'")
 	if err == nil || isUndefinedObject(err) {
 		return nil
 	}
@@ -215,7 +221,8 @@ func (s *Sink) Abort(ctx context.Context, id twophase.BatchID) error {
 // InDoubt implements twophase.Participant: the connector's prepared
 // transactions in this database, from pg_prepared_xacts. Topic names come
 // from the offsets table (a prepared batch always follows a row there).
-func (s *Sink) InDoubt(ctx context.Context, connector string) ([]twophase.BatchID, error) {
+func (s *Sink) InDoubt(ctx context.Context, connector string) (_ []twophase.BatchID, err error) {
+	defer func() { s.resetOnLostConnection(err) }()
 	prefix := GIDPrefix + shortHash(connector) + "_"
 	rows, err := s.pool.Query(ctx, `SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND left(gid, $2) = $1`,
 		prefix, len(prefix))
@@ -254,7 +261,8 @@ func (s *Sink) InDoubt(ctx context.Context, connector string) ([]twophase.BatchI
 }
 
 // Acquire implements connectors.Sink.
-func (s *Sink) Acquire(ctx context.Context, topic string, partitions []int32) (map[int32]offsets.Position, error) {
+func (s *Sink) Acquire(ctx context.Context, topic string, partitions []int32) (_ map[int32]offsets.Position, err error) {
+	defer func() { s.resetOnLostConnection(err) }()
 	return s.store.Acquire(ctx, s.connector, topic, partitions)
 }
 
@@ -275,8 +283,31 @@ func (s *Sink) ResetOffsets(ctx context.Context, all bool, positions []offsets.P
 
 // WriteLocal implements connectors.Sink for exactly_once_sink (Atomic with
 // GuardCAS), at_least_once (RowsFirst) and at_most_once (OffsetFirst).
-func (s *Sink) WriteLocal(ctx context.Context, b *twophase.Batch, guard offsets.Guard, order connectors.Order) error {
+func (s *Sink) WriteLocal(ctx context.Context, b *twophase.Batch, guard offsets.Guard, order connectors.Order) (err error) {
+	defer func() { s.resetOnLostConnection(err) }()
 	return classify(s.writeLocal(ctx, b, guard, order))
+}
+
+// resetOnLostConnection closes every pooled connection when err says a
+// connection was lost or timed out (sink.timeout.ms). The pool's other
+// connections were opened to the same server: after a failover, or behind
+// a proxy whose backend died, each would hang until its own timeout.
+// Fresh connections go to whichever host is the primary now
+// (target_session_attrs=read-write).
+func (s *Sink) resetOnLostConnection(err error) {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return // the server answered
+	}
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) || errors.As(err, &ne) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		s.log.Warn("a PostgreSQL connection was lost or timed out; closing the pool's connections", "err", err)
+		s.pool.Reset()
+	}
 }
 
 func (s *Sink) writeLocal(ctx context.Context, b *twophase.Batch, guard offsets.Guard, order connectors.Order) error {
@@ -318,8 +349,11 @@ func (s *Sink) writeLocal(ctx context.Context, b *twophase.Batch, guard offsets.
 		return err
 	}
 	// The COMMIT's outcome is unknown (the connection broke): the stored
-	// offset says what happened (invariant 7).
-	pos, ok, lerr := s.store.Lookup(context.WithoutCancel(ctx), b.ID.Connector, b.ID.Topic, b.ID.Partition)
+	// offset says what happened (invariant 7). ctx may be what ended the
+	// commit: the lookup gets a bound of its own.
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lookupTimeout)
+	defer cancel()
+	pos, ok, lerr := s.store.Lookup(lctx, b.ID.Connector, b.ID.Topic, b.ID.Partition)
 	if lerr != nil {
 		return fmt.Errorf("%w (and resolving it failed: %v)", err, lerr)
 	}
@@ -329,6 +363,9 @@ func (s *Sink) writeLocal(ctx context.Context, b *twophase.Batch, guard offsets.
 	}
 	return err
 }
+
+// lookupTimeout bounds the read that resolves an ambiguous local commit.
+const lookupTimeout = 30 * time.Second
 
 // isAmbiguousCommit reports an error from COMMIT that does not say the
 // transaction failed: the connection broke while the server may have

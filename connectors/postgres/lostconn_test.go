@@ -1,0 +1,64 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txsink/txsink/internal/pgtest"
+)
+
+// TestLostConnectionResetsThePool: a call that timed out or lost its
+// connection closes the pool's idle connections (they may lead to a server
+// that is gone); an error the server answered does not.
+func TestLostConnectionResetsThePool(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, srv.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s := &Sink{pool: pool, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	warm := func() {
+		t.Helper()
+		var conns []*pgxpool.Conn
+		for range 3 {
+			c, err := pool.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			conns = append(conns, c)
+		}
+		for _, c := range conns {
+			c.Release()
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		err   error
+		reset bool
+	}{
+		{"server error", &pgconn.PgError{Code: "40001"}, false},
+		{"cancelled", context.Canceled, false},
+		{"timed out", context.DeadlineExceeded, true},
+		{"connection lost", io.ErrUnexpectedEOF, true},
+		{"unrelated", errors.New("bad record"), false},
+	} {
+		warm()
+		s.resetOnLostConnection(tc.err)
+		deadline := time.Now().Add(5 * time.Second)
+		for tc.reset && pool.Stat().TotalConns() > 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n := pool.Stat().TotalConns(); (n == 0) != tc.reset {
+			t.Errorf("%s: %d connections left in the pool; reset wanted: %v", tc.name, n, tc.reset)
+		}
+	}
+}
