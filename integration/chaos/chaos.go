@@ -172,6 +172,22 @@ type Env struct {
 	Cluster Cluster
 	// ProxiedBootstrap is Cluster's bootstrap list through its proxies.
 	ProxiedBootstrap string
+	// Failover, when set, is a PostgreSQL primary with a streaming
+	// standby (the lanes' databases live there), for PostgresFailover.
+	Failover Failover
+}
+
+// Failover is a PostgreSQL primary with a streaming standby
+// (harness.PostgresReplicated satisfies it).
+type Failover interface {
+	// PreparedOnPrimary and PreparedOnStandby list the gids of the
+	// prepared transactions in database db (the standby's once promoted).
+	PreparedOnPrimary(ctx context.Context, db string) ([]string, error)
+	PreparedOnStandby(ctx context.Context, db string) ([]string, error)
+	// PauseReplication stops the standby's WAL receiver.
+	PauseReplication(ctx context.Context) error
+	// Failover kills the primary and promotes the standby.
+	Failover(ctx context.Context) error
 }
 
 // Cluster is a Kafka cluster whose brokers the run may kill and whose
@@ -796,6 +812,7 @@ func setupPostgres(ctx, cctx context.Context, p Profile, l *lane) (map[string]st
 		"batch.linger.ms":        "50",
 		"session.timeout.ms":     fmt.Sprint(p.SessionTimeout.Milliseconds()),
 		"transaction.timeout.ms": "10000",
+		"sink.timeout.ms":        "15000",
 	}, nil
 }
 
@@ -847,6 +864,7 @@ func setupClickHouse(cctx context.Context, p Profile, l *lane) (map[string]strin
 		"insert.block.rows":      fmt.Sprint(p.BlockRows),
 		"session.timeout.ms":     fmt.Sprint(p.SessionTimeout.Milliseconds()),
 		"transaction.timeout.ms": "10000",
+		"sink.timeout.ms":        "15000",
 	}, nil
 }
 

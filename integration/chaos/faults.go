@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -12,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txsink/txsink/integration/faultnet"
+	"github.com/txsink/txsink/integration/harness"
+	"github.com/txsink/txsink/internal/failpoint"
 )
 
 // How long the runner waits for an armed failpoint to fire, and for a
@@ -67,6 +71,8 @@ func apply(ctx context.Context, p Profile, lanes []*lane, f Fault) error {
 		return netFault(ctx, p, lanes, f)
 	case BrokerLeader, BrokerGroupCoordinator, BrokerTxnCoordinator, ControllerFailover, RollingRestart:
 		return brokerFault(ctx, p, lanes, f)
+	case PostgresFailover:
+		return failover(ctx, p, lanes, f)
 	case ProducerKill:
 		for _, l := range lanes {
 			l.prod.Kill()
@@ -159,19 +165,15 @@ func applyWorker(ctx context.Context, l *lane, w *worker, f Fault) error {
 		if err != nil {
 			return err
 		}
-		deadline := time.Now().Add(failpointWait)
-		for armed.State() != "T" {
-			if armed.Exited() || time.Now().After(deadline) {
-				w.mu.Lock()
-				w.notFired++
-				w.mu.Unlock()
-				// Never leave an armed stop behind: it could freeze the
-				// worker during the drain.
-				armed.Stop(termWait)
-				_, err := w.start("")
-				return err
-			}
-			sleep(ctx, 100*time.Millisecond)
+		if !waitStopped(ctx, armed, failpointWait) {
+			w.mu.Lock()
+			w.notFired++
+			w.mu.Unlock()
+			// Never leave an armed stop behind: it could freeze the
+			// worker during the drain.
+			armed.Stop(termWait)
+			_, err := w.start("")
+			return err
 		}
 		sleep(ctx, f.Hold)
 		armed.Signal(syscall.SIGCONT)
@@ -387,4 +389,103 @@ func brokerFault(ctx context.Context, p Profile, lanes []*lane, f Fault) error {
 	}
 	p.Env.Logf("chaos: %s: killing broker %d", f.Kind, id)
 	return c.Restart(rctx, id, f.Hold)
+}
+
+// failover freezes worker f.Worker of the exactly_once PostgreSQL lanes
+// right after a decision with batches prepared on the primary, pauses
+// replication for f.Hold, fails over and restarts the frozen workers
+// clean: the new primary's recovery must resolve what they left. With
+// synchronous replication (f.Hold 0), every transaction prepared on the
+// old primary while they were frozen must be prepared on the new one.
+func failover(ctx context.Context, p Profile, lanes []*lane, f Fault) error {
+	fo := p.Env.Failover
+	if fo == nil {
+		return errors.New("no replicated PostgreSQL")
+	}
+	type frozenWorker struct {
+		l    *lane
+		w    *worker
+		p    *harness.Process
+		db   string
+		gids []string // prepared on the old primary while frozen
+	}
+	var frozen []*frozenWorker
+	defer func() {
+		for _, fw := range frozen {
+			fw.p.Kill()
+			_, _ = fw.w.start("")
+			fw.w.release()
+		}
+	}()
+	var errs []error
+	for _, l := range lanes {
+		if l.sink() != SinkPostgres || l.Delivery != "exactly_once" {
+			continue
+		}
+		u, err := url.Parse(l.db)
+		if err != nil {
+			return err
+		}
+		fw := &frozenWorker{l: l, w: l.workers[f.Worker], db: strings.TrimPrefix(u.Path, "/")}
+		fw.w.hold().Stop(termWait)
+		frozen = append(frozen, fw)
+		// A decided round may have had nothing left prepared (a prepare
+		// failed): freeze at the next one then.
+		for try := 1; try <= 3 && len(fw.gids) == 0; try++ {
+			if fw.p != nil {
+				fw.p.Kill()
+			}
+			if fw.p, err = fw.w.start(fmt.Sprintf("%s:%d:stop", failpoint.AfterDecide, try)); err != nil {
+				return err
+			}
+			if !waitStopped(ctx, fw.p, failpointWait) {
+				continue
+			}
+			if fw.gids, err = fo.PreparedOnPrimary(ctx, fw.db); err != nil {
+				return err
+			}
+		}
+		if len(fw.gids) == 0 {
+			errs = append(errs, fmt.Errorf("lane %s: %s never stopped after a decision with batches prepared", l.Name, fw.w.id))
+		}
+	}
+	if f.Hold > 0 {
+		if err := fo.PauseReplication(ctx); err != nil {
+			return fmt.Errorf("pausing replication: %w", err)
+		}
+		sleep(ctx, f.Hold)
+	}
+	fctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	if err := fo.Failover(fctx); err != nil {
+		return errors.Join(append(errs, fmt.Errorf("failover: %w", err))...)
+	}
+	// The frozen workers' partitions stay theirs until the session
+	// timeout, so what they left prepared is still there for the next
+	// owner's recovery to resolve.
+	for _, fw := range frozen {
+		gids, err := fo.PreparedOnStandby(fctx, fw.db)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("lane %s: prepared transactions on the new primary: %w", fw.l.Name, err))
+			continue
+		}
+		missing := slices.DeleteFunc(slices.Clone(fw.gids), func(g string) bool { return slices.Contains(gids, g) })
+		p.Env.Logf("chaos: pg-failover: lane %s: prepared on the old primary %v, on the new %v", fw.l.Name, fw.gids, gids)
+		if f.Hold == 0 && len(missing) > 0 {
+			errs = append(errs, fmt.Errorf("lane %s: prepared transactions lost in the failover: %v", fw.l.Name, missing))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// waitStopped waits up to d for p to be stopped (SIGSTOP by a failpoint).
+func waitStopped(ctx context.Context, p *harness.Process, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for p.State() != "T" {
+		if p.Exited() || time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		sleep(ctx, 100*time.Millisecond)
+	}
+	return true
 }

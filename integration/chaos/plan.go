@@ -89,6 +89,15 @@ const (
 	// the cluster is in sync again.
 	RollingRestart Kind = "rolling-restart"
 
+	// PostgresFailover freezes worker Worker of every exactly_once
+	// PostgreSQL lane right after a decision (its batches prepared and
+	// decided, not committed), checks the standby replayed those PREPAREs,
+	// pauses the standby's replication for Hold (0: not at all; with
+	// asynchronous replication the primary goes on committing), kills the
+	// primary and promotes the standby, then kills the frozen workers and
+	// restarts them clean. Needs Env.Failover; planned only explicitly.
+	PostgresFailover Kind = "pg-failover"
+
 	// REST faults: planned only when Env.REST is set (the REST API is being
 	// built; see Env.REST).
 	RESTPause   Kind = "rest-pause"
@@ -233,6 +242,8 @@ func (f Fault) String() string {
 		if f.Kind == BrokerLeader {
 			s += fmt.Sprintf(" partition#%d", f.Hit)
 		}
+	case PostgresFailover:
+		s += fmt.Sprintf(" w%d lag=%v", f.Worker+1, f.Hold)
 	case CutCommit, CutEndTxn, CutTxnOffsets:
 		s += fmt.Sprintf(" #%d", f.Hit)
 		if f.Request {

@@ -340,6 +340,11 @@ type containerSpec struct {
 	files    []testcontainers.ContainerFile
 	networks []string
 	aliases  map[string][]string
+	// entrypoint replaces the image's entry point (nil: the image's).
+	entrypoint []string
+	// tmpfs mounts a tmpfs of the given options at each path
+	// ("size=64m").
+	tmpfs map[string]string
 }
 
 // managedContainer is a started container.
@@ -374,8 +379,12 @@ func startContainer(ctx context.Context, tb testing.TB, sharedMode bool, spec co
 		Networks:       spec.networks,
 		NetworkAliases: spec.aliases,
 		Labels:         labels(spec.name),
+		Entrypoint:     spec.entrypoint,
 		HostConfigModifier: func(hc *container.HostConfig) {
 			hc.PortBindings = bindings
+			if len(spec.tmpfs) > 0 {
+				hc.Tmpfs = spec.tmpfs
+			}
 		},
 	}
 	ctr, err := testcontainers.GenericContainer(ctx, testcontainers.GenericContainerRequest{

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -149,21 +148,12 @@ func startPostgres(tb testing.TB, sharedMode bool) (*postgresShared, error) {
 		if err != nil {
 			return nil, err
 		}
-		u := fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/postgres?sslmode=disable", postgresUser, postgresPassword, port)
+		u := postgresURL(port)
 		ctr, err := startContainer(ctx, tb, sharedMode, containerSpec{
 			name:  "postgres",
 			image: image,
-			env: map[string]string{
-				"POSTGRES_USER":     postgresUser,
-				"POSTGRES_PASSWORD": postgresPassword,
-				"POSTGRES_DB":       "postgres",
-			},
-			cmd: []string{
-				"postgres",
-				"-c", "max_prepared_transactions=" + strconv.Itoa(PostgresMaxPreparedTransactions),
-				"-c", "fsync=on",
-				"-c", "max_connections=200",
-			},
+			env:   postgresEnv(),
+			cmd:   postgresArgs(),
 			ports: map[string]int{"5432/tcp": port},
 		})
 		if err != nil {
