@@ -96,6 +96,15 @@ func IsTerminal(err error) bool {
 	return errors.As(err, &t)
 }
 
+// ErrSinkUnavailable is wrapped by a sink's error when the sink database
+// cannot take writes for a while, through no fault of the batch: out of
+// disk space, out of connections, shutting down, in crash recovery, or
+// not reachable. The runtime then waits with a growing backoff, shows the
+// error as the task's "waiting" status, writes and skips nothing
+// meanwhile, and carries on from the stored offsets once a round commits
+// again.
+var ErrSinkUnavailable = errors.New("the sink database is unavailable")
+
 // Order is the commit order of the non-atomic modes.
 type Order int
 

@@ -48,8 +48,8 @@ type Observer interface {
 	// FenceConflict reports that a commit was fenced.
 	FenceConflict(task int, err error)
 	// Waiting reports that rounds fail because something the pipeline
-	// depends on is unavailable (a schema registry), with the error; nil
-	// once a round commits again.
+	// depends on is unavailable (a schema registry, the sink database out
+	// of disk space), with the error; nil once a round commits again.
 	Waiting(task int, err error)
 }
 
@@ -325,7 +325,7 @@ func (t *Task) runTransactional(ctx context.Context) error {
 			// connection, an unavailable schema registry): the decision
 			// was abort, so retry from the stored offsets.
 			t.rewind(sess.Client())
-			if errors.Is(err, record.ErrUnavailable) {
+			if unavailable(err) {
 				if t.waitUnavailable(ctx, err) != nil {
 					return nil
 				}
@@ -473,7 +473,7 @@ func (t *Task) localRound(ctx context.Context, cl *kgo.Client, recs []*kgo.Recor
 	if connectors.IsTerminal(firstErr) {
 		return firstErr
 	}
-	if errors.Is(firstErr, record.ErrUnavailable) {
+	if unavailable(firstErr) {
 		t.rewind(cl)
 		_ = t.waitUnavailable(ctx, firstErr)
 		return nil
@@ -820,15 +820,24 @@ func (t *Task) observeRound(s RoundStats) {
 	}
 }
 
+// unavailable reports whether a round failed, leaving nothing prepared,
+// because something it depends on is unavailable: a dependency of the
+// record pipeline (a schema registry) or the sink database itself (out of
+// disk space, restarting, unreachable).
+func unavailable(err error) bool {
+	return errors.Is(err, record.ErrUnavailable) || errors.Is(err, connectors.ErrSinkUnavailable)
+}
+
 // waitUnavailable waits before the next attempt after a round failed
-// because a dependency of the pipeline is unavailable: exponential backoff
-// from 500 ms to 30 s, reported to the observer. Nothing was written and
-// nothing is skipped: the next round starts again from the stored offsets.
-// It returns ctx's error when ctx ends first.
+// because a dependency of the pipeline or the sink is unavailable:
+// exponential backoff from 500 ms to 30 s, reported to the observer (the
+// task's "waiting" status). Nothing was written and nothing is skipped:
+// the next round starts again from the stored offsets. It returns ctx's
+// error when ctx ends first.
 func (t *Task) waitUnavailable(ctx context.Context, err error) error {
 	t.unavailable++
 	d := min(500*time.Millisecond<<min(t.unavailable-1, 6), 30*time.Second)
-	t.log.Warn("a dependency of the record pipeline is unavailable; waiting before retrying from the stored offsets (no record is skipped)",
+	t.log.Warn("waiting for an unavailable dependency before retrying from the stored offsets (no record is skipped)",
 		"err", err, "attempt", t.unavailable, "backoff", d)
 	if t.opt.Observer != nil {
 		t.opt.Observer.Waiting(t.id, err)

@@ -107,6 +107,25 @@ func IsRetryable(err error) bool {
 	return errors.As(err, &ce)
 }
 
+// Unavailable reports whether err says the database cannot take writes
+// for a while, through no fault of the batch: SQLSTATE class 53
+// (insufficient resources: 53100 disk full, 53200 out of memory, 53300
+// too many connections), 57P01/57P02/57P03 (shutting down, crashed, not
+// accepting connections yet), or a connection that could not be made.
+// A broken connection in the middle of a commit is not one of them: its
+// outcome is unknown, which recovery resolves.
+func Unavailable(err error) bool {
+	if err == nil || IsBadRecord(err) {
+		return false
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return (len(pe.Code) == 5 && pe.Code[:2] == "53") || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03"
+	}
+	var ce *pgconn.ConnectError
+	return errors.As(err, &ce)
+}
+
 // pgCode returns err's SQLSTATE, or "" when err is not a PostgreSQL error.
 func pgCode(err error) string {
 	var pe *pgconn.PgError

@@ -62,3 +62,26 @@ func TestLostConnectionResetsThePool(t *testing.T) {
 		}
 	}
 }
+
+// TestUnavailable: the errors of a database that cannot take writes for a
+// while are told apart from bad records and from other failures.
+func TestUnavailable(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{&pgconn.PgError{Code: "53100"}, true},  // disk full
+		{&pgconn.PgError{Code: "53300"}, true},  // too many connections
+		{&pgconn.PgError{Code: "57P03"}, true},  // cannot connect now
+		{&pgconn.PgError{Code: "57014"}, false}, // query canceled
+		{&pgconn.PgError{Code: "23505"}, false}, // a bad record
+		{&pgconn.PgError{Code: "42P01"}, false}, // undefined table
+		{&pgconn.ConnectError{}, true},
+		{io.ErrUnexpectedEOF, false}, // a broken commit: unknown, not unavailable
+		{nil, false},
+	} {
+		if got := Unavailable(tc.err); got != tc.want {
+			t.Errorf("Unavailable(%#v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}

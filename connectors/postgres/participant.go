@@ -119,6 +119,14 @@ func parseGID(gid string) (connHash, topicHash string, partition int32, first, l
 // may be prepared, and InDoubt lists it.
 func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) (err error) {
 	defer func() { s.resetOnLostConnection(err) }()
+	sentPrepare := false
+	defer func() {
+		if err != nil && !sentPrepare && !errors.Is(err, twophase.ErrNothingPrepared) {
+			// PREPARE TRANSACTION was never sent: the transaction rolled
+			// back (or dies with its connection), nothing is prepared.
+			err = fmt.Errorf("%w: %w", twophase.ErrNothingPrepared, err)
+		}
+	}()
 	return classify(s.inTx(ctx, func(tx pgx.Tx) error {
 		if err := s.store.Advance(ctx, tx, offsets.GuardCAS, b.ID.Connector, b.ID.Topic, b.ID.Partition, b.Fence, b.Prev, b.ID.NextOffset()); err != nil {
 			return err
@@ -134,6 +142,7 @@ func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) (err error) {
 			return err
 		}
 		failpoint.Hit(failpoint.AfterWrite)
+		sentPrepare = true
 		if _, err := tx.Exec(ctx, "PREPARE TRANSACTION '"+GID(b.ID)+"'"); err != nil {
 			return fmt.Errorf("prepare %s: %w", b.ID, err)
 		}
@@ -142,10 +151,15 @@ func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) (err error) {
 	}))
 }
 
-// classify marks the errors no retry can fix as connectors.Terminal.
+// classify marks the errors no retry can fix as connectors.Terminal, and
+// those of a database that cannot take writes for a while as
+// connectors.ErrSinkUnavailable.
 func classify(err error) error {
 	if err != nil && (errors.Is(err, ErrTableNotFound) || errors.Is(err, ErrUnsupportedColumn) || errors.Is(err, ErrNoConflictTarget)) {
 		return &connectors.Terminal{Err: err}
+	}
+	if Unavailable(err) && !errors.Is(err, connectors.ErrSinkUnavailable) {
+		return fmt.Errorf("%w: %w", connectors.ErrSinkUnavailable, err)
 	}
 	return err
 }

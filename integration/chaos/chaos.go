@@ -175,6 +175,17 @@ type Env struct {
 	// Failover, when set, is a PostgreSQL primary with a streaming
 	// standby (the lanes' databases live there), for PostgresFailover.
 	Failover Failover
+	// Disk, when set, is the PostgreSQL server's data directory on a
+	// small filesystem, for DiskFull.
+	Disk Disk
+}
+
+// Disk fills and frees a database server's filesystem
+// (harness.PostgresService from StartPostgresSmallDisk satisfies it).
+type Disk interface {
+	// FillDisk leaves leaveBytes free; FreeDisk undoes it.
+	FillDisk(ctx context.Context, leaveBytes int64) error
+	FreeDisk(ctx context.Context) error
 }
 
 // Failover is a PostgreSQL primary with a streaming standby
@@ -250,6 +261,8 @@ type Profile struct {
 	// after-poll and after-prepare; ClickHouseStopPoints adds
 	// after-decide).
 	StopPoints []string
+	// BodyBytes is the size of each record's body (default 40).
+	BodyBytes int
 	// BlockRows is the ClickHouse lanes' insert.block.rows (default 25:
 	// several blocks per batch, so the crash window between two blocks
 	// exists).
@@ -738,7 +751,7 @@ func setupLane(ctx context.Context, p Profile, lc Lane, i int, nonce uint32, pla
 	}
 	l.prod = upstream.New(upstream.Options{
 		Name: lc.Name, Bootstrap: l.bootstrap(p), Topic: l.topic, Partitions: p.Partitions,
-		Rate: p.Rate, MaxTxn: p.MaxTxn, AbortRatio: p.AbortRatio,
+		Rate: p.Rate, MaxTxn: p.MaxTxn, AbortRatio: p.AbortRatio, BodyBytes: p.BodyBytes,
 		Seed: p.Seed + uint64(i) + 1, TransactionalID: "chaos-up-" + l.topic,
 		Log: l.prodLog, Logf: env.Logf,
 	})

@@ -73,6 +73,15 @@ func apply(ctx context.Context, p Profile, lanes []*lane, f Fault) error {
 		return brokerFault(ctx, p, lanes, f)
 	case PostgresFailover:
 		return failover(ctx, p, lanes, f)
+	case DiskFull:
+		if p.Env.Disk == nil {
+			return errors.New("no small disk")
+		}
+		if err := p.Env.Disk.FillDisk(ctx, 0); err != nil {
+			return err
+		}
+		sleep(ctx, f.Hold)
+		return p.Env.Disk.FreeDisk(context.WithoutCancel(ctx))
 	case ProducerKill:
 		for _, l := range lanes {
 			l.prod.Kill()

@@ -3,6 +3,8 @@ package chaos
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -249,5 +251,45 @@ func TestFaultPostgresFailoverAsync(t *testing.T) {
 		} else {
 			t.Logf("lane %s: without synchronous replication, as expected: %s", name, countList(c))
 		}
+	}
+}
+
+// TestFaultDiskFull fills the PostgreSQL data directory's filesystem (a
+// 128 MB tmpfs) in the middle of a stream for 15 s, then frees it. Writes
+// fail with SQLSTATE 53100 meanwhile: the tasks wait with a growing
+// backoff and say why ("waiting …", the "waiting" status of the REST API),
+// write and skip nothing, and go on once space is back. Both lanes end
+// exact.
+func TestFaultDiskFull(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos: not in -short")
+	}
+	e := env(t, false)
+	pg := harness.StartPostgresSmallDisk(t, "128m")
+	e.Postgres, e.Disk = pg, pg
+	e.NewDatabase = func(string) (string, error) { return pg.NewDatabase(t), nil }
+	p := focused("disk-full", e, 3*time.Second,
+		[]Fault{{Kind: DiskFull, Hold: 15 * time.Second}},
+		Lane{Name: "eo", Delivery: "exactly_once"},
+		Lane{Name: "eos", Delivery: "exactly_once_sink"},
+	)
+	p.BodyBytes = 2000
+	sum := runFocused(t, p)
+	waited := 0
+	for _, name := range []string{"eo", "eos"} {
+		checkExact(t, 1, sum.Lane(name))
+		logs, _ := filepath.Glob(filepath.Join(e.Dir, name+"-w*.log"))
+		for _, f := range logs {
+			b, _ := os.ReadFile(f)
+			if strings.Contains(string(b), "waiting for an unavailable dependency") && strings.Contains(string(b), "53100") {
+				t.Logf("lane %s: %s waited on the full disk (SQLSTATE 53100)", name, filepath.Base(f))
+				waited++
+			}
+		}
+	}
+	// A lane whose producer wrote little while the disk was full may need
+	// no new page; the fault must have hit at least one.
+	if waited == 0 {
+		t.Errorf("no worker reported waiting on the full disk (SQLSTATE 53100): the fault did not happen")
 	}
 }

@@ -98,6 +98,11 @@ const (
 	// restarts them clean. Needs Env.Failover; planned only explicitly.
 	PostgresFailover Kind = "pg-failover"
 
+	// DiskFull fills the PostgreSQL data directory's filesystem (a tmpfs
+	// of fixed size, Env.Disk) for Hold, then frees it: writes fail with
+	// SQLSTATE 53100 meanwhile. Planned only explicitly.
+	DiskFull Kind = "disk-full"
+
 	// REST faults: planned only when Env.REST is set (the REST API is being
 	// built; see Env.REST).
 	RESTPause   Kind = "rest-pause"
@@ -244,6 +249,8 @@ func (f Fault) String() string {
 		}
 	case PostgresFailover:
 		s += fmt.Sprintf(" w%d lag=%v", f.Worker+1, f.Hold)
+	case DiskFull:
+		s += fmt.Sprintf(" hold=%v", f.Hold)
 	case CutCommit, CutEndTxn, CutTxnOffsets:
 		s += fmt.Sprintf(" #%d", f.Hit)
 		if f.Request {

@@ -33,6 +33,9 @@ type PostgresService struct {
 type postgresShared struct {
 	url string
 	ctr *managedContainer // nil for an external server
+	// smallDisk is set when the data directory is a tmpfs of fixed size
+	// (StartPostgresSmallDisk).
+	smallDisk bool
 }
 
 // Postgres returns a server shared by the test binary (started on first use).
@@ -139,6 +142,10 @@ func (s *PostgresService) Restart(ctx context.Context, immediate bool) error {
 }
 
 func startPostgres(tb testing.TB, sharedMode bool) (*postgresShared, error) {
+	return startPostgresWith(tb, sharedMode, "", nil)
+}
+
+func startPostgresWith(tb testing.TB, sharedMode bool, tmpfsSize string, extra map[string]string) (*postgresShared, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	image := envOr(EnvPostgresImage, DefaultPostgresImage)
@@ -149,13 +156,20 @@ func startPostgres(tb testing.TB, sharedMode bool) (*postgresShared, error) {
 			return nil, err
 		}
 		u := postgresURL(port)
-		ctr, err := startContainer(ctx, tb, sharedMode, containerSpec{
+		spec := containerSpec{
 			name:  "postgres",
 			image: image,
 			env:   postgresEnv(),
 			cmd:   postgresArgs(),
 			ports: map[string]int{"5432/tcp": port},
-		})
+		}
+		for k, v := range extra {
+			spec.env[k] = v
+		}
+		if tmpfsSize != "" {
+			spec.tmpfs = map[string]string{postgresDataDir: "size=" + tmpfsSize}
+		}
+		ctr, err := startContainer(ctx, tb, sharedMode, spec)
 		if err != nil {
 			lastErr = err
 			continue
@@ -163,7 +177,7 @@ func startPostgres(tb testing.TB, sharedMode bool) (*postgresShared, error) {
 		if err := waitReady(ctx, ctr, "PostgreSQL", func(ctx context.Context) error { return postgresReady(ctx, u) }); err != nil {
 			return nil, err
 		}
-		return &postgresShared{url: u, ctr: ctr}, nil
+		return &postgresShared{url: u, ctr: ctr, smallDisk: tmpfsSize != ""}, nil
 	}
 	return nil, lastErr
 }
