@@ -266,6 +266,13 @@ func TestRoundCancelDuringPrepare(t *testing.T) {
 	p.blockPrepare = true
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
+	checkPrepareTimedOut(t, c, d, bs, ctx)
+}
+
+// checkPrepareTimedOut runs a round whose prepares block until their
+// context ends and checks it aborted, its batches in doubt.
+func checkPrepareTimedOut(t *testing.T, c *Coordinator, d *fakeDecider, bs []*Batch, ctx context.Context) {
+	t.Helper()
 	res, err := c.Round(ctx, bs)
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrInDoubt) {
 		t.Fatalf("err %v", err)
@@ -285,16 +292,7 @@ func TestRoundCancelDuringPrepare(t *testing.T) {
 func TestRoundCallTimeout(t *testing.T) {
 	c, p, d, bs := newRound(2, WithCallTimeout(20*time.Millisecond))
 	p.blockPrepare = true
-	res, err := c.Round(context.Background(), bs)
-	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrInDoubt) {
-		t.Fatalf("err %v", err)
-	}
-	if res.Outcome != OutcomeAborted || !slices.Equal(res.InDoubt, ids(bs)) {
-		t.Fatalf("res %+v", res)
-	}
-	if got := d.callList(); !slices.Equal(got, []string{"begin", "decide false"}) {
-		t.Errorf("decider calls %v", got)
-	}
+	checkPrepareTimedOut(t, c, d, bs, context.Background())
 }
 
 func TestRoundHooks(t *testing.T) {

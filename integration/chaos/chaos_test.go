@@ -177,16 +177,7 @@ func TestChaos(t *testing.T) {
 	}
 
 	// Negative control 2: exactly_once_sink with fencing disabled.
-	unf := sum.Lane("unfenced")
-	if unf == nil || unf.Report == nil {
-		t.Fatalf("seed %d: no report for lane unfenced", s)
-	}
-	if unf.VerifyExit != 1 || unf.Report.SinkFaults == 0 {
-		t.Errorf("seed %d: negative control exactly_once_sink without fencing: verify exit %d, %d sink faults; zombies must break it",
-			s, unf.VerifyExit, unf.Report.SinkFaults)
-	} else {
-		t.Logf("negative control without fencing failed as it must: %s", countList(unf.Report.Counts))
-	}
+	checkUnfenced(t, s, sum.Lane("unfenced"), "exactly_once_sink without fencing: zombies must break it")
 }
 
 // checkExact asserts a lane that must be exact is.
@@ -244,7 +235,7 @@ func TestChaosSoak(t *testing.T) {
 			checkExact(t, s, l)
 		}
 	}
-	checkUnfencedClickHouse(t, s, sum.Lane("chunfenced"))
+	checkUnfenced(t, s, sum.Lane("chunfenced"), "ClickHouse exactly_once without fencing: zombies and redos must break it")
 }
 
 // SoakProfile is the long profile: faults every 2–8 s over d, 200
@@ -269,19 +260,18 @@ func SoakProfile(seed uint64, d time.Duration, e Env, more ...Lane) Profile {
 	return p
 }
 
-// checkUnfencedClickHouse asserts the ClickHouse negative control failed:
-// with fencing and de-duplication off, a zombie or a redo writes batches
-// again, and the checker must see it.
-func checkUnfencedClickHouse(t *testing.T, s uint64, l *LaneSummary) {
+// checkUnfenced asserts a negative control without fencing failed (with
+// de-duplication off too on ClickHouse): a zombie or a redo writes
+// batches again, and the checker must see it. what says which and why.
+func checkUnfenced(t *testing.T, s uint64, l *LaneSummary, what string) {
 	t.Helper()
 	if l == nil || l.Report == nil {
-		t.Fatalf("seed %d: no report for the ClickHouse lane without fencing", s)
+		t.Fatalf("seed %d: no report for the negative control %s", s, what)
 	}
 	if l.VerifyExit != 1 || l.Report.SinkFaults == 0 {
-		t.Errorf("seed %d: negative control ClickHouse exactly_once without fencing: verify exit %d, %d sink faults; zombies and redos must break it",
-			s, l.VerifyExit, l.Report.SinkFaults)
+		t.Errorf("seed %d: negative control %s: verify exit %d, %d sink faults", s, what, l.VerifyExit, l.Report.SinkFaults)
 	} else {
-		t.Logf("negative control ClickHouse without fencing failed as it must: %s", countList(l.Report.Counts))
+		t.Logf("negative control %s: failed as it must: %s", what, countList(l.Report.Counts))
 	}
 }
 

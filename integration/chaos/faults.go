@@ -104,16 +104,20 @@ func apply(ctx context.Context, p Profile, lanes []*lane, f Fault) error {
 
 // forLanes runs fn on every lane at once.
 func forLanes(lanes []*lane, fn func(*lane) error) error {
-	errs := make([]error, len(lanes))
+	return parallel(len(lanes), func(i int) error {
+		if err := fn(lanes[i]); err != nil {
+			return fmt.Errorf("lane %s: %w", lanes[i].Name, err)
+		}
+		return nil
+	})
+}
+
+// parallel runs fn(0) … fn(n-1) at once and joins their errors.
+func parallel(n int, fn func(i int) error) error {
+	errs := make([]error, n)
 	var wg sync.WaitGroup
-	for i, l := range lanes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := fn(l); err != nil {
-				errs[i] = fmt.Errorf("lane %s: %w", l.Name, err)
-			}
-		}()
+	for i := range n {
+		wg.Go(func() { errs[i] = fn(i) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)
@@ -222,22 +226,13 @@ func restartBrokers(ctx context.Context, p Profile, f Fault) error {
 	}
 	rctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
 	defer cancel()
-	errs := make([]error, len(brokers))
-	var wg sync.WaitGroup
-	for i, b := range brokers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := b.Stop(rctx); err != nil {
-				errs[i] = err
-				return
-			}
-			sleep(ctx, f.Hold)
-			errs[i] = b.Start(rctx)
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return parallel(len(brokers), func(i int) error {
+		if err := brokers[i].Stop(rctx); err != nil {
+			return err
+		}
+		sleep(ctx, f.Hold)
+		return brokers[i].Start(rctx)
+	})
 }
 
 // sinkCommitRequest is the request whose answer CutCommit loses in a lane.

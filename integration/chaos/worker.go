@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -104,11 +103,5 @@ func (w *worker) signal(sig syscall.Signal) {
 	}
 }
 
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
+// sleep waits d, or until ctx ends.
+var sleep = harness.Sleep

@@ -337,31 +337,26 @@ func (s *KafkaClusterService) Leader(ctx context.Context, topic string, partitio
 // GroupCoordinator returns the broker coordinating group: the leader of
 // its __consumer_offsets partition.
 func (s *KafkaClusterService) GroupCoordinator(ctx context.Context, group string) (int32, error) {
-	var id int32 = -1
-	err := s.admin(ctx, func(adm *kadm.Client) error {
-		r := adm.FindGroupCoordinators(ctx, group)
-		c, ok := r[group]
-		if !ok {
-			return fmt.Errorf("harness: no coordinator for group %s", group)
-		}
-		if c.Err != nil {
-			return c.Err
-		}
-		id = c.NodeID
-		return nil
+	return s.coordinator(ctx, group, func(adm *kadm.Client) kadm.FindCoordinatorResponses {
+		return adm.FindGroupCoordinators(ctx, group)
 	})
-	return id, err
 }
 
 // TxnCoordinator returns the broker coordinating transactional id txnID:
 // the leader of its __transaction_state partition.
 func (s *KafkaClusterService) TxnCoordinator(ctx context.Context, txnID string) (int32, error) {
+	return s.coordinator(ctx, txnID, func(adm *kadm.Client) kadm.FindCoordinatorResponses {
+		return adm.FindTxnCoordinators(ctx, txnID)
+	})
+}
+
+// coordinator returns the node of key in find's answer.
+func (s *KafkaClusterService) coordinator(ctx context.Context, key string, find func(*kadm.Client) kadm.FindCoordinatorResponses) (int32, error) {
 	var id int32 = -1
 	err := s.admin(ctx, func(adm *kadm.Client) error {
-		r := adm.FindTxnCoordinators(ctx, txnID)
-		c, ok := r[txnID]
+		c, ok := find(adm)[key]
 		if !ok {
-			return fmt.Errorf("harness: no coordinator for transactional id %s", txnID)
+			return fmt.Errorf("harness: no coordinator for %s", key)
 		}
 		if c.Err != nil {
 			return c.Err

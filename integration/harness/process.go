@@ -184,3 +184,13 @@ func moduleRoot() (string, error) {
 		dir = parent
 	}
 }
+
+// Sleep waits d, or until ctx ends.
+func Sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

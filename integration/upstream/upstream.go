@@ -23,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/txsink/txsink/integration/harness"
 	"github.com/txsink/txsink/internal/verify"
 )
 
@@ -165,7 +166,7 @@ func (p *Producer) Run(ctx context.Context) {
 			var err error
 			if cl, err = p.newClient(); err != nil {
 				p.o.Logf("producer %s: client: %v", p.o.Name, err)
-				sleep(ctx, time.Second)
+				harness.Sleep(ctx, time.Second)
 				continue
 			}
 		}
@@ -174,7 +175,7 @@ func (p *Producer) Run(ctx context.Context) {
 		// Pace: size records at rate per second.
 		next = next.Add(time.Duration(size) * time.Second / time.Duration(p.o.Rate))
 		if d := time.Until(next); d > 0 {
-			sleep(ctx, d)
+			harness.Sleep(ctx, d)
 		} else if d < -5*time.Second {
 			next = time.Now() // behind after an outage: do not burst
 		}
@@ -192,7 +193,7 @@ func (p *Producer) Run(ctx context.Context) {
 			p.note("begin", err)
 			cl.Close()
 			cl = nil
-			sleep(ctx, 500*time.Millisecond)
+			harness.Sleep(ctx, 500*time.Millisecond)
 			continue
 		}
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -238,7 +239,7 @@ func (p *Producer) Run(ctx context.Context) {
 			p.note("produce/commit", errors.Join(produceErr, endErr))
 			cl.Close()
 			cl = nil
-			sleep(ctx, 500*time.Millisecond)
+			harness.Sleep(ctx, 500*time.Millisecond)
 		}
 	}
 }
@@ -285,15 +286,6 @@ func (p *Producer) record(t verify.Txn, acked, killed bool) {
 	}
 }
 
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
-
 // CommittedEnds waits up to stableWait until no transaction is open on
 // topic (every partition's last stable offset equals its high watermark),
 // then scans it with read_committed and returns, per partition that has
@@ -324,7 +316,7 @@ func CommittedEnds(ctx context.Context, bootstrap string, opts []kgo.Opt, topic 
 				break
 			}
 		}
-		sleep(ctx, 500*time.Millisecond)
+		harness.Sleep(ctx, 500*time.Millisecond)
 	}
 	truth, err := verify.Scan(ctx, verify.ScanOptions{Bootstrap: seeds, KafkaOpts: opts, Topics: []string{topic}})
 	if err != nil {
