@@ -58,25 +58,29 @@ func seed(t *testing.T) uint64 {
 }
 
 // env starts (or reuses) the services and returns the run's environment:
-// the three-broker Kafka cluster (workers through its fault proxies) and
-// PostgreSQL; with ch, ClickHouse (with ZooKeeper) too.
-func env(t *testing.T, ch bool) Env {
+// the three-broker Kafka cluster (workers through its fault proxies), and
+// with pg PostgreSQL, with ch ClickHouse (the lane
+// TXSINK_TEST_CLICKHOUSE_LANE names: with ZooKeeper by default, without on
+// lane 26).
+func env(t *testing.T, pg, ch bool) Env {
 	t.Helper()
 	c := harness.KafkaCluster(t)
-	pg := harness.Postgres(t)
-	if pg.External() {
-		t.Skip("chaos needs a PostgreSQL server started by the harness (it crashes and restarts it)")
-	}
 	e := Env{
 		Bootstrap:        c.Bootstrap,
 		ProxiedBootstrap: c.Proxied,
 		Cluster:          c,
-		Postgres:         pg,
-		NewDatabase:      func(string) (string, error) { return pg.NewDatabase(t), nil },
 		Binary:           harness.TxsinkBinary(t),
 		Dir:              runDir(t),
 		Logf:             func(f string, a ...any) { t.Logf(f, a...) },
 		// REST: nil until the REST API exists (see RESTDriver).
+	}
+	if pg {
+		s := harness.Postgres(t)
+		if s.External() {
+			t.Skip("chaos needs a PostgreSQL server started by the harness (it crashes and restarts it)")
+		}
+		e.Postgres = s
+		e.NewDatabase = func(string) (string, error) { return s.NewDatabase(t), nil }
 	}
 	if ch {
 		s := harness.ClickHouse(t)
@@ -143,7 +147,7 @@ func TestChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos: not in -short")
 	}
-	e := env(t, false)
+	e := env(t, true, false)
 	s := seed(t)
 	t.Logf("chaos seed %d (replay: %s=%d)", s, EnvSeed, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
@@ -217,7 +221,7 @@ func TestChaosSoak(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%s: %v", EnvDuration, err)
 	}
-	e := env(t, true)
+	e := env(t, true, true)
 	s := seed(t)
 	t.Logf("chaos soak seed %d (replay: %s=%d), duration %v", s, EnvSeed, s, d)
 	p := SoakProfile(s, d, e, previousKafkaLane(t, "eo41", "exactly_once"))
@@ -339,7 +343,7 @@ func TestChaosClickHouse(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos: not in -short")
 	}
-	e := env(t, true)
+	e := env(t, false, true)
 	s := seed(t)
 	t.Logf("chaos seed %d (replay: %s=%d)", s, EnvSeed, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)

@@ -102,7 +102,7 @@ func TestFaultCuts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos: not in -short")
 	}
-	e := env(t, true)
+	e := env(t, true, true)
 	exact := []string{"eo", "eos", "cheo"}
 	sum := runFocused(t, focused("cuts", e, 3*time.Second,
 		[]Fault{
@@ -133,7 +133,7 @@ func TestFaultNetwork(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos: not in -short")
 	}
-	e := env(t, true)
+	e := env(t, true, true)
 	sum := runFocused(t, focused("network", e, 2*time.Second, []Fault{
 		{Kind: NetLatency, Target: TargetKafka, Latency: 8 * time.Second, Hold: 6 * time.Second},
 		{Kind: NetHalfOpen, Target: TargetPostgres, Hold: 8 * time.Second},
@@ -161,7 +161,7 @@ func TestFaultBrokers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos: not in -short")
 	}
-	e := env(t, true)
+	e := env(t, true, true)
 	sum := runFocused(t, focused("brokers", e, 2*time.Second, []Fault{
 		{Kind: BrokerLeader, Hit: 0, Hold: 2 * time.Second},
 		{Kind: BrokerGroupCoordinator, Hold: 2 * time.Second},
@@ -182,7 +182,7 @@ func TestFaultBrokers(t *testing.T) {
 // streaming standby (synchronous or not) instead of the shared server.
 func failoverEnv(t *testing.T, synchronous bool) Env {
 	t.Helper()
-	e := env(t, false)
+	e := env(t, false, false)
 	pair := harness.StartPostgresReplicated(t, harness.ReplicationOptions{Synchronous: synchronous})
 	e.Postgres = nil
 	e.Failover = pair
@@ -264,7 +264,7 @@ func TestFaultDiskFull(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos: not in -short")
 	}
-	e := env(t, false)
+	e := env(t, false, false)
 	pg := harness.StartPostgresSmallDisk(t, "128m")
 	e.Postgres, e.Disk = pg, pg
 	e.NewDatabase = func(string) (string, error) { return pg.NewDatabase(t), nil }
