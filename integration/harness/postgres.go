@@ -45,7 +45,32 @@ func Postgres(t testing.TB) *PostgresService {
 		return &PostgresService{URL: u, tb: t, p: &postgresShared{url: u}}
 	}
 	requireDocker(t, EnvPostgresURL)
-	p := service(t, "postgres", startPostgres)
+	p := service(t, "postgres", func(tb testing.TB, sharedMode bool) (*postgresShared, error) {
+		return startPostgres(tb, sharedMode, "postgres")
+	})
+	return &PostgresService{URL: p.url, tb: t, p: p}
+}
+
+// EnvPostgresSourceURL names a running PostgreSQL server with
+// wal_level=logical to use as PostgresSource instead of a container.
+const EnvPostgresSourceURL = "TXSINK_TEST_POSTGRES_SOURCE_URL"
+
+// PostgresSource returns a second server, shared by the test binary, that
+// plays the source database of change data capture: wal_level=logical
+// (Debezium's pgoutput replication slots), its own server so that the
+// source and the targets are apart. The superuser of URL may replicate.
+// It skips the test like Postgres, with TXSINK_TEST_POSTGRES_SOURCE_URL
+// instead.
+func PostgresSource(t testing.TB) *PostgresService {
+	t.Helper()
+	if u := os.Getenv(EnvPostgresSourceURL); u != "" {
+		return &PostgresService{URL: u, tb: t, p: &postgresShared{url: u}}
+	}
+	requireDocker(t, EnvPostgresSourceURL)
+	p := service(t, "postgres-source", func(tb testing.TB, sharedMode bool) (*postgresShared, error) {
+		return startPostgres(tb, sharedMode, "postgres-source",
+			"-c", "wal_level=logical", "-c", "max_replication_slots=20", "-c", "max_wal_senders=20")
+	})
 	return &PostgresService{URL: p.url, tb: t, p: p}
 }
 
@@ -89,8 +114,9 @@ func (s *PostgresService) NewDatabase(t testing.TB) string {
 	return dbURL
 }
 
-// dropDatabase rolls back the database's prepared transactions (which would
-// block DROP DATABASE) and drops it.
+// dropDatabase rolls back the database's prepared transactions and drops
+// its inactive logical replication slots (both would block DROP DATABASE),
+// then drops it.
 func (s *PostgresService) dropDatabase(ctx context.Context, name, dbURL string) error {
 	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
@@ -105,6 +131,9 @@ func (s *PostgresService) dropDatabase(ctx context.Context, name, dbURL string) 
 				err = rerr
 			}
 		}
+	}
+	if err == nil {
+		_, err = conn.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = current_database() AND NOT active")
 	}
 	conn.Close(ctx)
 	if err != nil {
@@ -139,7 +168,9 @@ func (s *PostgresService) Restart(ctx context.Context, immediate bool) error {
 	return waitReady(ctx, s.p.ctr, "PostgreSQL", func(ctx context.Context) error { return postgresReady(ctx, s.URL) })
 }
 
-func startPostgres(tb testing.TB, sharedMode bool) (*postgresShared, error) {
+// startPostgres starts a server container named name, with the server
+// options of every harness server and extra.
+func startPostgres(tb testing.TB, sharedMode bool, name string, extra ...string) (*postgresShared, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	image := envOr(EnvPostgresImage, DefaultPostgresImage)
@@ -151,19 +182,19 @@ func startPostgres(tb testing.TB, sharedMode bool) (*postgresShared, error) {
 		}
 		u := fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/postgres?sslmode=disable", postgresUser, postgresPassword, port)
 		ctr, err := startContainer(ctx, tb, sharedMode, containerSpec{
-			name:  "postgres",
+			name:  name,
 			image: image,
 			env: map[string]string{
 				"POSTGRES_USER":     postgresUser,
 				"POSTGRES_PASSWORD": postgresPassword,
 				"POSTGRES_DB":       "postgres",
 			},
-			cmd: []string{
+			cmd: append([]string{
 				"postgres",
 				"-c", "max_prepared_transactions=" + strconv.Itoa(PostgresMaxPreparedTransactions),
 				"-c", "fsync=on",
 				"-c", "max_connections=200",
-			},
+			}, extra...),
 			ports: map[string]int{"5432/tcp": port},
 		})
 		if err != nil {
