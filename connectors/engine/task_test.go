@@ -484,3 +484,84 @@ func TestTaskWaitsForUnavailableDependency(t *testing.T) {
 		})
 	}
 }
+
+// TestTaskRunsSchemaChangesAlone: under exactly_once a batch that needs a
+// schema change (auto.create, auto.evolve) gets a round of its own, since
+// its prepared transaction keeps an ACCESS EXCLUSIVE lock until the
+// decision; the other partitions follow in the next rounds and every
+// record lands exactly once.
+func TestTaskRunsSchemaChangesAlone(t *testing.T) {
+	c, db, pool := kfakeAndTable(t, "grow", 3, `SELECT 1`)
+	ctx := context.Background()
+	want := produceTxns(t, c.ListenAddrs(), "grow", 12)
+	// A later generation of the records has a new field.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("grow"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 30 {
+		id := fmt.Sprintf("x%d", i)
+		r := &kgo.Record{Value: fmt.Appendf(nil, `{"id":%q,"seq":%d,"color":"c%d"}`, id, 1000+i, i)}
+		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		want[coord{r.Partition, r.Offset}] = id
+	}
+	cl.Close()
+
+	reg := &connectors.Registry{}
+	if err := reg.Register(postgres.Spec()); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	conn, err := connectors.Open(ctx, reg, map[string]string{
+		"name": "grow", "connector.class": "postgres", "topics": "grow",
+		"connection.url": db, "pk.mode": "kafka", "auto.create": "true", "auto.evolve": "true",
+		"batch.max.records": "40", "batch.linger.ms": "5", "session.timeout.ms": "3000",
+	}, connectors.TaskOptions{Bootstrap: c.ListenAddrs(), InstanceID: "t", Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	conn.Start(func(_ int, err error) { done <- err })
+	defer conn.Stop()
+	waitCount(t, pool, `SELECT count(*) FROM pg_tables WHERE tablename = 'grow'`, 1)
+	waitCount(t, pool, `SELECT count(*) FROM grow`, len(want))
+	select {
+	case err := <-done:
+		t.Fatalf("task ended: %v", err)
+	default:
+	}
+	rows, err := pool.Query(ctx, `SELECT __connect_partition, __connect_offset, id, coalesce(color, '') FROM grow`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[coord]int{}
+	colors := 0
+	for rows.Next() {
+		var k coord
+		var id, color string
+		if err := rows.Scan(&k.p, &k.off, &id, &color); err != nil {
+			t.Fatal(err)
+		}
+		seen[k]++
+		if want[k] != id {
+			t.Errorf("row p%d@%d id %q: produced %q", k.p, k.off, id, want[k])
+		}
+		if color != "" {
+			colors++
+		}
+	}
+	for k := range want {
+		if seen[k] != 1 {
+			t.Errorf("p%d@%d written %d times", k.p, k.off, seen[k])
+		}
+	}
+	if colors != 30 {
+		t.Errorf("%d rows with the evolved column, want 30", colors)
+	}
+	var prepared int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database()`).Scan(&prepared); err != nil || prepared != 0 {
+		t.Errorf("%d prepared transactions left (err %v)", prepared, err)
+	}
+}

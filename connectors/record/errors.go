@@ -140,7 +140,7 @@ func IsCause(err error) bool {
 	if IsBadRecord(err) {
 		return true
 	}
-	for _, s := range []error{ErrDecode, ErrCoerce, ErrUnknownField, ErrMissingKey, ErrTombstone, ErrTransform} {
+	for _, s := range []error{ErrDecode, ErrCoerce, ErrUnknownField, ErrMissingKey, ErrTombstone, ErrTransform, ErrTruncate, ErrIncompatible, ErrNotChange} {
 		if errors.Is(err, s) {
 			return true
 		}
