@@ -243,6 +243,9 @@ func (r *Registry) Validate(raw map[string]string) (Spec, config.Values, config.
 	}
 	v, errs := spec.AllDefs().Validate(raw)
 	p := r.Policy()
+	if len(errs) == 0 {
+		errs = config.CheckTopics(v)
+	}
 	if len(errs) == 0 && spec.Validate != nil {
 		errs = spec.Validate(v, p)
 	}

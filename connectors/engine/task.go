@@ -196,7 +196,6 @@ func (t *Task) clientOpts(onAssign func(context.Context, map[string]map[int32]kg
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(t.opt.Bootstrap...),
 		kgo.ConsumerGroup(t.conn.GroupID),
-		kgo.ConsumeTopics(t.conn.Topics...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.RequireStableFetchOffsets(),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
@@ -215,6 +214,17 @@ func (t *Task) clientOpts(onAssign func(context.Context, map[string]map[int32]kg
 		// by default), which batch.max.bytes above 50 MiB would set.
 		kgo.BrokerMaxReadBytes(max(100<<20, fetchMax+1<<20)),
 		kgo.ClientID("txsink-" + t.conn.Name),
+	}
+	if t.conn.MetadataMaxAge > 0 {
+		opts = append(opts, kgo.MetadataMaxAge(t.conn.MetadataMaxAge), kgo.MetadataMinAge(min(t.conn.MetadataMaxAge, 5*time.Second)))
+	}
+	if p := t.conn.TopicsPattern(); p != "" {
+		// New matching topics join the subscription at a metadata refresh:
+		// the group rebalances and assign recovers and fences them as any
+		// other partition.
+		opts = append(opts, kgo.ConsumeTopics(p), kgo.ConsumeRegex())
+	} else {
+		opts = append(opts, kgo.ConsumeTopics(t.conn.Topics...))
 	}
 	return append(opts, t.opt.KafkaOpts...)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
@@ -563,5 +564,54 @@ func TestTaskRunsSchemaChangesAlone(t *testing.T) {
 	var prepared int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database()`).Scan(&prepared); err != nil || prepared != 0 {
 		t.Errorf("%d prepared transactions left (err %v)", prepared, err)
+	}
+}
+
+// TestTaskTopicsRegex: topics.regex consumes every matching topic,
+// whole-name matched, including one created after the task started.
+func TestTaskTopicsRegex(t *testing.T) {
+	c, db, pool := kfakeAndTable(t, "rx-a", 2, `SELECT 1`)
+	ctx := context.Background()
+	wantA := produceTxns(t, c.ListenAddrs(), "rx-a", 4)
+	reg := &connectors.Registry{}
+	if err := reg.Register(postgres.Spec()); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	conn, err := connectors.Open(ctx, reg, map[string]string{
+		"name": "rx", "connector.class": "postgres", "topics.regex": "rx-[a-z]",
+		"connection.url": db, "pk.mode": "kafka", "auto.create": "true", "table.name.format": "t_${topic}",
+		"metadata.max.age.ms": "1000", "batch.linger.ms": "5", "session.timeout.ms": "3000",
+	}, connectors.TaskOptions{Bootstrap: c.ListenAddrs(), InstanceID: "t", Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Start(nil)
+	defer conn.Stop()
+	waitCount(t, pool, `SELECT count(*) FROM pg_tables WHERE tablename = 't_rx-a'`, 1)
+	waitCount(t, pool, `SELECT count(*) FROM "t_rx-a"`, len(wantA))
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for _, topic := range []string{"rx-b", "rx-bb"} { // rx-bb does not match the whole pattern
+		r := kmsg.NewPtrCreateTopicsRequest()
+		rt := kmsg.NewCreateTopicsRequestTopic()
+		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, 1, 1
+		r.Topics = append(r.Topics, rt)
+		if _, err := r.RequestWith(ctx, cl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantB := produceTxns(t, c.ListenAddrs(), "rx-b", 4)
+	produceTxns(t, c.ListenAddrs(), "rx-bb", 2)
+	waitCount(t, pool, `SELECT count(*) FROM pg_tables WHERE tablename = 't_rx-b'`, 1)
+	waitCount(t, pool, `SELECT count(*) FROM "t_rx-b"`, len(wantB))
+	time.Sleep(500 * time.Millisecond)
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM "t_rx-a") + (SELECT count(*) FROM "t_rx-b") + (SELECT count(*) FROM pg_tables WHERE tablename = 't_rx-bb')`).Scan(&n); err != nil || n != len(wantA)+len(wantB) {
+		t.Errorf("rows %d (err %v), want %d and no table for rx-bb", n, err, len(wantA)+len(wantB))
 	}
 }
