@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -470,4 +471,164 @@ func TestCDCPostgresSchemaChange(t *testing.T) {
 		t.Errorf("%d prepared transactions left", n)
 	}
 	p.signal(syscall.SIGTERM)
+}
+
+// chDrained waits until the connector's stored offsets reach every end.
+func chDrained(t *testing.T, conn driver.Conn, connector string, want ends, d time.Duration, p *proc) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		got := map[string]map[int32]int64{}
+		rows, err := conn.Query(context.Background(), "SELECT topic, `partition`, argMax(next_offset, (fence, next_offset)) FROM txsink_offsets WHERE connector = ? GROUP BY topic, `partition`", connector)
+		if err == nil {
+			for rows.Next() {
+				var tp string
+				var part int32
+				var n int64
+				if rows.Scan(&tp, &part, &n) == nil {
+					if got[tp] == nil {
+						got[tp] = map[int32]int64{}
+					}
+					got[tp][part] = n
+				}
+			}
+			rows.Close()
+		}
+		done := true
+		for tp, ps := range want {
+			for part, end := range ps {
+				if got[tp][part] < end {
+					done = false
+				}
+			}
+		}
+		if done {
+			return
+		}
+		if ok, code := p.exited(); ok {
+			t.Fatalf("txsink exited with %d before draining; stored %v, want %v\n%s", code, got, want, tail(p.output(), 3000))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not drained after %v: stored %v, want %v", d, got, want)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// chDump reads a ReplacingMergeTree table as its current rows (FINAL,
+// without deletion rows) in the form of dumpRow, sorted.
+func chDump(t *testing.T, conn driver.Conn, table string, withNote bool) []string {
+	t.Helper()
+	cols := "id, name, qty"
+	if withNote {
+		cols += ", note"
+	}
+	rows, err := conn.Query(context.Background(), "SELECT "+cols+" FROM `"+table+"` FINAL WHERE is_deleted = 0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id int32
+		var name string
+		var qty *int32
+		var note *string
+		dst := []any{&id, &name, &qty}
+		if withNote {
+			dst = append(dst, &note)
+		}
+		if err := rows.Scan(dst...); err != nil {
+			t.Fatal(err)
+		}
+		var q, n any
+		if qty != nil {
+			q = *qty
+		}
+		if note != nil {
+			n = *note
+		}
+		out = append(out, dumpRow(id, name, q, n, withNote))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestCDCClickHouse: one exactly_once ClickHouse connector applies
+// Debezium events of two tables (topics.regex, ${source.table}) into
+// ReplacingMergeTree(version, is_deleted) tables it creates, versioned by
+// the source LSN; one source gains a column mid-stream (auto.evolve,
+// ADD COLUMN IF NOT EXISTS); each table read with FINAL equals its
+// source. Then a change event whose key is not the table's ORDER BY key
+// stops the partition at that record.
+func TestCDCClickHouse(t *testing.T) {
+	k, ch, db, conn := chEnv(t)
+	server := "ch" + randSuffix(t)
+	cl := k.Client(t, kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
+	rng := rand.New(rand.NewPCG(17, 5))
+	clk := &lsnClock{n: 1 << 20}
+	e := ends{}
+	a, b := newCDCSource(cdcTable(server, "a")), newCDCSource(cdcTable(server, "b"))
+	k.CreateTopic(t, a.tbl.Topic(), 2)
+	k.CreateTopic(t, b.tbl.Topic(), 2)
+	const name = "cdc-ch"
+	cfg := chConnector(name, "", ch, db, "exactly_once")
+	delete(cfg, "topics")
+	delete(cfg, "pk.mode")
+	for k, v := range map[string]string{
+		"topics.regex": server + `\.public\..*`, "cdc.format": "debezium", "table.name.format": "${source.table}",
+		"auto.create": "true", "auto.evolve": "true", "version.column": "ver", "batch.max.records": "500",
+	} {
+		cfg[k] = v
+	}
+	p := startTxsink(t, k.Bootstrap, writeConnector(t, cfg), "w1")
+	step := func(n int) {
+		var recs []*kgo.Record
+		for range n {
+			recs = append(recs, a.step(rng, clk)...)
+			recs = append(recs, b.step(rng, clk)...)
+		}
+		produceCDC(t, cl, e, recs)
+	}
+	step(120)
+	chDrained(t, conn, name, e, 3*time.Minute, p)
+	a.withNote()
+	step(120)
+	chDrained(t, conn, name, e, 3*time.Minute, p)
+	if d := sameRows(chDump(t, conn, "a", true), a.want()); d != "" {
+		t.Errorf("table a: %s", d)
+	}
+	if d := sameRows(chDump(t, conn, "b", false), b.want()); d != "" {
+		t.Errorf("table b: %s", d)
+	}
+	var engine string
+	if err := conn.QueryRow(context.Background(), "SELECT engine_full FROM system.tables WHERE database = ? AND name = 'a'", db).Scan(&engine); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("table a: %s; %d and %d rows", engine, len(a.rows), len(b.rows))
+
+	// The source's key changes to (id, name): not the table's ORDER BY.
+	rekeyed := *b.tbl
+	rekeyed.Key = []string{"id", "name"}
+	kr, vr := rekeyed.JSON(dbztest.Event{Op: 'c', After: dbztest.Row{"id": 777777, "name": "k", "qty": 1}, LSN: clk.next(), TsMs: 1})
+	bad := &kgo.Record{Topic: b.tbl.Topic(), Key: kr, Value: vr}
+	produceCDC(t, cl, e, []*kgo.Record{bad})
+	if !p.wait(90 * time.Second) {
+		t.Fatal("txsink still running 90s after an incompatible key")
+	}
+	if _, code := p.exited(); code != 4 {
+		t.Fatalf("txsink exited with %d, want 4", code)
+	}
+	at := fmt.Sprintf("%s[%d]@%d", b.tbl.Topic(), bad.Partition, bad.Offset)
+	if out := p.output(); !strings.Contains(out, at) || !strings.Contains(out, "incompatible schema change") || !strings.Contains(out, "is not the ORDER BY key") {
+		t.Errorf("the error does not name the record %s and the key:\n%s", at, tail(out, 2500))
+	}
+	var next int64
+	err := conn.QueryRow(context.Background(), "SELECT argMax(next_offset, (fence, next_offset)) FROM txsink_offsets WHERE connector = ? AND topic = ? AND `partition` = ?", name, b.tbl.Topic(), bad.Partition).Scan(&next)
+	if err != nil || next != bad.Offset {
+		t.Errorf("stored next_offset %d (%v), want the record's offset %d", next, err, bad.Offset)
+	}
+	if n := chPendingIntents(t, conn, name); n != 0 {
+		t.Errorf("%d intents left pending", n)
+	}
 }

@@ -282,14 +282,41 @@ func (r *buildResolver) evolve(ctx context.Context, t *table, value record.Value
 		return t, nil
 	}
 	for _, n := range names {
-		ddl := "ALTER TABLE " + t.Ident + " ADD COLUMN IF NOT EXISTS " + quoteIdent(n) + " " + evolveType(value, n, s.modern())
-		if err := s.conn.Exec(ctx, ddl); err != nil {
-			return nil, fmt.Errorf("clickhouse: auto.evolve %s: %w: %w", t.Ident, ErrSchemaChangeFailed, err)
+		if err := s.addColumn(ctx, t, n, evolveType(value, n, s.modern())); err != nil {
+			return nil, err
 		}
-		s.log.Info("added a column (auto.evolve)", "table", t.Name, "ddl", ddl)
 	}
 	s.forget(t.Name)
 	return s.table(ctx, t.Name, nil)
+}
+
+// addColumn runs ALTER TABLE … ADD COLUMN IF NOT EXISTS. Servers before
+// 19.x do not know IF NOT EXISTS (a syntax error): there it checks
+// system.columns, adds the column, and takes a failure as success when
+// the column exists after all (another writer added it meanwhile), so the
+// change stays idempotent.
+func (s *Sink) addColumn(ctx context.Context, t *table, name, typ string) error {
+	ddl := "ALTER TABLE " + t.Ident + " ADD COLUMN IF NOT EXISTS " + quoteIdent(name) + " " + typ
+	err := s.conn.Exec(ctx, ddl)
+	if err != nil {
+		exists := func() bool {
+			var n uint64
+			return s.conn.QueryRow(ctx, "SELECT count() FROM system.columns WHERE database = ? AND table = ? AND name = ?", t.DB, t.Name, name).Scan(&n) == nil && n > 0
+		}
+		if !exists() {
+			ddl = "ALTER TABLE " + t.Ident + " ADD COLUMN " + quoteIdent(name) + " " + typ
+			if err = s.conn.Exec(ctx, ddl); err != nil && exists() {
+				err = nil
+			}
+		} else {
+			err = nil
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("clickhouse: auto.evolve %s: %w: %w", t.Ident, ErrSchemaChangeFailed, err)
+	}
+	s.log.Info("added a column (auto.evolve)", "table", t.Name, "ddl", ddl)
+	return nil
 }
 
 // modern reports whether the server has Bool, Date32, DateTime64 and Map
@@ -489,10 +516,10 @@ func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) error {
 }
 
 // nothingPrepared marks a failure of the record pipeline's environment
-// (an unavailable schema registry), met before the intent is written, as
-// leaving nothing prepared.
+// (an unavailable schema registry) or of a schema change, met before the
+// intent is written, as leaving nothing prepared.
 func nothingPrepared(err error) error {
-	if errors.Is(err, record.ErrUnavailable) {
+	if errors.Is(err, record.ErrUnavailable) || errors.Is(err, ErrSchemaChangeFailed) {
 		return fmt.Errorf("%w: %w", twophase.ErrNothingPrepared, err)
 	}
 	return err
