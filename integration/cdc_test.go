@@ -315,8 +315,8 @@ func cdcConnector(name, dbURL string, extra map[string]string) map[string]string
 
 // TestCDCPostgresRouting: one exactly_once connector consumes, by
 // topics.regex, three Debezium topics (one created after it started)
-// and writes three tables named by ${source.table}, created by
-// auto.create: inserts, updates, deletes with their tombstones, key
+// and writes three tables renamed by Kafka Connect's RegexRouter
+// (copy_<table>), created by auto.create: inserts, updates, deletes with their tombstones, key
 // changes (Debezium's delete + create, and single moving updates in a
 // one-partition topic). Every table ends equal to its source model.
 // Then a truncate event, refused by default, stops the task at its exact
@@ -336,8 +336,13 @@ func TestCDCPostgresRouting(t *testing.T) {
 	k.CreateTopic(t, a.tbl.Topic(), 2)
 	k.CreateTopic(t, b.tbl.Topic(), 2)
 	const conn = "cdc-routing"
+	// Kafka Connect's RegexRouter renames each topic, and the table is the
+	// topic as the transform left it.
 	p := startTxsink(t, k.Bootstrap, writeConnector(t, cdcConnector(conn, db, map[string]string{
 		"topics.regex": server + `\.public\..*`, "metadata.max.age.ms": "2000",
+		"transforms": "route", "transforms.route.type": "org.apache.kafka.connect.transforms.RegexRouter",
+		"transforms.route.regex": `[^.]+\.public\.(.*)`, "transforms.route.replacement": "copy_$1",
+		"table.name.format": "${topic}",
 	})), "w1")
 	produceRounds := func(srcs ...*cdcSource) {
 		for range 4 {
@@ -363,7 +368,7 @@ func TestCDCPostgresRouting(t *testing.T) {
 		}
 	}
 	for _, s := range []*cdcSource{a, b, c} {
-		if d := sameRows(pgDump(t, pool, s.tbl.Name, false), s.want()); d != "" {
+		if d := sameRows(pgDump(t, pool, "copy_"+s.tbl.Name, false), s.want()); d != "" {
 			t.Errorf("table %s: %s", s.tbl.Name, d)
 		}
 	}
@@ -387,7 +392,7 @@ func TestCDCPostgresRouting(t *testing.T) {
 	if err := pool.QueryRow(context.Background(), `SELECT next_offset FROM txsink_offsets WHERE connector = $1 AND topic = $2`, conn, c.tbl.Topic()).Scan(&next); err != nil || next != trunc.Offset {
 		t.Errorf("stored next_offset %d (%v), want the truncate's offset %d", next, err, trunc.Offset)
 	}
-	if d := sameRows(pgDump(t, pool, "c", false), c.want()); d != "" {
+	if d := sameRows(pgDump(t, pool, "copy_c", false), c.want()); d != "" {
 		t.Errorf("table c after the refused truncate: %s", d)
 	}
 	if n := preparedXacts(t, pool); n != 0 {
