@@ -194,27 +194,63 @@ func produceCDC(t *testing.T, cl *kgo.Client, e ends, recs []*kgo.Record) {
 	e.add(recs)
 }
 
-// pgDrained waits until the connector's stored offsets reach every end.
-func pgDrained(t *testing.T, pool *pgxpool.Pool, connector string, want ends, d time.Duration, p *proc) {
+// offsetRows reads a connector's stored next offsets from a sink.
+type offsetRows interface {
+	stored(ctx context.Context) (ends, error)
+}
+
+type pgOffsets struct {
+	pool      *pgxpool.Pool
+	connector string
+}
+
+func (o pgOffsets) stored(ctx context.Context) (ends, error) {
+	rows, err := o.pool.Query(ctx, `SELECT topic, partition, coalesce(next_offset, -1) FROM txsink_offsets WHERE connector = $1`, o.connector)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	return scanEnds(rows.Next, rows.Scan, rows.Err)
+}
+
+type chOffsetRows struct {
+	conn      driver.Conn
+	connector string
+}
+
+func (o chOffsetRows) stored(ctx context.Context) (ends, error) {
+	rows, err := o.conn.Query(ctx, "SELECT topic, `partition`, argMax(next_offset, (fence, next_offset)) FROM txsink_offsets WHERE connector = ? GROUP BY topic, `partition`", o.connector)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	return scanEnds(rows.Next, func(dst ...any) error { return rows.Scan(dst...) }, rows.Err)
+}
+
+func scanEnds(next func() bool, scan func(...any) error, rerr func() error) (ends, error) {
+	got := ends{}
+	for next() {
+		var tp string
+		var part int32
+		var n int64
+		if err := scan(&tp, &part, &n); err != nil {
+			return nil, err
+		}
+		if got[tp] == nil {
+			got[tp] = map[int32]int64{}
+		}
+		got[tp][part] = n
+	}
+	return got, rerr()
+}
+
+// waitEnds waits until the connector's stored offsets reach every end,
+// failing when txsink exits first.
+func waitEnds(t *testing.T, o offsetRows, want ends, d time.Duration, p *proc) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
-		got := map[string]map[int32]int64{}
-		rows, err := pool.Query(context.Background(), `SELECT topic, partition, coalesce(next_offset, -1) FROM txsink_offsets WHERE connector = $1`, connector)
-		if err == nil {
-			for rows.Next() {
-				var tp string
-				var part int32
-				var n int64
-				if rows.Scan(&tp, &part, &n) == nil {
-					if got[tp] == nil {
-						got[tp] = map[int32]int64{}
-					}
-					got[tp][part] = n
-				}
-			}
-			rows.Close()
-		}
+		got, _ := o.stored(context.Background())
 		done := true
 		for tp, ps := range want {
 			for part, end := range ps {
@@ -239,7 +275,7 @@ func pgDrained(t *testing.T, pool *pgxpool.Pool, connector string, want ends, d 
 // pgDump reads a table as id|name|qty[|note] lines, sorted.
 func pgDump(t *testing.T, pool *pgxpool.Pool, table string, withNote bool) []string {
 	t.Helper()
-	cols := "id, name, qty"
+	cols := "id::int8, name, qty::int8"
 	if withNote {
 		cols += ", note"
 	}
@@ -248,8 +284,15 @@ func pgDump(t *testing.T, pool *pgxpool.Pool, table string, withNote bool) []str
 		t.Fatal(err)
 	}
 	defer rows.Close()
+	return dumpRows(t, rows.Next, rows.Scan, rows.Err, withNote)
+}
+
+// dumpRows scans rows of (id, name, qty[, note]) into dumpRow lines,
+// sorted.
+func dumpRows(t *testing.T, next func() bool, scan func(...any) error, rerr func() error, withNote bool) []string {
+	t.Helper()
 	var out []string
-	for rows.Next() {
+	for next() {
 		var id int64
 		var name string
 		var qty *int64
@@ -258,7 +301,7 @@ func pgDump(t *testing.T, pool *pgxpool.Pool, table string, withNote bool) []str
 		if withNote {
 			dst = append(dst, &note)
 		}
-		if err := rows.Scan(dst...); err != nil {
+		if err := scan(dst...); err != nil {
 			t.Fatal(err)
 		}
 		var q, n any
@@ -269,6 +312,9 @@ func pgDump(t *testing.T, pool *pgxpool.Pool, table string, withNote bool) []str
 			n = *note
 		}
 		out = append(out, dumpRow(id, name, q, n, withNote))
+	}
+	if err := rerr(); err != nil {
+		t.Fatal(err)
 	}
 	sort.Strings(out)
 	return out
@@ -356,11 +402,11 @@ func TestCDCPostgresRouting(t *testing.T) {
 		}
 	}
 	produceRounds(a, b)
-	pgDrained(t, pool, conn, e, 2*time.Minute, p)
+	waitEnds(t, pgOffsets{pool, conn}, e, 2*time.Minute, p)
 	// A topic created after the connector started.
 	k.CreateTopic(t, c.tbl.Topic(), 1)
 	produceRounds(a, b, c)
-	pgDrained(t, pool, conn, e, 2*time.Minute, p)
+	waitEnds(t, pgOffsets{pool, conn}, e, 2*time.Minute, p)
 	total := 0
 	for _, tp := range e {
 		for _, n := range tp {
@@ -430,11 +476,11 @@ func TestCDCPostgresSchemaChange(t *testing.T) {
 		produceCDC(t, cl, e, recs)
 	}
 	step(150)
-	pgDrained(t, pool, conn, e, 2*time.Minute, p)
+	waitEnds(t, pgOffsets{pool, conn}, e, 2*time.Minute, p)
 	// The source gains a column, while the other table's rounds go on.
 	s.withNote()
 	step(150)
-	pgDrained(t, pool, conn, e, 2*time.Minute, p)
+	waitEnds(t, pgOffsets{pool, conn}, e, 2*time.Minute, p)
 	if d := sameRows(pgDump(t, pool, "items", true), s.want()); d != "" {
 		t.Errorf("after the new column: %s", d)
 	}
@@ -478,53 +524,11 @@ func TestCDCPostgresSchemaChange(t *testing.T) {
 	p.signal(syscall.SIGTERM)
 }
 
-// chDrained waits until the connector's stored offsets reach every end.
-func chDrained(t *testing.T, conn driver.Conn, connector string, want ends, d time.Duration, p *proc) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		got := map[string]map[int32]int64{}
-		rows, err := conn.Query(context.Background(), "SELECT topic, `partition`, argMax(next_offset, (fence, next_offset)) FROM txsink_offsets WHERE connector = ? GROUP BY topic, `partition`", connector)
-		if err == nil {
-			for rows.Next() {
-				var tp string
-				var part int32
-				var n int64
-				if rows.Scan(&tp, &part, &n) == nil {
-					if got[tp] == nil {
-						got[tp] = map[int32]int64{}
-					}
-					got[tp][part] = n
-				}
-			}
-			rows.Close()
-		}
-		done := true
-		for tp, ps := range want {
-			for part, end := range ps {
-				if got[tp][part] < end {
-					done = false
-				}
-			}
-		}
-		if done {
-			return
-		}
-		if ok, code := p.exited(); ok {
-			t.Fatalf("txsink exited with %d before draining; stored %v, want %v\n%s", code, got, want, tail(p.output(), 3000))
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not drained after %v: stored %v, want %v", d, got, want)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-}
-
 // chDump reads a ReplacingMergeTree table as its current rows (FINAL,
 // without deletion rows) in the form of dumpRow, sorted.
 func chDump(t *testing.T, conn driver.Conn, table string, withNote bool) []string {
 	t.Helper()
-	cols := "id, name, qty"
+	cols := "toInt64(id), name, CAST(qty AS Nullable(Int64))"
 	if withNote {
 		cols += ", note"
 	}
@@ -533,30 +537,7 @@ func chDump(t *testing.T, conn driver.Conn, table string, withNote bool) []strin
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var id int32
-		var name string
-		var qty *int32
-		var note *string
-		dst := []any{&id, &name, &qty}
-		if withNote {
-			dst = append(dst, &note)
-		}
-		if err := rows.Scan(dst...); err != nil {
-			t.Fatal(err)
-		}
-		var q, n any
-		if qty != nil {
-			q = *qty
-		}
-		if note != nil {
-			n = *note
-		}
-		out = append(out, dumpRow(id, name, q, n, withNote))
-	}
-	sort.Strings(out)
-	return out
+	return dumpRows(t, rows.Next, func(dst ...any) error { return rows.Scan(dst...) }, rows.Err, withNote)
 }
 
 // TestCDCClickHouse: one exactly_once ClickHouse connector applies
@@ -596,10 +577,10 @@ func TestCDCClickHouse(t *testing.T) {
 		produceCDC(t, cl, e, recs)
 	}
 	step(120)
-	chDrained(t, conn, name, e, 3*time.Minute, p)
+	waitEnds(t, chOffsetRows{conn, name}, e, 3*time.Minute, p)
 	a.withNote()
 	step(120)
-	chDrained(t, conn, name, e, 3*time.Minute, p)
+	waitEnds(t, chOffsetRows{conn, name}, e, 3*time.Minute, p)
 	if d := sameRows(chDump(t, conn, "a", true), a.want()); d != "" {
 		t.Errorf("table a: %s", d)
 	}

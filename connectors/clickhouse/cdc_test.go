@@ -10,7 +10,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors/convert"
 	"github.com/txsink/txsink/connectors/record"
 	"github.com/txsink/txsink/internal/dbztest"
@@ -24,12 +23,7 @@ var items = &dbztest.Table{
 
 func cdcPipeline(t *testing.T, settings map[string]string) *convert.Pipeline {
 	t.Helper()
-	all := append(append(config.Defs{}, convert.Defs...), convert.CDCDefs...)
-	v, errs := all.Validate(settings)
-	if errs != nil {
-		t.Fatal(errs)
-	}
-	p, err := convert.NewPipeline(v)
+	p, err := convert.PipelineFromSettings(settings)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +48,7 @@ func cdcRecords(evs ...dbztest.Event) []*kgo.Record {
 // dead-lettered).
 func TestMapChangeEvents(t *testing.T) {
 	tb := testTable(t, [2]string{"id", "Int32"}, [2]string{"name", "String"}, [2]string{"qty", "Nullable(Int32)"},
-		[2]string{"ver", "UInt64"}, [2]string{"is_deleted", "UInt8"}, [2]string{"__op", "String"}, [2]string{"__lsn", "Nullable(Int64)"})
+		[2]string{"ver", "UInt64"}, [2]string{"is_deleted", "UInt8"}, [2]string{"__op", "String"}, [2]string{"__lsn", "Nullable(Int64)"}, [2]string{"__deleted", "UInt8"})
 	tb.Engine = parseEngine("ReplacingMergeTree", "ReplacingMergeTree(ver, is_deleted) ORDER BY id SETTINGS index_granularity = 8192", Features{})
 	m := mapping{VersionColumn: "ver", DeletedColumn: "is_deleted"}
 	pipe := cdcPipeline(t, map[string]string{convert.KeyCDCFormat: "debezium"})
@@ -78,10 +72,10 @@ func TestMapChangeEvents(t *testing.T) {
 		}
 	}
 	want := []string{
-		"1 a 1 100 0 c 100",    // create
-		"1  <nil> 200 1 u 200", // deletion row of the moved key
-		"2 a <nil> 200 0 u 200",
-		"2  <nil> 300 1 d 300", // delete
+		"1 a 1 100 0 c 100 0",    // create
+		"1  <nil> 200 1 u 200 0", // deletion row of the moved key
+		"2 a <nil> 200 0 u 200 0",
+		"2  <nil> 300 1 d 300 0", // delete
 	}
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("rows\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

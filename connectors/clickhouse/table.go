@@ -403,30 +403,6 @@ func (t *table) sortingKey() []string {
 	return out
 }
 
-// changeColumn is the value of an optional change column for a change
-// event.
-func changeColumn(name string, rec *record.Record) (record.Value, bool) {
-	ch := rec.Change
-	switch name {
-	case convert.ColumnOp:
-		return record.String(ch.OpText()), true
-	case convert.ColumnSourceTsMs:
-		if ch.HasTsMs {
-			return record.Int(ch.TsMs), true
-		}
-	case convert.ColumnLSN:
-		if ch.HasLSN {
-			return record.Int(ch.LSN), true
-		}
-	case convert.ColumnDeleted:
-		if ch.Deleted {
-			return record.Int(1), true
-		}
-		return record.Int(0), true
-	}
-	return record.Value{}, false
-}
-
 // rowsOf maps a converted record to its rows in t: one row; a deletion
 // row (key columns, version, deleted = 1) for a tombstone or a delete
 // event; for an update that moved its key, a deletion row of the old key
@@ -525,7 +501,7 @@ func (sc *slots) row(t *table, m mapping, rec *record.Record, deleted bool) (row
 			if sc.set[i] {
 				v = &sc.vals[i]
 			} else if rec.Change != nil {
-				if cv, ok := changeColumn(c.Name, rec); ok {
+				if cv, ok := convert.ChangeColumn(c.Name, rec.Change); ok {
 					fixed, v = cv, &fixed
 				}
 			}

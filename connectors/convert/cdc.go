@@ -56,6 +56,40 @@ func checkCDCColumns(v string) error {
 	return nil
 }
 
+// ChangeColumn is the value of the optional change column name (__op,
+// __source_ts_ms, __lsn, __deleted) for change event ch; ok is false for
+// another name, or a source field the event does not have.
+func ChangeColumn(name string, ch *record.Change) (v record.Value, ok bool) {
+	switch name {
+	case ColumnOp:
+		return record.String(ch.OpText()), true
+	case ColumnSourceTsMs:
+		if ch.HasTsMs {
+			return record.Int(ch.TsMs), true
+		}
+	case ColumnLSN:
+		if ch.HasLSN {
+			return record.Int(ch.LSN), true
+		}
+	case ColumnDeleted:
+		return record.Bool(ch.Deleted), true
+	}
+	return record.Value{}, false
+}
+
+// PipelineFromSettings builds a pipeline from raw connector settings with
+// the defaults of Defs and CDCDefs applied, as a validated connector
+// configuration holds them: for tools and tests that have settings but no
+// connector. A bad setting is a config.Errors naming it.
+func PipelineFromSettings(raw map[string]string) (*Pipeline, error) {
+	all := append(append(config.Defs{}, Defs...), CDCDefs...)
+	v, errs := all.Validate(raw)
+	if errs != nil {
+		return nil, errs
+	}
+	return NewPipeline(v)
+}
+
 // cdcStage recognises Debezium change events after the converters and
 // transforms and turns them into the records the sinks apply: an upsert of
 // after, a delete of the key, a truncate. It is a pure function of the

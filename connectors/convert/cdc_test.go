@@ -8,7 +8,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr"
 
-	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors/record"
 	"github.com/txsink/txsink/internal/dbztest"
 )
@@ -78,11 +77,7 @@ func checkChange(t *testing.T, name string, rec *record.Record, want change) {
 
 func pipeline(t *testing.T, settings map[string]string) *Pipeline {
 	t.Helper()
-	v, errs := CDCDefs.Validate(settings)
-	if errs != nil {
-		t.Fatal(errs)
-	}
-	p, err := NewPipeline(v)
+	p, err := PipelineFromSettings(settings)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,13 +213,7 @@ func TestChangeEventsAvro(t *testing.T) {
 		KeyKeyConverter: "io.confluent.connect.avro.AvroConverter", KeyKeyConverter + "." + SettingRegistryURL: tr.URL,
 		KeyValueConverter: "io.confluent.connect.avro.AvroConverter", KeyValueConverter + "." + SettingRegistryURL: tr.URL,
 	}
-	all := config.Defs{}
-	all = append(append(all, Defs...), CDCDefs...)
-	v, errs := all.Validate(settings)
-	if errs != nil {
-		t.Fatal(errs)
-	}
-	p, err := NewPipeline(v)
+	p, err := PipelineFromSettings(settings)
 	if err != nil {
 		t.Fatal(err)
 	}

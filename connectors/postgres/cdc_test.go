@@ -14,7 +14,6 @@ import (
 	"github.com/twmb/franz-go/pkg/sr"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 
-	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors/convert"
 	"github.com/txsink/txsink/connectors/record"
 	"github.com/txsink/txsink/internal/dbztest"
@@ -50,12 +49,7 @@ var items = &dbztest.Table{
 // writer settings of cfg.
 func cdcWriter(t *testing.T, cfg WriterConfig, cdc map[string]string) *Writer {
 	t.Helper()
-	all := append(append(config.Defs{}, convert.Defs...), convert.CDCDefs...)
-	v, errs := all.Validate(cdc)
-	if errs != nil {
-		t.Fatal(errs)
-	}
-	pipe, err := convert.NewPipeline(v)
+	pipe, err := convert.PipelineFromSettings(cdc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -744,26 +744,6 @@ func keyColumns(pk []*column, key record.Value) (map[string]record.Value, error)
 	return out, nil
 }
 
-// changeColumn is the value of an optional change column (__op,
-// __source_ts_ms, __lsn, __deleted) for a change event.
-func changeColumn(name string, ch *record.Change) (record.Value, bool) {
-	switch name {
-	case convert.ColumnOp:
-		return record.String(ch.OpText()), true
-	case convert.ColumnSourceTsMs:
-		if ch.HasTsMs {
-			return record.Int(ch.TsMs), true
-		}
-	case convert.ColumnLSN:
-		if ch.HasLSN {
-			return record.Int(ch.LSN), true
-		}
-	case convert.ColumnDeleted:
-		return record.Bool(ch.Deleted), true
-	}
-	return record.Value{}, false
-}
-
 // prepareOne maps a converted record to its ops in tg: usually one; two
 // for an update that moved its key (a delete of the old key first).
 func (w *Writer) prepareOne(ctx context.Context, ws *writeState, tg *target, rec *record.Record) ([]*op, error) {
@@ -869,7 +849,7 @@ func (w *Writer) prepareOne(ctx context.Context, ws *writeState, tg *target, rec
 			v = &sc.slots[c.Index]
 		}
 		if v == nil && rec.Change != nil {
-			if cv, ok := changeColumn(c.Name, rec.Change); ok {
+			if cv, ok := convert.ChangeColumn(c.Name, rec.Change); ok {
 				v = &cv
 			}
 		}
