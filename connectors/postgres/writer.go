@@ -206,13 +206,6 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 // Config returns the writer's configuration with defaults applied.
 func (w *Writer) Config() WriterConfig { return w.cfg }
 
-// TableName returns the (unquoted) target table of a record of topic that
-// is not a change event: table.name.format with ${topic} replaced.
-func (w *Writer) TableName(topic string) string {
-	n, _ := (&record.Record{Topic: topic}).TableName(w.cfg.TableNameFormat)
-	return n
-}
-
 // WriteStats counts what one Write did with its records. Written, Deleted,
 // Truncated, DeadLettered, Superseded and Dropped add up to the number of
 // records.
