@@ -262,6 +262,9 @@ func mapOne(ctx context.Context, pipe *convert.Pipeline, m mapping, res resolver
 			slotsOf[t] = sc
 		}
 		rows, err := rowsOf(t, m, rec, sc)
+		if errors.Is(err, ErrUnsupportedColumn) {
+			return nil, fmt.Errorf("clickhouse: table %s: %w", t.Ident, err)
+		}
 		if attempt == 2 || !errors.Is(err, record.ErrUnknownField) || len(sc.unknown) == 0 {
 			return rows, err
 		}

@@ -278,6 +278,10 @@ type writeState struct {
 // (reloaded, altered), so the ops mapped so far against it are stale.
 var errRemap = errors.New("remap")
 
+// maxRemaps bounds the restarts of one Write's mapping: each follows a
+// table read again or given columns, so a batch needs a few at most.
+const maxRemaps = 100
+
 // Write writes one partition's batch (records in offset order, all of the
 // same topic and partition) inside tx. Each record goes to the table
 // table.name.format names for it (${topic}, and for change events
@@ -329,11 +333,14 @@ func (w *Writer) WriteBatch(ctx context.Context, tx pgx.Tx, records []*kgo.Recor
 	}
 	ws := &writeState{w: w, tx: tx, ddl: schemaChanges, targets: map[string]*target{}, stats: &stats}
 	var bad []*record.Error
-	for {
+	for remaps := 0; ; remaps++ {
 		var err error
 		bad, err = ws.mapAll(ctx, records)
-		if errors.Is(err, errRemap) {
+		if errors.Is(err, errRemap) && remaps < maxRemaps {
 			continue
+		}
+		if errors.Is(err, errRemap) {
+			return WriteStats{}, fmt.Errorf("postgres: the target tables kept changing while the batch was mapped (%d times)", remaps)
 		}
 		if err != nil {
 			return WriteStats{}, err
@@ -455,6 +462,9 @@ func (ws *writeState) mapOne(ctx context.Context, r *kgo.Record) ([]*op, error) 
 		return []*op{}, nil
 	}
 	ops, err := w.prepareOne(ctx, ws, tg, rec)
+	if errors.Is(err, ErrUnsupportedColumn) {
+		return nil, fmt.Errorf("postgres: table %s: %w", tg.p.t.Ident, err)
+	}
 	if err != nil {
 		return nil, err
 	}
