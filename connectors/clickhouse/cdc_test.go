@@ -159,3 +159,41 @@ func TestSortingKey(t *testing.T) {
 		}
 	}
 }
+
+// churningTable resolves to a new description of the same table on every
+// call, as a cache that other batches keep refreshing would.
+type churningTable struct{ cols [][2]string }
+
+func (c churningTable) resolve(context.Context, string, *record.Record) (*table, error) {
+	tb := &table{DB: "d", Name: "t", Ident: "`d`.`t`"}
+	for _, col := range c.cols {
+		typ, err := parseType(col[1])
+		if err != nil {
+			return nil, err
+		}
+		tb.add(&column{Name: col[0], Type: typ, Insertable: true})
+	}
+	return tb, nil
+}
+
+func (c churningTable) evolve(_ context.Context, t *table, _ record.Value, _ []string) (*table, error) {
+	return t, nil
+}
+
+// TestBlocksIgnoreTableIdentity: the blocks of a batch depend on the
+// records and the table's columns only, not on which description of the
+// table each lookup returned, so a redo cuts the same blocks.
+func TestBlocksIgnoreTableIdentity(t *testing.T) {
+	cols := [][2]string{{"id", "String"}, {"seq", "Int64"}, {ColTopic, "String"}, {ColPartition, "Int32"}, {ColOffset, "Int64"}}
+	var recs []*kgo.Record
+	for i := range 60 {
+		recs = append(recs, &kgo.Record{Topic: "tp", Offset: int64(i), Value: fmt.Appendf(nil, `{"id":"r%d","seq":%d}`, i, i)})
+	}
+	groups, bad, err := mapRecords(context.Background(), convert.DefaultPipeline(), mapping{}, churningTable{cols}, recs)
+	if err != nil || len(bad) != 0 {
+		t.Fatal(err, bad)
+	}
+	if bs := blocks(groups, 25); len(groups) != 1 || len(bs) != 3 || len(bs[2].Rows) != 10 {
+		t.Errorf("%d groups, %d blocks: want 1 group cut into 25+25+10 rows", len(groups), len(bs))
+	}
+}

@@ -259,35 +259,53 @@ func (s *Sink) createSQL(name string, rec *record.Record) (string, error) {
 	})
 }
 
-// buildResolver resolves the tables of one batch's records: s.table, and
-// for fields without a column, the table read again from the server once
-// (it may have gained columns since it was cached), then auto.evolve.
+// buildResolver resolves the tables of one batch's records: each name
+// once (s.table; the description then stays the batch's, whatever other
+// batches do to the shared cache), and for fields without a column, the
+// table read again from the server once (it may have gained columns since
+// it was cached), then auto.evolve.
 type buildResolver struct {
-	s     *Sink
-	fresh map[string]bool
+	s      *Sink
+	tables map[string]*table
+	fresh  map[string]bool
+}
+
+func newBuildResolver(s *Sink) *buildResolver {
+	return &buildResolver{s: s, tables: map[string]*table{}, fresh: map[string]bool{}}
 }
 
 func (r *buildResolver) resolve(ctx context.Context, name string, rec *record.Record) (*table, error) {
-	return r.s.table(ctx, name, rec)
+	if t := r.tables[name]; t != nil {
+		return t, nil
+	}
+	t, err := r.s.table(ctx, name, rec)
+	if t != nil {
+		r.tables[name] = t
+	}
+	return t, err
 }
 
 func (r *buildResolver) evolve(ctx context.Context, t *table, value record.Value, names []string) (*table, error) {
 	s := r.s
 	if !r.fresh[t.Name] {
 		r.fresh[t.Name] = true
-		s.forget(t.Name)
-		return s.table(ctx, t.Name, nil)
-	}
-	if !s.cfg.AutoEvolve {
-		return t, nil
-	}
-	for _, n := range names {
-		if err := s.addColumn(ctx, t, n, evolveType(value, n, s.modern())); err != nil {
-			return nil, err
+	} else {
+		if !s.cfg.AutoEvolve {
+			return t, nil
+		}
+		for _, n := range names {
+			if err := s.addColumn(ctx, t, n, evolveType(value, n, s.modern())); err != nil {
+				return nil, err
+			}
 		}
 	}
 	s.forget(t.Name)
-	return s.table(ctx, t.Name, nil)
+	nt, err := s.table(ctx, t.Name, nil)
+	if err != nil {
+		return nil, err
+	}
+	r.tables[t.Name] = nt
+	return nt, nil
 }
 
 // addColumn runs ALTER TABLE … ADD COLUMN IF NOT EXISTS. Servers before
@@ -445,7 +463,7 @@ func (s *Sink) insert(ctx context.Context, ident string, b *block) error {
 // dead-letter block). With errors.tolerance=none a bad record is returned
 // as a *record.Error (the lowest offset).
 func (s *Sink) build(ctx context.Context, recs []*kgo.Record, blockRows int) (*prepared, error) {
-	groups, bad, err := mapRecords(ctx, s.pipe, s.mapping(), &buildResolver{s: s, fresh: map[string]bool{}}, recs)
+	groups, bad, err := mapRecords(ctx, s.pipe, s.mapping(), newBuildResolver(s), recs)
 	if err != nil {
 		return nil, err
 	}

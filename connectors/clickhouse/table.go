@@ -189,9 +189,11 @@ func (f fixedTable) evolve(_ context.Context, t *table, _ record.Value, _ []stri
 // a failed schema change) and for records wrapping record.ErrIncompatible,
 // which are never dead-lettered.
 func mapRecords(ctx context.Context, pipe *convert.Pipeline, m mapping, res resolver, recs []*kgo.Record) (groups []*rowGroup, bad []*record.Error, err error) {
+	// Rows group by table name and column list, never by the *table a
+	// lookup returned: a redo must cut the same blocks whatever the
+	// cache held.
 	type gkey struct {
-		t     *table
-		shape string
+		name, shape, cols string
 	}
 	byShape := map[gkey]*rowGroup{}
 	var conv convert.Scratch
@@ -214,7 +216,7 @@ func mapRecords(ctx context.Context, pipe *convert.Pipeline, m mapping, res reso
 		}
 		for _, rw := range rows {
 			t := rw.t
-			k := gkey{t, rw.shape}
+			k := gkey{t.Name, rw.shape, colNames(rw.cols)}
 			g := byShape[k]
 			if g == nil {
 				g = &rowGroup{t: t, shape: rw.shape, cols: rw.cols}
@@ -226,6 +228,16 @@ func mapRecords(ctx context.Context, pipe *convert.Pipeline, m mapping, res reso
 		}
 	}
 	return groups, bad, nil
+}
+
+// colNames joins the names of cols (for grouping rows by column list).
+func colNames(cols []*column) string {
+	var b strings.Builder
+	for _, c := range cols {
+		b.WriteString(c.Name)
+		b.WriteByte(0)
+	}
+	return b.String()
 }
 
 // mapOne converts r and maps it to its rows (none when it was dropped, or
