@@ -515,11 +515,11 @@ func TestTaskRunsSchemaChangesAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	conn, err := connectors.Open(ctx, reg, map[string]string{
+	conn, err := engine.Open(ctx, reg, map[string]string{
 		"name": "grow", "connector.class": "postgres", "topics": "grow",
 		"connection.url": db, "pk.mode": "kafka", "auto.create": "true", "auto.evolve": "true",
 		"batch.max.records": "40", "batch.linger.ms": "5", "session.timeout.ms": "3000",
-	}, connectors.TaskOptions{Bootstrap: c.ListenAddrs(), InstanceID: "t", Log: log})
+	}, engine.TaskOptions{Bootstrap: c.ListenAddrs(), InstanceID: "t", Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -578,11 +578,11 @@ func TestTaskTopicsRegex(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	conn, err := connectors.Open(ctx, reg, map[string]string{
+	conn, err := engine.Open(ctx, reg, map[string]string{
 		"name": "rx", "connector.class": "postgres", "topics.regex": "rx-[a-z]",
 		"connection.url": db, "pk.mode": "kafka", "auto.create": "true", "table.name.format": "t_${topic}",
 		"metadata.max.age.ms": "1000", "batch.linger.ms": "5", "session.timeout.ms": "3000",
-	}, connectors.TaskOptions{Bootstrap: c.ListenAddrs(), InstanceID: "t", Log: log})
+	}, engine.TaskOptions{Bootstrap: c.ListenAddrs(), InstanceID: "t", Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
