@@ -47,7 +47,7 @@ test-integration:
 # ClickHouse 26.9 from the chdb-core wheel). test-integration ran them on
 # the default lane (TXSINK_TEST_CLICKHOUSE_IMAGE with ZooKeeper). Each
 # package starts its services once.
-CH26_TESTS := ^(TestClickHouse|TestVerifyClickHouse|TestSmokeClickHouse|TestChaosClickHouse|TestFormatsEndToEnd|TestCDCClickHouse)
+CH26_TESTS := ^(TestClickHouse|TestVerifyClickHouse|TestVerifyReplicaClickHouse|TestSmokeClickHouse|TestChaosClickHouse|TestFormatsEndToEnd|TestCDCClickHouse)
 test-integration-ch26:
 	TXSINK_TEST_CLICKHOUSE_LANE=26 $(GO) test -count=1 -timeout 30m -p 1 -run '$(CH26_TESTS)' ./integration/ ./integration/chaos/
 

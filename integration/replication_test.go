@@ -270,6 +270,38 @@ func TestReplicationEndToEnd(t *testing.T) {
 	if w.kills < kills {
 		t.Fatalf("%d kills, want %d", w.kills, kills)
 	}
+
+	// The check is not blind: one row deleted and one changed in the
+	// PostgreSQL copy, one row deleted in the ClickHouse copy (a newer
+	// deletion row) are reported as such.
+	if err := execSQL(ctx, pgJSON, `DELETE FROM customers WHERE id = (SELECT min(id) FROM customers)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := execSQL(ctx, pgJSON, `UPDATE orders SET status = 'tampered' WHERE id = (SELECT min(id) FROM orders)`); err != nil {
+		t.Fatal(err)
+	}
+	chExec(t, ch.Conn(t, chJSON), "INSERT INTO order_lines (order_id, line, sku, qty, _version, is_deleted) "+
+		"SELECT order_id, line, sku, qty, _version + 1, 1 FROM order_lines FINAL WHERE is_deleted = 0 ORDER BY order_id, line LIMIT 1")
+	for _, c := range cases[:2] {
+		sinkURL := c.db
+		if c.kind == "clickhouse" {
+			sinkURL = fmt.Sprintf("clickhouse://%s:%s@%s/%s", ch.User, ch.Password, ch.Addr, c.db)
+		}
+		out, code := runVerifyCLI(t, "verify", "-source-url", srcURL, "-sink-url", sinkURL, "-output", "json")
+		var r verify.ReplicaReport
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatalf("%s: verify output: %v\n%s", c.name, err, out)
+		}
+		want := [3]int64{1, 0, 1} // missing, extra, different
+		if c.kind == "clickhouse" {
+			want = [3]int64{1, 0, 0}
+		}
+		if got := [3]int64{r.Missing, r.Extra, r.Different}; code != 1 || got != want {
+			t.Errorf("%s after tampering: exit %d, missing/extra/different %v, want exit 1 and %v", c.name, code, got, want)
+		}
+		text, _ := runVerifyCLI(t, "verify", "-source-url", srcURL, "-sink-url", sinkURL)
+		t.Logf("%s after tampering:\n%s", c.name, text)
+	}
 }
 
 // replPostgresConnector is a postgres connector applying the Debezium

@@ -300,23 +300,14 @@ func CheckReplica(ctx context.Context, c ReplicaConfig) (*ReplicaReport, error) 
 			}
 		}
 	}
-	if !r.OK() && r.lagging() {
-		r.Notes = append(r.Notes, "the target is behind the source: rows changed since its last applied change differ until it catches up; compare again once it is drained")
+	switch {
+	case r.OK():
+	case r.Lag.KafkaRecords > 0:
+		r.Notes = append(r.Notes, fmt.Sprintf("the connector has %d records left to apply: rows changed since then differ until it catches up; compare again once it is drained", r.Lag.KafkaRecords))
+	case r.Lag.KafkaRecords < 0:
+		r.Notes = append(r.Notes, "the connector's Kafka lag is unknown (give -connector and -bootstrap): differences may be changes still on their way; compare again once it is drained")
 	}
 	return r, nil
-}
-
-// lagging reports whether the lag figures show undelivered changes.
-func (r *ReplicaReport) lagging() bool {
-	if r.Lag.KafkaRecords > 0 {
-		return true
-	}
-	for _, s := range r.Lag.Slots {
-		if s.Behind != nil && *s.Behind > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // sourcePosition takes the source's snapshot (its first query) and reads

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txsink/txsink/internal/pgtest"
 )
@@ -334,6 +336,7 @@ func TestCheckReplicaPostgres(t *testing.T) {
 		"different public.plain id=7: extra: source 1, target NULL",
 		"target public.plain lacks column(s) extra of public.plain (compared as NULL)",
 		"result: DIFFERENT — missing 2, extra 1, different 2",
+		"the connector's Kafka lag is unknown",
 	} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("text lacks %q", want)
@@ -370,6 +373,58 @@ func TestCheckReplicaPostgres(t *testing.T) {
 	}
 	if after.SourceRows != 51 || after.TargetRows != 298 {
 		t.Fatalf("after the writes: source %d, target %d rows", after.SourceRows, after.TargetRows)
+	}
+}
+
+// TestReplicaKafkaLag: with the connector and Kafka, the lag is the
+// records between the connector's stored offsets and each partition's
+// last stable offset.
+func TestReplicaKafkaLag(t *testing.T) {
+	srv := pgtest.Shared(t)
+	srcURL, tgtURL := srv.NewDatabase(t), srv.NewDatabase(t)
+	ctx := context.Background()
+	for _, u := range []string{srcURL, tgtURL} {
+		conn, err := pgx.Connect(ctx, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, `CREATE TABLE t (id int PRIMARY KEY)`); err != nil {
+			t.Fatal(err)
+		}
+		if u == tgtURL {
+			if _, err := conn.Exec(ctx, `CREATE TABLE txsink_offsets (connector text, topic text, partition int, next_offset bigint, fence bigint);
+				INSERT INTO txsink_offsets VALUES ('c', 'pg1.public.t', 0, 3, 1), ('c', 'pg1.public.t', 1, NULL, 1), ('other', 'pg1.public.t', 0, 0, 1)`); err != nil {
+				t.Fatal(err)
+			}
+		}
+		conn.Close(ctx)
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "pg1.public.t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for i := range 10 {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "pg1.public.t", Partition: int32(i % 2), Value: []byte("x")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := CheckReplica(ctx, ReplicaConfig{SourceURL: srcURL, Tables: []string{"t"}, Bootstrap: c.ListenAddrs(),
+		Target: SinkOptions{URL: tgtURL, Connector: "c"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Partition 0: 5 records, next 3; partition 1: 5 records, none applied.
+	if r.Lag.KafkaRecords != 7 || len(r.Lag.Kafka) != 1 || r.Lag.Kafka[0].Partitions != 2 || r.Lag.KafkaError != "" {
+		t.Fatalf("lag %+v", r.Lag)
+	}
+	if !r.OK() || len(r.Notes) != 0 {
+		t.Fatalf("two empty tables: %+v", r)
 	}
 }
 
