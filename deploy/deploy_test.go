@@ -24,6 +24,7 @@ import (
 
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/clickhouse"
 	"github.com/txsink/txsink/connectors/postgres"
 	"github.com/txsink/txsink/integration/harness"
 )
@@ -380,8 +381,10 @@ func validateConnector(t *testing.T, what string, b []byte, policy connectors.Po
 		raw["name"] = body.Name
 	}
 	reg := &connectors.Registry{}
-	if err := reg.Register(postgres.Spec()); err != nil {
-		t.Fatal(err)
+	for _, spec := range []connectors.Spec{postgres.Spec(), clickhouse.Spec()} {
+		if err := reg.Register(spec); err != nil {
+			t.Fatal(err)
+		}
 	}
 	reg.SetPolicy(policy)
 	if _, _, errs := reg.Validate(raw); errs != nil {
@@ -407,6 +410,7 @@ type composeService struct {
 	DependsOn   map[string]composeDependency `json:"depends_on"`
 	Healthcheck *composeHealthcheck          `json:"healthcheck"`
 	Restart     string                       `json:"restart"`
+	Profiles    []string                     `json:"profiles"`
 }
 
 type composeBuild struct {
@@ -449,6 +453,14 @@ func TestCompose(t *testing.T) {
 	var f composeFile
 	if err := decodeStrict(b, &f); err != nil {
 		t.Fatalf("%s: %v", path, err)
+	}
+	// Compose interpolates ${…} in values; "$$" is a literal "$" (as in
+	// ${source.table} of a connector config).
+	for name, s := range f.Services {
+		for i, c := range s.Command {
+			s.Command[i] = strings.ReplaceAll(c, "$$", "$")
+		}
+		f.Services[name] = s
 	}
 	for name, s := range f.Services {
 		if s.Image == "" && s.Build == nil {
@@ -530,12 +542,70 @@ func TestCompose(t *testing.T) {
 				t.Fatalf("%s: no inline connector (-d JSON)", name)
 			}
 			raw := validateConnector(t, name, []byte(s.Command[i+1]), connectors.Policy{})
-			if raw != nil && !strings.Contains(raw["connection.url"], "//postgres:") {
-				t.Errorf("%s: connection.url %s does not name the postgres service", name, raw["connection.url"])
+			if raw == nil {
+				continue
+			}
+			// The connection names the service of its sink.
+			if svc := raw["connector.class"]; !strings.Contains(raw["connection.url"], "//"+svc+":") {
+				t.Errorf("%s: connection.url %s does not name the %s service", name, raw["connection.url"], svc)
 			}
 		}
 		if !found {
 			t.Error("no service creates the example connector (txsink connectors create)")
+		}
+	})
+
+	t.Run("cdc profile", func(t *testing.T) {
+		// A source with logical replication, Connect with Debezium built on
+		// the official images, and a txsink connector per sink applying
+		// Debezium's topics, all in the profile (the default stays as it
+		// was).
+		for _, name := range []string{"source-db", "connect", "cdc-postgres-setup", "cdc-clickhouse-setup"} {
+			if s, ok := f.Services[name]; !ok || !slices.Equal(s.Profiles, []string{"cdc"}) {
+				t.Errorf("service %s: not in profile cdc (%v)", name, s.Profiles)
+			}
+		}
+		src := f.Services["source-db"]
+		if !strings.HasPrefix(src.Image, "postgres:") || !strings.Contains(strings.Join(src.Command, " "), "wal_level=logical") {
+			t.Errorf("source-db: %s %v, want the official postgres image with -c wal_level=logical", src.Image, src.Command)
+		}
+		c := f.Services["connect"]
+		if c.Build == nil || c.Build.Dockerfile != "deploy/debezium/Dockerfile" {
+			t.Fatalf("connect is not built from deploy/debezium/Dockerfile: %+v", c.Build)
+		}
+		df, err := os.ReadFile(filepath.Join("debezium", "Dockerfile"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"ARG MAVEN_IMAGE=maven:", "ARG KAFKA_IMAGE=" + harness.DefaultKafkaImage, "deploy/debezium/pom.xml", "connect-standalone.sh"} {
+			if !strings.Contains(string(df), want) {
+				t.Errorf("deploy/debezium/Dockerfile lacks %q", want)
+			}
+		}
+		props, err := os.ReadFile(filepath.Join("debezium", "postgres-source.properties"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"database.hostname=source-db", "plugin.name=pgoutput", "topic.prefix=shop"} {
+			if !strings.Contains(string(props), want) {
+				t.Errorf("deploy/debezium/postgres-source.properties lacks %q", want)
+			}
+		}
+		for _, name := range []string{"cdc-postgres-setup", "cdc-clickhouse-setup"} {
+			s := f.Services[name]
+			i := slices.Index(s.Command, "-d")
+			if i < 0 || i+1 >= len(s.Command) {
+				t.Fatalf("%s: no inline connector", name)
+			}
+			var body struct {
+				Config map[string]string `json:"config"`
+			}
+			if err := json.Unmarshal([]byte(s.Command[i+1]), &body); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if cfg := body.Config; cfg["cdc.format"] != "debezium" || cfg["topics.regex"] != `shop\.public\..*` || cfg["table.name.format"] != "${source.table}" {
+				t.Errorf("%s: does not apply Debezium's shop.public.* topics by table: %v", name, cfg)
+			}
 		}
 	})
 

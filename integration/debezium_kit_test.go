@@ -75,40 +75,31 @@ func startDebezium(t *testing.T, k *harness.KafkaService, o debeziumOptions) *de
 	pw, _ := src.User.Password()
 	dir := t.TempDir()
 	port := cliFreePort(t)
-	worker := strings.Join([]string{
-		"bootstrap.servers=" + k.Bootstrap,
-		"key.converter=org.apache.kafka.connect.json.JsonConverter",
-		"key.converter.schemas.enable=true",
-		"value.converter=org.apache.kafka.connect.json.JsonConverter",
-		"value.converter.schemas.enable=true",
-		"offset.storage.file.filename=" + filepath.Join(dir, "offsets"),
-		"offset.flush.interval.ms=1000",
-		"listeners=http://127.0.0.1:" + strconv.Itoa(port),
-		"plugin.path=" + plugins,
-		"plugin.discovery=only_scan",
-		"producer.linger.ms=5",
-	}, "\n") + "\n"
+	// The compose file's worker and connector settings
+	// (deploy/debezium/*.properties), with this machine's addresses and
+	// this test's names.
 	name := "dbz-" + o.Prefix
-	connector := strings.Join([]string{
-		"name=" + name,
-		"connector.class=io.debezium.connector.postgresql.PostgresConnector",
-		"tasks.max=1",
-		"database.hostname=" + src.Hostname(),
-		"database.port=" + src.Port(),
-		"database.user=" + src.User.Username(),
-		"database.password=" + pw,
-		"database.dbname=" + strings.TrimPrefix(src.Path, "/"),
-		"topic.prefix=" + o.Prefix,
-		"table.include.list=" + strings.Join(o.Tables, ","),
-		"plugin.name=pgoutput",
-		"slot.name=" + o.Slot,
-		"publication.name=" + o.Publication,
-		"publication.autocreate.mode=filtered",
-		"snapshot.mode=initial",
-		"poll.interval.ms=50",
-		"topic.creation.default.replication.factor=1",
-		"topic.creation.default.partitions=3",
-	}, "\n") + "\n"
+	worker := readProperties(t, "worker.properties", map[string]string{
+		"bootstrap.servers":            k.Bootstrap,
+		"offset.storage.file.filename": filepath.Join(dir, "offsets"),
+		"listeners":                    "http://127.0.0.1:" + strconv.Itoa(port),
+		"plugin.path":                  plugins,
+		"plugin.discovery":             "only_scan",
+		"producer.linger.ms":           "5",
+	})
+	connector := readProperties(t, "postgres-source.properties", map[string]string{
+		"name":               name,
+		"database.hostname":  src.Hostname(),
+		"database.port":      src.Port(),
+		"database.user":      src.User.Username(),
+		"database.password":  pw,
+		"database.dbname":    strings.TrimPrefix(src.Path, "/"),
+		"topic.prefix":       o.Prefix,
+		"table.include.list": strings.Join(o.Tables, ","),
+		"slot.name":          o.Slot,
+		"publication.name":   o.Publication,
+		"poll.interval.ms":   "50",
+	})
 	wf, cf := filepath.Join(dir, "worker.properties"), filepath.Join(dir, "connector.properties")
 	for f, s := range map[string]string{wf: worker, cf: connector} {
 		if err := os.WriteFile(f, []byte(s), 0o600); err != nil {
@@ -151,6 +142,36 @@ func startDebezium(t *testing.T, k *harness.KafkaService, o debeziumOptions) *de
 	})
 	d.waitRunning(t, 3*time.Minute)
 	return d
+}
+
+// readProperties reads deploy/debezium/<file> (Java properties, one
+// key=value a line) and returns it with set applied.
+func readProperties(t *testing.T, file string, set map[string]string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "deploy", "debezium", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	seen := map[string]bool{}
+	for _, l := range strings.Split(string(b), "\n") {
+		k, _, ok := strings.Cut(l, "=")
+		k = strings.TrimSpace(k)
+		if !ok || strings.HasPrefix(k, "#") {
+			continue
+		}
+		if v, ok := set[k]; ok {
+			l = k + "=" + v
+		}
+		seen[k] = true
+		lines = append(lines, l)
+	}
+	for k, v := range set {
+		if !seen[k] {
+			lines = append(lines, k+"="+v)
+		}
+	}
+	return strings.Join(lines, "\n") + "\n"
 }
 
 // waitRunning polls the worker's REST API until the connector and its
