@@ -235,11 +235,15 @@ func (w *replWorkload) change(b *pgx.Batch, st *replStats) {
 		case "update":
 			id := w.orders.pick(r)
 			v := w.orderRow(id, prio)
-			if prio && r.IntN(2) == 0 {
-				b.Queue(`UPDATE orders SET status = $2, priority = $3 WHERE id = $1`, id, v[2], v[7])
-			} else {
+			switch {
+			case r.IntN(3) == 0:
+				// Leaves note, maybe a TOASTed value, unchanged.
+				b.Queue(`UPDATE orders SET status = $2 WHERE id = $1`, int32(id), v[2])
+			case prio && r.IntN(2) == 0:
+				b.Queue(`UPDATE orders SET status = $2, priority = $3 WHERE id = $1`, int32(id), v[2], v[7])
+			default:
 				b.Queue(`UPDATE orders SET status = $2, total = $3::text::numeric, placed_at = $4::text::timestamptz, note = $5 WHERE id = $1`,
-					id, v[2], v[3], v[4], v[6])
+					int32(id), v[2], v[3], v[4], v[6])
 			}
 		case "key":
 			old, id := w.orders.pick(r), w.nextID[1]
@@ -343,8 +347,18 @@ func (w *replWorkload) orderRow(id int64, prio bool) []any {
 		total = "-" + total
 	}
 	day := time.Unix(0, 0).UTC().AddDate(0, 0, 7000+r.IntN(30000)).Format(time.DateOnly)
+	note := w.maybe(2, w.text("note"))
+	if r.IntN(20) == 0 {
+		// A value PostgreSQL stores out of line (TOAST): 8 kB of hex that
+		// compresses to more than 2 kB.
+		big := make([]byte, 4000)
+		for i := range big {
+			big[i] = byte(r.IntN(256))
+		}
+		note = hex.EncodeToString(big)
+	}
 	v := []any{int32(id), 1 + r.Int64N(1_000_000), []string{"new", "paid", "shipped", "cancelled"}[r.IntN(4)],
-		w.maybe(5, total), placed, w.maybe(4, day), w.maybe(2, w.text("note"))}
+		w.maybe(5, total), placed, w.maybe(4, day), note}
 	if prio {
 		v = append(v, w.maybe(3, int16(r.IntN(10))))
 	}
