@@ -39,27 +39,26 @@ import (
 // The acceptance is 100,000 (TXSINK_TEST_REPL_CHANGES=100000); CI runs a
 // smaller default, measured in docs/testing.md.
 func replicationChanges(t *testing.T) int {
-	if s := os.Getenv("TXSINK_TEST_REPL_CHANGES"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 100 {
-			t.Fatalf("TXSINK_TEST_REPL_CHANGES=%q: want an integer ≥ 100", s)
-		}
-		return n
-	}
-	return 20_000
+	return envCount(t, "TXSINK_TEST_REPL_CHANGES", 20_000, 100)
 }
 
 // replicationKills is how many times the txsink worker is SIGKILLed
 // (TXSINK_TEST_REPL_KILLS, default 3).
-func replicationKills(t *testing.T) int {
-	if s := os.Getenv("TXSINK_TEST_REPL_KILLS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 0 {
-			t.Fatalf("TXSINK_TEST_REPL_KILLS=%q: want an integer ≥ 0", s)
-		}
-		return n
+func replicationKills(t *testing.T) int { return envCount(t, "TXSINK_TEST_REPL_KILLS", 3, 0) }
+
+// envCount reads a test size from the environment variable name: def when
+// unset, else an integer of at least least.
+func envCount(t *testing.T, name string, def, least int) int {
+	t.Helper()
+	s := os.Getenv(name)
+	if s == "" {
+		return def
 	}
-	return 3
+	n, err := strconv.Atoi(s)
+	if err != nil || n < least {
+		t.Fatalf("%s=%q: want an integer ≥ %d", name, s, least)
+	}
+	return n
 }
 
 // replTables are the source tables: a bigint key, an int key, and a

@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,11 +63,41 @@ type replWorkload struct {
 	mu sync.Mutex
 	st replStats
 
-	customers, orders keySet[int64]
+	customers, orders *idTable
 	lines             keySet[[2]int64]
-	nextID            [2]int64
 	nextLine          map[int64]int64
 	altered           int
+}
+
+// idTable is a source table keyed by one integer column, id.
+type idTable struct {
+	name  string
+	keys  keySet[int64]
+	next  int64
+	param func(int64) any // an id as its column's Go type
+}
+
+// insert takes a new id.
+func (t *idTable) insert() int64 {
+	id := t.next
+	t.next++
+	t.keys.add(id)
+	return id
+}
+
+// rekey queues a primary key change of a random row.
+func (t *idTable) rekey(b *pgx.Batch, r *rand.Rand) {
+	old := t.keys.pick(r)
+	t.keys.remove(old)
+	id := t.insert()
+	b.Queue(`UPDATE `+t.name+` SET id = $1 WHERE id = $2`, t.param(id), t.param(old))
+}
+
+// delete queues the delete of a random row.
+func (t *idTable) delete(b *pgx.Batch, r *rand.Rand) {
+	id := t.keys.pick(r)
+	t.keys.remove(id)
+	b.Queue(`DELETE FROM `+t.name+` WHERE id = $1`, t.param(id))
 }
 
 // newReplWorkload makes a workload on the source database; the seed comes
@@ -78,14 +109,16 @@ func newReplWorkload(url string) *replWorkload {
 			seed = n
 		}
 	}
-	return &replWorkload{url: url, seed: seed, rng: rand.New(rand.NewPCG(seed, 15)), nextID: [2]int64{1, 1}, nextLine: map[int64]int64{}}
+	return &replWorkload{url: url, seed: seed, rng: rand.New(rand.NewPCG(seed, 15)), nextLine: map[int64]int64{},
+		customers: &idTable{name: "customers", next: 1, param: func(id int64) any { return id }},
+		orders:    &idTable{name: "orders", next: 1, param: func(id int64) any { return int32(id) }}}
 }
 
 func (w *replWorkload) stats() replStats {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	st := w.st
-	st.rows = int64(len(w.customers.keys) + len(w.orders.keys) + len(w.lines.keys))
+	st.rows = int64(len(w.customers.keys.keys) + len(w.orders.keys.keys) + len(w.lines.keys))
 	return st
 }
 
@@ -174,66 +207,36 @@ func (w *replWorkload) change(b *pgx.Batch, st *replStats) {
 	r := w.rng
 	switch r.IntN(3) {
 	case 0:
-		op := w.op(len(w.customers.keys))
+		op := w.op(len(w.customers.keys.keys))
 		count(op)
 		tier := w.altered > 0
 		switch op {
 		case "insert":
-			id := w.nextID[0]
-			w.nextID[0]++
-			w.customers.add(id)
-			if tier {
-				b.Queue(`INSERT INTO customers (id, name, email, score, active, created_at, balance, tier)
-					VALUES ($1, $2, $3, $4, $5, $6::text::timestamp, $7::text::numeric, $8)`, w.customerRow(id, true)...)
-			} else {
-				b.Queue(`INSERT INTO customers (id, name, email, score, active, created_at, balance)
-					VALUES ($1, $2, $3, $4, $5, $6::text::timestamp, $7::text::numeric)`, w.customerRow(id, false)...)
-			}
+			b.Queue(insertSQL("customers", w.customerCols()), w.customerRow(w.customers.insert(), tier)...)
 		case "update":
-			id := w.customers.pick(r)
+			id := w.customers.keys.pick(r)
 			switch v := w.customerRow(id, tier); r.IntN(3) {
 			case 0:
 				b.Queue(`UPDATE customers SET score = $2 WHERE id = $1`, id, v[3])
 			case 1:
 				b.Queue(`UPDATE customers SET balance = $2::text::numeric, active = NOT active WHERE id = $1`, id, v[6])
 			default:
-				if tier {
-					b.Queue(`UPDATE customers SET name = $2, email = $3, score = $4, active = $5, created_at = $6::text::timestamp,
-						balance = $7::text::numeric, tier = $8 WHERE id = $1`, v...)
-				} else {
-					b.Queue(`UPDATE customers SET name = $2, email = $3, score = $4, active = $5, created_at = $6::text::timestamp,
-						balance = $7::text::numeric WHERE id = $1`, v...)
-				}
+				b.Queue(updateSQL("customers", w.customerCols()), v...)
 			}
 		case "key":
-			old, id := w.customers.pick(r), w.nextID[0]
-			w.nextID[0]++
-			w.customers.remove(old)
-			w.customers.add(id)
-			b.Queue(`UPDATE customers SET id = $1 WHERE id = $2`, id, old)
+			w.customers.rekey(b, r)
 		case "delete":
-			id := w.customers.pick(r)
-			w.customers.remove(id)
-			b.Queue(`DELETE FROM customers WHERE id = $1`, id)
+			w.customers.delete(b, r)
 		}
 	case 1:
-		op := w.op(len(w.orders.keys))
+		op := w.op(len(w.orders.keys.keys))
 		count(op)
 		prio := w.altered > 1
 		switch op {
 		case "insert":
-			id := w.nextID[1]
-			w.nextID[1]++
-			w.orders.add(id)
-			if prio {
-				b.Queue(`INSERT INTO orders (id, customer_id, status, total, placed_at, ship_day, note, priority)
-					VALUES ($1, $2, $3, $4::text::numeric, $5::text::timestamptz, $6::text::date, $7, $8)`, w.orderRow(id, true)...)
-			} else {
-				b.Queue(`INSERT INTO orders (id, customer_id, status, total, placed_at, ship_day, note)
-					VALUES ($1, $2, $3, $4::text::numeric, $5::text::timestamptz, $6::text::date, $7)`, w.orderRow(id, false)...)
-			}
+			b.Queue(insertSQL("orders", w.orderCols()), w.orderRow(w.orders.insert(), prio)...)
 		case "update":
-			id := w.orders.pick(r)
+			id := w.orders.keys.pick(r)
 			v := w.orderRow(id, prio)
 			switch {
 			case r.IntN(3) == 0:
@@ -246,15 +249,9 @@ func (w *replWorkload) change(b *pgx.Batch, st *replStats) {
 					int32(id), v[2], v[3], v[4], v[6])
 			}
 		case "key":
-			old, id := w.orders.pick(r), w.nextID[1]
-			w.nextID[1]++
-			w.orders.remove(old)
-			w.orders.add(id)
-			b.Queue(`UPDATE orders SET id = $1 WHERE id = $2`, int32(id), int32(old))
+			w.orders.rekey(b, r)
 		case "delete":
-			id := w.orders.pick(r)
-			w.orders.remove(id)
-			b.Queue(`DELETE FROM orders WHERE id = $1`, int32(id))
+			w.orders.delete(b, r)
 		}
 	default:
 		op := w.op(len(w.lines.keys))
@@ -287,6 +284,51 @@ func (w *replWorkload) change(b *pgx.Batch, st *replStats) {
 			b.Queue(`DELETE FROM order_lines WHERE order_id = $1 AND line = $2`, int32(k[0]), int16(k[1]))
 		}
 	}
+}
+
+// replColumn is a column the workload writes, with the cast its
+// parameter needs (values of awkward types are sent as text).
+type replColumn struct{ name, cast string }
+
+var (
+	customerCols = []replColumn{{"id", ""}, {"name", ""}, {"email", ""}, {"score", ""}, {"active", ""},
+		{"created_at", "::text::timestamp"}, {"balance", "::text::numeric"}}
+	orderCols = []replColumn{{"id", ""}, {"customer_id", ""}, {"status", ""}, {"total", "::text::numeric"},
+		{"placed_at", "::text::timestamptz"}, {"ship_day", "::text::date"}, {"note", ""}}
+)
+
+// customerCols and orderCols are the columns of customerRow and orderRow,
+// with the one each ALTER added once it ran.
+func (w *replWorkload) customerCols() []replColumn {
+	if w.altered > 0 {
+		return append(customerCols[:len(customerCols):len(customerCols)], replColumn{"tier", ""})
+	}
+	return customerCols
+}
+
+func (w *replWorkload) orderCols() []replColumn {
+	if w.altered > 1 {
+		return append(orderCols[:len(orderCols):len(orderCols)], replColumn{"priority", ""})
+	}
+	return orderCols
+}
+
+// insertSQL inserts one row of cols, $1 … $n.
+func insertSQL(table string, cols []replColumn) string {
+	names, params := make([]string, len(cols)), make([]string, len(cols))
+	for i, c := range cols {
+		names[i], params[i] = c.name, fmt.Sprintf("$%d%s", i+1, c.cast)
+	}
+	return "INSERT INTO " + table + " (" + strings.Join(names, ", ") + ") VALUES (" + strings.Join(params, ", ") + ")"
+}
+
+// updateSQL sets every column but the first, the key ($1).
+func updateSQL(table string, cols []replColumn) string {
+	sets := make([]string, len(cols)-1)
+	for i, c := range cols[1:] {
+		sets[i] = fmt.Sprintf("%s = $%d%s", c.name, i+2, c.cast)
+	}
+	return "UPDATE " + table + " SET " + strings.Join(sets, ", ") + " WHERE " + cols[0].name + " = $1"
 }
 
 // newLine returns a free (order_id, line).

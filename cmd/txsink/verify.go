@@ -251,7 +251,21 @@ func cmdVerify(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "txsink verify:", err)
 		return exitVerifyFailed
 	}
-	if *output == "json" {
+	return writeVerifyReport(r, *output, stdout, stderr)
+}
+
+// verifyReport is a report of either kind of check.
+type verifyReport interface {
+	WriteJSON(io.Writer) error
+	WriteText(io.Writer) error
+	OK() bool
+}
+
+// writeVerifyReport writes the report in the output format and returns
+// the exit status it calls for.
+func writeVerifyReport(r verifyReport, output string, stdout, stderr io.Writer) int {
+	var err error
+	if output == "json" {
 		err = r.WriteJSON(stdout)
 	} else {
 		err = r.WriteText(stdout)
@@ -291,19 +305,7 @@ func runVerifyReplica(rc verify.ReplicaConfig, output string, timeout time.Durat
 		}
 		return exitVerifyFailed
 	}
-	if output == "json" {
-		err = r.WriteJSON(stdout)
-	} else {
-		err = r.WriteText(stdout)
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "txsink verify:", err)
-		return exitVerifyFailed
-	}
-	if !r.OK() {
-		return exitVerifyFault
-	}
-	return exitVerifyOK
+	return writeVerifyReport(r, output, stdout, stderr)
 }
 
 // isClickHouseClass reports whether connector.class names the ClickHouse

@@ -41,12 +41,19 @@ type postgresShared struct {
 // TXSINK_TEST_POSTGRES_URL is unset.
 func Postgres(t testing.TB) *PostgresService {
 	t.Helper()
-	if u := os.Getenv(EnvPostgresURL); u != "" {
+	return postgresService(t, EnvPostgresURL, "postgres")
+}
+
+// postgresService returns the server of envVar, or the container named
+// name (started once per test binary with the server options extra).
+func postgresService(t testing.TB, envVar, name string, extra ...string) *PostgresService {
+	t.Helper()
+	if u := os.Getenv(envVar); u != "" {
 		return &PostgresService{URL: u, tb: t, p: &postgresShared{url: u}}
 	}
-	requireDocker(t, EnvPostgresURL)
-	p := service(t, "postgres", func(tb testing.TB, sharedMode bool) (*postgresShared, error) {
-		return startPostgres(tb, sharedMode, "postgres")
+	requireDocker(t, envVar)
+	p := service(t, name, func(tb testing.TB, sharedMode bool) (*postgresShared, error) {
+		return startPostgres(tb, sharedMode, name, extra...)
 	})
 	return &PostgresService{URL: p.url, tb: t, p: p}
 }
@@ -63,15 +70,8 @@ const EnvPostgresSourceURL = "TXSINK_TEST_POSTGRES_SOURCE_URL"
 // instead.
 func PostgresSource(t testing.TB) *PostgresService {
 	t.Helper()
-	if u := os.Getenv(EnvPostgresSourceURL); u != "" {
-		return &PostgresService{URL: u, tb: t, p: &postgresShared{url: u}}
-	}
-	requireDocker(t, EnvPostgresSourceURL)
-	p := service(t, "postgres-source", func(tb testing.TB, sharedMode bool) (*postgresShared, error) {
-		return startPostgres(tb, sharedMode, "postgres-source",
-			"-c", "wal_level=logical", "-c", "max_replication_slots=20", "-c", "max_wal_senders=20")
-	})
-	return &PostgresService{URL: p.url, tb: t, p: p}
+	return postgresService(t, EnvPostgresSourceURL, "postgres-source",
+		"-c", "wal_level=logical", "-c", "max_replication_slots=20", "-c", "max_wal_senders=20")
 }
 
 // External reports whether the server was not started by the harness (then

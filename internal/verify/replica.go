@@ -85,14 +85,31 @@ type ReplicaReport struct {
 	TargetKind string        `json:"target_kind"`
 	Tables     []TableReport `json:"tables"`
 	Lag        ReplicaLag    `json:"lag"`
-	// Totals over the tables.
-	SourceRows int64    `json:"source_rows"`
-	TargetRows int64    `json:"target_rows"`
-	Equal      int64    `json:"equal"`
-	Missing    int64    `json:"missing"`
-	Extra      int64    `json:"extra"`
-	Different  int64    `json:"different"`
-	Notes      []string `json:"notes,omitempty"`
+	// RowCounts are the totals over the tables.
+	RowCounts
+	Notes []string `json:"notes,omitempty"`
+}
+
+// RowCounts count the rows of a comparison.
+type RowCounts struct {
+	SourceRows int64 `json:"source_rows"`
+	TargetRows int64 `json:"target_rows"`
+	// Equal rows have the same key and checksum on both sides; Missing
+	// ones are only in the source, Extra ones only in the target (or
+	// repeat a key there), Different ones differ in a compared column.
+	Equal     int64 `json:"equal"`
+	Missing   int64 `json:"missing"`
+	Extra     int64 `json:"extra"`
+	Different int64 `json:"different"`
+}
+
+func (c *RowCounts) add(o RowCounts) {
+	c.SourceRows += o.SourceRows
+	c.TargetRows += o.TargetRows
+	c.Equal += o.Equal
+	c.Missing += o.Missing
+	c.Extra += o.Extra
+	c.Different += o.Different
 }
 
 // OK reports whether every target table equals its source, row for row.
@@ -112,12 +129,7 @@ type TableReport struct {
 	Columns     []string `json:"columns"`
 	TargetLacks []string `json:"target_lacks,omitempty"`
 	Ignored     []string `json:"ignored,omitempty"`
-	SourceRows  int64    `json:"source_rows"`
-	TargetRows  int64    `json:"target_rows"`
-	Equal       int64    `json:"equal"`
-	Missing     int64    `json:"missing"`
-	Extra       int64    `json:"extra"`
-	Different   int64    `json:"different"`
+	RowCounts
 	// Read says how the target was read when it matters: ClickHouse
 	// FINAL, rows left out as deleted.
 	Read     string    `json:"read,omitempty"`
@@ -271,12 +283,7 @@ func CheckReplica(ctx context.Context, c ReplicaConfig) (*ReplicaReport, error) 
 		}
 		newest = max(newest, pos)
 		r.Tables = append(r.Tables, *tr)
-		r.SourceRows += tr.SourceRows
-		r.TargetRows += tr.TargetRows
-		r.Equal += tr.Equal
-		r.Missing += tr.Missing
-		r.Extra += tr.Extra
-		r.Different += tr.Different
+		r.add(tr.RowCounts)
 	}
 	if newest >= 0 {
 		r.Lag.TargetLSN = formatLSN(newest)
@@ -524,8 +531,7 @@ func compareTable(ctx context.Context, c ReplicaConfig, stx pgx.Tx, tgt replicaT
 			return nil, -1, fmt.Errorf("source: read %s: %w", tr.Source, err)
 		}
 	}
-	tr.SourceRows, tr.TargetRows = cmp.SourceRows, cmp.TargetRows
-	tr.Equal, tr.Missing, tr.Extra, tr.Different = cmp.Equal, cmp.Missing, cmp.Extra, cmp.Different
+	tr.RowCounts = cmp.RowCounts
 	tr.Examples = cmp.diffs()
 	return tr, pos, nil
 }

@@ -38,7 +38,7 @@ type tableCompare struct {
 	keyBuf []*string
 	src    map[string]srcRow
 
-	SourceRows, TargetRows, Equal, Missing, Extra, Different int64
+	RowCounts
 
 	// examples are the keys of the first differences of each kind, with
 	// the target's values of extra and different rows.
