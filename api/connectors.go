@@ -25,6 +25,7 @@ type connectorsResource struct{ s *Server }
 // Routes returns the /connectors router.
 func (rs connectorsResource) Routes() chi.Router {
 	r := chi.NewRouter()
+	r.Use(rs.s.forwarding)
 	r.Get("/", rs.list)
 	r.Post("/", rs.create)
 	r.Route("/{name}", func(r chi.Router) {
