@@ -95,8 +95,8 @@ type Distributed struct {
 	// What the engine was told per connector, and the statuses written.
 	applied   map[string]applied
 	published map[string]map[string]configlog.Status // connector → status key → written
-	ops       map[string]*sync.Mutex     // leader: one write at a time per connector
-	workers   map[string]*reconcileState // one reconciler per connector
+	ops       map[string]*sync.Mutex                 // leader: one write at a time per connector
+	workers   map[string]*reconcileState             // one reconciler per connector
 }
 
 // applied is what the engine was told to run for a connector.
