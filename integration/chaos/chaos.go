@@ -319,7 +319,7 @@ func PlanOf(p Profile) ([]Fault, error) {
 type lane struct {
 	Lane
 	connector, topic, db, cfgPath string
-	prod                          *producer
+	prod                          *Producer
 	prodLog                       *os.File
 	workers                       []*worker
 	pool                          *pgxpool.Pool // PostgreSQL lanes
@@ -396,7 +396,7 @@ func Run(ctx context.Context, p Profile) (Summary, error) {
 	var prodWG sync.WaitGroup
 	for _, l := range lanes {
 		prodWG.Add(1)
-		go func() { defer prodWG.Done(); l.prod.run(prodCtx) }()
+		go func() { defer prodWG.Done(); l.prod.Run(prodCtx) }()
 		for _, w := range l.workers {
 			if _, err := w.start(""); err != nil {
 				return sum, fmt.Errorf("lane %s: start %s: %w", l.Name, w.id, err)
@@ -469,7 +469,7 @@ func Run(ctx context.Context, p Profile) (Summary, error) {
 		err := apply(ctx, p, lanes, f)
 		now := time.Now()
 		for _, l := range lanes {
-			fr, _ := l.prod.snapshot()
+			fr, _ := l.prod.Snapshot()
 			l.mu.Lock()
 			l.heals = append(l.heals, heal{kind: f.Kind, at: now, frontier: fr})
 			l.mu.Unlock()
@@ -563,13 +563,12 @@ func setupLane(ctx context.Context, p Profile, lc Lane, i int, nonce uint32, adm
 	if l.prodLog, err = os.Create(filepath.Join(env.Dir, lc.Name+"-producer.jsonl")); err != nil {
 		return nil, err
 	}
-	l.prod = &producer{
-		lane: lc.Name, bootstrap: env.Bootstrap, topic: l.topic, partitions: p.Partitions,
-		rate: p.Rate, maxTxn: p.MaxTxn, abortRatio: p.AbortRatio,
-		rng: rand.New(rand.NewPCG(p.Seed, uint64(i)+1)),
-		log: verify.NewLogWriter(l.prodLog), logf: env.Logf,
-		frontier: map[int32]int64{},
-	}
+	l.prod = NewProducer(ProducerOptions{
+		Lane: lc.Name, Bootstrap: env.Bootstrap, Topic: l.topic, Partitions: p.Partitions,
+		Rate: p.Rate, MaxTxn: p.MaxTxn, AbortRatio: p.AbortRatio,
+		Seed: p.Seed, Stream: uint64(i) + 1,
+		Log: verify.NewLogWriter(l.prodLog), Logf: env.Logf,
+	})
 	for w := range p.Workers {
 		id := fmt.Sprintf("w%d", w+1)
 		args := []string{"run", "-bootstrap", env.Bootstrap, "-config", l.cfgPath, "-worker-id", id, "-log-level", "info"}
@@ -718,7 +717,7 @@ func (l *lane) sample(ctx context.Context) {
 	for i := range got {
 		got[i].At = now
 	}
-	fr, _ := l.prod.snapshot()
+	fr, _ := l.prod.Snapshot()
 	var lag int64
 	next := map[int32]int64{}
 	for _, s := range got {
@@ -828,7 +827,7 @@ func (l *lane) check(ctx context.Context, p Profile) (LaneSummary, error) {
 	samples := append([]verify.OffsetSample(nil), l.samples...)
 	heals := append([]heal(nil), l.heals...)
 	l.mu.Unlock()
-	_, st := l.prod.snapshot()
+	_, st := l.prod.Snapshot()
 	ls.Producer = st
 	for _, w := range l.workers {
 		w.mu.Lock()

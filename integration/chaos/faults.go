@@ -58,7 +58,7 @@ func apply(ctx context.Context, p Profile, lanes []*lane, f Fault) error {
 		return p.Env.Broker.Start(rctx)
 	case ProducerKill:
 		for _, l := range lanes {
-			l.prod.kill.Add(1)
+			l.prod.Abandon()
 		}
 		return nil
 	case RESTPause, RESTStop, RESTRestart, RESTConfig:

@@ -39,7 +39,7 @@ type LaneSummary struct {
 	// Drained is true when the sink reached every committed record.
 	Drained bool
 	// Producer are the upstream's transaction counts.
-	Producer producerStats
+	Producer ProducerStats
 	// MaxLag is the largest sampled lag in offsets (acknowledged upstream,
 	// not yet stored in the sink), over all partitions.
 	MaxLag int64
