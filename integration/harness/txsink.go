@@ -74,8 +74,10 @@ type ClusterOptions struct {
 	// Settings are worker settings for every worker (the worker file);
 	// group.id and the topics default to names unique to the test.
 	Settings map[string]string
-	// Env is extra environment for every worker.
-	Env []string
+	// Env is extra environment for every worker; Args are extra flags
+	// of "txsink serve".
+	Env  []string
+	Args []string
 	// Dir receives the worker files and logs (default: a temporary
 	// directory of the test).
 	Dir string
@@ -86,6 +88,9 @@ func NewCluster(tb testing.TB, opt ClusterOptions) *Cluster {
 	tb.Helper()
 	if opt.Dir == "" {
 		opt.Dir = tb.TempDir()
+	}
+	if err := os.MkdirAll(opt.Dir, 0o755); err != nil {
+		tb.Fatal(err)
 	}
 	name := uniqueName(tb)
 	s := map[string]string{
@@ -200,7 +205,7 @@ func (w *Worker) Start(failpoint string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(TxsinkBinary(w.c.tb), "serve", "-config", w.file)
+	cmd := exec.Command(TxsinkBinary(w.c.tb), append([]string{"serve", "-config", w.file}, w.c.opt.Args...)...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = append(append(os.Environ(), w.c.opt.Env...), "TXSINK_FAILPOINT="+failpoint)
 	if err := cmd.Start(); err != nil {
