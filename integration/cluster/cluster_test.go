@@ -20,7 +20,7 @@ func TestClusterAnyWorker(t *testing.T) {
 	ws := e.start(3)
 	a, b, c := ws[0], ws[1], ws[2]
 	prod, stopProd := e.upstream(300)
-	const name = "any"
+	name := e.connectorName("any")
 	must(t, a, 201, "POST", "/connectors", map[string]any{"name": name, "config": e.connector("exactly_once", 6)})
 	st := waitStatus(t, a, name, 90*time.Second, "six tasks running, two on each worker", func(st apiStatus) bool {
 		ok, per := runningOn(st, 6, ids(ws...)...)
@@ -31,11 +31,7 @@ func TestClusterAnyWorker(t *testing.T) {
 	// Every worker answers the same.
 	sameEverywhere(t, ws, "/connectors", "/connectors/"+name, "/connectors/"+name+"/config", "/connectors/"+name+"/tasks")
 	sameStatus(t, ws, name)
-	deadline := time.Now().Add(time.Minute)
-	fr, _ := prod.Snapshot()
-	for !e.caughtUp(name, fr) && time.Now().Before(deadline) {
-		time.Sleep(200 * time.Millisecond)
-	}
+	e.waitCaughtUp(name, prod, time.Minute)
 	sameEverywhere(t, ws[:1], "/connectors/"+name+"/offsets")
 
 	// A configuration change through B: every worker shows it.
@@ -73,7 +69,7 @@ func TestClusterAnyWorker(t *testing.T) {
 		"partition": map[string]any{"kafka_topic": e.topic, "kafka_partition": 5},
 		"offset":    map[string]any{"kafka_offset": 1},
 	}}}
-	deadline = time.Now().Add(time.Minute)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		code, body := do(t, b, "PATCH", "/connectors/"+name+"/offsets", edit)
 		if code == 200 {

@@ -43,8 +43,9 @@ type env struct {
 }
 
 // newEnv prepares a topic of parts partitions, a database with the events
-// table, and a cluster (no worker yet) with the given worker settings.
-func newEnv(t *testing.T, parts int32, settings map[string]string) *env {
+// table, and a cluster (no worker yet) with the given worker settings and
+// extra flags of "txsink serve".
+func newEnv(t *testing.T, parts int32, settings map[string]string, args ...string) *env {
 	t.Helper()
 	k := harness.Kafka(t)
 	pg := harness.Postgres(t)
@@ -84,7 +85,7 @@ func newEnv(t *testing.T, parts int32, settings map[string]string) *env {
 		"scheduled.rebalance.max.delay.ms":          "0",
 	}
 	maps.Copy(s, settings)
-	e.cl = harness.NewCluster(t, harness.ClusterOptions{Bootstrap: k.Bootstrap, Settings: s, Dir: filepath.Join(e.dir, "workers")})
+	e.cl = harness.NewCluster(t, harness.ClusterOptions{Bootstrap: k.Bootstrap, Settings: s, Args: args, Dir: filepath.Join(e.dir, "workers")})
 	return e
 }
 
@@ -98,6 +99,12 @@ func (e *env) start(n int) []*harness.Worker {
 		out = append(out, e.cl.Add(ctx))
 	}
 	return out
+}
+
+// connectorName returns a connector name unique to the run (its consumer
+// group, txsink-<name>, too).
+func (e *env) connectorName(prefix string) string {
+	return fmt.Sprintf("%s-%08x", prefix, rand.Uint32())
 }
 
 // connector returns a PostgreSQL connector configuration whose password
@@ -251,6 +258,20 @@ func (e *env) sinkOffsets(name string) map[int32]int64 {
 	return out
 }
 
+// waitCaughtUp waits until the sink holds what the producer had
+// acknowledged when called.
+func (e *env) waitCaughtUp(name string, p *chaos.Producer, d time.Duration) {
+	e.t.Helper()
+	fr, _ := p.Snapshot()
+	deadline := time.Now().Add(d)
+	for !e.caughtUp(name, fr) {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("the sink did not catch up within %v: %v, upstream %v", d, e.sinkOffsets(name), fr)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // caughtUp reports whether the sink holds everything the producer had
 // acknowledged (its frontier) when called.
 func (e *env) caughtUp(name string, frontier map[int32]int64) bool {
@@ -316,9 +337,9 @@ type ownership struct {
 var positionRE = regexp.MustCompile(`(\S+)\[(\d+)\]=`)
 
 // ownerships reads the ownership intervals of the topic's partitions from
-// the workers' JSON logs. An interval still open when its incarnation's
-// log ends is closed at the incarnation's last line, or at end for the
-// running one.
+// the workers' JSON logs. An interval still open when its incarnation
+// ended (a kill) closes when the process exited; one of a running
+// incarnation closes at end.
 func ownerships(t *testing.T, ws []*harness.Worker, topic string, end time.Time) []ownership {
 	t.Helper()
 	var out []ownership
@@ -327,13 +348,21 @@ func ownerships(t *testing.T, ws []*harness.Worker, topic string, end time.Time)
 		if err != nil {
 			t.Fatal(err)
 		}
+		exits := w.Exits()
 		open := map[[2]int]time.Time{} // (task, partition) → since
 		var last time.Time
+		inc := -1
 		closeAll := func(at time.Time) {
 			for k, since := range open {
 				out = append(out, ownership{worker: w.Index, task: k[0], partition: int32(k[1]), from: since, till: at})
 			}
 			clear(open)
+		}
+		exitOf := func(i int) time.Time {
+			if i >= 0 && i < len(exits) {
+				return exits[i]
+			}
+			return last
 		}
 		sc := bufio.NewScanner(f)
 		sc.Buffer(make([]byte, 1<<20), 16<<20)
@@ -350,7 +379,10 @@ func ownerships(t *testing.T, ws []*harness.Worker, topic string, end time.Time)
 				continue
 			}
 			if l.Msg == "worker listening" {
-				closeAll(last) // a new incarnation: the old one died after its last line
+				if inc >= 0 {
+					closeAll(exitOf(inc))
+				}
+				inc++
 			}
 			last = l.Time
 			if l.Task == nil {
@@ -381,7 +413,7 @@ func ownerships(t *testing.T, ws []*harness.Worker, topic string, end time.Time)
 		if w.Running() {
 			closeAll(end)
 		} else {
-			closeAll(last)
+			closeAll(exitOf(inc))
 		}
 	}
 	return out

@@ -178,9 +178,17 @@ type Worker struct {
 	ID, URL string
 	file    string
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
+	mu    sync.Mutex
+	cmd   *exec.Cmd
+	done  chan struct{}
+	exits []time.Time // when each incarnation ended
+}
+
+// Exits returns when each incarnation that ended so far ended, in order.
+func (w *Worker) Exits() []time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]time.Time(nil), w.exits...)
 }
 
 // LogPath is the worker's log file (every incarnation, JSON lines).
@@ -213,7 +221,14 @@ func (w *Worker) Start(failpoint string) error {
 		return err
 	}
 	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); out.Close(); close(done) }()
+	go func() {
+		_ = cmd.Wait()
+		w.mu.Lock()
+		w.exits = append(w.exits, time.Now())
+		w.mu.Unlock()
+		out.Close()
+		close(done)
+	}()
 	w.cmd, w.done = cmd, done
 	return nil
 }
