@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -88,10 +87,7 @@ type Distributed struct {
 	stable   bool // holds the current generation's plan
 	writer   *configlog.Writer
 	writerOf int32 // generation the writer was started in
-	// The leader's memory for the assignor.
-	lastOwner map[membership.Unit]string
-	pending   map[membership.Unit]time.Time
-	recheck   *time.Timer
+	recheck  *time.Timer // the leader's rebalance when a delay ends
 	// What the engine was told per connector, and the statuses written.
 	applied   map[string]applied
 	published map[string]map[string]configlog.Status // connector → status key → written
@@ -133,7 +129,6 @@ func NewDistributed(reg *connectors.Registry, opt DistributedOptions) (*Distribu
 	}
 	h := &Distributed{
 		reg: reg, opt: opt, log: opt.Engine.Log, id: opt.Engine.WorkerID, resolver: opt.Resolver,
-		lastOwner: map[membership.Unit]string{}, pending: map[membership.Unit]time.Time{},
 		applied: map[string]applied{}, published: map[string]map[string]configlog.Status{},
 		ops: map[string]*sync.Mutex{}, workers: map[string]*reconcileState{},
 	}
@@ -358,24 +353,20 @@ func (h *Distributed) assign(ctx context.Context, leaderID string, members []mem
 		}
 	}
 	h.mu.Lock()
-	in.Last, in.PendingSince = maps.Clone(h.lastOwner), maps.Clone(h.pending)
+	if h.plan != nil {
+		in.Last, in.PendingSince = h.plan.Memory()
+	}
 	h.mu.Unlock()
 	out := membership.Assign(in)
-	last := map[membership.Unit]string{}
 	for u, id := range out.Assigned {
-		last[u] = in.Members[id].Worker
 		plan.Assigned = append(plan.Assigned, membership.Placement{Unit: u, Member: id})
 	}
-	for u := range out.PendingSince {
-		last[u] = in.Last[u]
-		plan.Pending = append(plan.Pending, u)
+	for u, since := range out.PendingSince {
+		plan.Pending = append(plan.Pending, membership.Waiting{Unit: u, Worker: in.Last[u], Since: since})
 	}
-	slices.SortFunc(plan.Assigned, func(a, b membership.Placement) int {
-		return cmpUnit(a.Unit, b.Unit)
-	})
-	slices.SortFunc(plan.Pending, cmpUnit)
+	slices.SortFunc(plan.Assigned, func(a, b membership.Placement) int { return cmpUnit(a.Unit, b.Unit) })
+	slices.SortFunc(plan.Pending, func(a, b membership.Waiting) int { return cmpUnit(a.Unit, b.Unit) })
 	h.mu.Lock()
-	h.lastOwner, h.pending = last, out.PendingSince
 	if h.recheck != nil {
 		h.recheck.Stop()
 		h.recheck = nil

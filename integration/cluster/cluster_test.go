@@ -150,7 +150,7 @@ func sameStatus(t *testing.T, ws []*harness.Worker, name string) {
 				t.Fatalf("no status on %s", w.ID)
 			}
 			for i := range st.Tasks {
-				st.Tasks[i].Trace = ""
+				st.Tasks[i].Trace, st.Tasks[i].Txsink = "", nil
 			}
 			b, _ := json.Marshal(st)
 			seen[string(b)] = append(seen[string(b)], w.ID)

@@ -170,6 +170,13 @@ type apiTask struct {
 	State    string `json:"state"`
 	WorkerID string `json:"worker_id"`
 	Trace    string `json:"trace,omitempty"`
+	// Txsink holds txsink's details of the task (partitions owned), shown
+	// by the worker that runs it.
+	Txsink *struct {
+		Partitions []struct {
+			Partition int32 `json:"partition"`
+		} `json:"partitions"`
+	} `json:"txsink,omitempty"`
 }
 
 func status(t *testing.T, w *harness.Worker, name string) (apiStatus, bool) {

@@ -75,7 +75,30 @@ type Plan struct {
 	Assigned     []Placement       `json:"assigned"`
 	// Pending units wait for their worker to come back
 	// (scheduled.rebalance.max.delay.ms).
-	Pending []Unit `json:"pending,omitempty"`
+	Pending []Waiting `json:"pending,omitempty"`
+}
+
+// Waiting is a unit kept unassigned for the worker that had it.
+type Waiting struct {
+	Unit
+	// Worker is the id of the worker that had it; Since is when it left.
+	Worker string    `json:"w"`
+	Since  time.Time `json:"since"`
+}
+
+// Memory returns what the next assignment needs to know of this plan: the
+// worker each unit was assigned to (or waits for), and since when the
+// waiting ones wait. Every member holds the plan, so a new leader
+// continues a delay where the old one left it.
+func (p Plan) Memory() (last map[Unit]string, since map[Unit]time.Time) {
+	last, since = map[Unit]string{}, map[Unit]time.Time{}
+	for _, a := range p.Assigned {
+		last[a.Unit] = p.Workers[a.Member].ID
+	}
+	for _, w := range p.Pending {
+		last[w.Unit], since[w.Unit] = w.Worker, w.Since
+	}
+	return last, since
 }
 
 // Encode returns the plan's wire form.
@@ -150,9 +173,8 @@ type AssignInput struct {
 	// Units is everything that must run.
 	Units []Unit
 	// Last maps each unit to the worker id (not member id) that had it in
-	// the leader's last plan, and PendingSince the units that have waited
-	// since when; both are the leader's memory (empty after a leader
-	// change).
+	// the last plan, and PendingSince the units that have waited since
+	// when (Plan.Memory).
 	Last         map[Unit]string
 	PendingSince map[Unit]time.Time
 	Now          time.Time
