@@ -184,6 +184,27 @@ func TestClusterAPI(t *testing.T) {
 		}
 		return true, ""
 	})
+	// Every worker shows each task's details as the worker running it
+	// sees them: its partition.
+	eventually(t, 20*time.Second, "every worker shows every task's partition", func() (bool, string) {
+		for i, w := range ws {
+			var st connectorStatus
+			if err := json.Unmarshal(w.env.must(200, "GET", "/connectors/c1/status", nil).body, &st); err != nil {
+				t.Fatal(err)
+			}
+			seen := map[int32]bool{}
+			for _, ts := range st.Tasks {
+				if ts.Txsink == nil || len(ts.Txsink.Partitions) != 1 {
+					return false, fmt.Sprintf("worker %d: task %d details %+v", i, ts.ID, ts.Txsink)
+				}
+				seen[ts.Txsink.Partitions[0].Partition] = true
+			}
+			if len(seen) != 6 {
+				return false, fmt.Sprintf("worker %d: partitions %v", i, seen)
+			}
+		}
+		return true, ""
+	})
 	for _, path := range []string{"/connectors", "/connectors/c1", "/connectors/c1/config", "/connectors/c1/tasks"} {
 		want := string(ws[0].env.must(200, "GET", path, nil).body)
 		for i, w := range ws[1:] {

@@ -87,4 +87,5 @@ var (
 	_ Herder = (*herder.Standalone)(nil)
 	_ Herder = (*herder.Distributed)(nil)
 	_ syncer = (*herder.Distributed)(nil)
+	_ owners = (*herder.Distributed)(nil)
 )

@@ -13,7 +13,7 @@ import (
 // topic (UNASSIGNED until it wrote one, and for what no worker runs: a
 // unit waiting for its departed worker, or a rebalance under way). The
 // tasks this worker runs show its engine's own view, with txsink's
-// details (partitions, lag, in-doubt batches); TaskOwners tells where the
+// details (partitions, lag, in-doubt batches); Owners tells where the
 // others run.
 func (h *Distributed) Status(ctx context.Context, name string) (engine.ConnectorStatus, error) {
 	c, err := h.lookup(name)
@@ -70,20 +70,26 @@ func (h *Distributed) Status(ctx context.Context, name string) (engine.Connector
 	return st, nil
 }
 
-// TaskOwners returns the REST URL of the worker running each of the
-// connector's tasks that run on other workers (for the REST layer, which
-// asks them for their tasks' details).
-func (h *Distributed) TaskOwners(name string) map[int]string {
+// Owners returns the REST URLs of the other workers that run the
+// connector's own unit (connector, "" when this worker or none does) and
+// its tasks (by id), for the REST layer, which asks them for the details
+// only they have (partitions, lag, in-doubt batches).
+func (h *Distributed) Owners(name string) (connector string, tasks map[int]string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := map[int]string{}
+	tasks = map[int]string{}
 	if h.plan == nil {
-		return out
+		return "", tasks
 	}
 	for _, a := range h.plan.Assigned {
-		if a.Connector == name && a.Task >= 0 && a.Member != h.memberID {
-			out[a.Task] = h.plan.Workers[a.Member].URL
+		if a.Connector != name || a.Member == h.memberID {
+			continue
+		}
+		if a.Task < 0 {
+			connector = h.plan.Workers[a.Member].URL
+		} else {
+			tasks[a.Task] = h.plan.Workers[a.Member].URL
 		}
 	}
-	return out
+	return connector, tasks
 }

@@ -388,3 +388,104 @@ func TestChaosClickHouse(t *testing.T) {
 		t.Logf("negative control at_least_once failed as it must: %d duplicates", alo.Report.Counts[verify.Duplicate])
 	}
 }
+
+// clusterEnv is a run's environment with PostgreSQL and ClickHouse lanes.
+func clusterEnv(t *testing.T) Env {
+	t.Helper()
+	e := env(t)
+	ch := chEnv(t).ClickHouse
+	e.ClickHouse = ch
+	return e
+}
+
+// ClusterKillPoints are the failpoints of the cluster profiles: every
+// lane's (the workers run all of them).
+var ClusterKillPoints = []string{"after-poll", "after-write", "after-prepare", "after-decide", "after-commit", PointCHMidInsert, PointCHAfterInsert}
+
+// ClusterCIProfile is the short cluster profile CI runs: 3 "txsink serve"
+// workers in distributed mode share five connectors (lanes) — PostgreSQL
+// exactly_once (must pass), at_least_once and exactly_once_sink without
+// fencing (negative controls: must fail), ClickHouse exactly_once (must
+// pass) and at_least_once (negative control) — under 16 faults of
+// ClusterWeights: kills, failpoints, SIGTERMs, zombies, joins, leaves,
+// broker restarts, killed producers.
+func ClusterCIProfile(seed uint64, e Env) Profile {
+	return Profile{
+		Name:       "ci-cluster",
+		Seed:       seed,
+		Faults:     16,
+		Workers:    3,
+		Partitions: 6,
+		Cluster:    true,
+		Lanes: []Lane{
+			{Name: "eo", Delivery: "exactly_once"},
+			{Name: "alo", Delivery: "at_least_once"},
+			{Name: "unfenced", Delivery: "exactly_once_sink", UnsafeNoFencing: true},
+			{Name: "cheo", Sink: SinkClickHouse, Delivery: "exactly_once"},
+			{Name: "chalo", Sink: SinkClickHouse, Delivery: "at_least_once"},
+		},
+		Rate:           60,
+		MaxTxn:         30,
+		AbortRatio:     0.15,
+		SessionTimeout: 6 * time.Second,
+		GapMin:         time.Second,
+		GapMax:         2500 * time.Millisecond,
+		Warmup:         3 * time.Second,
+		DrainTimeout:   3 * time.Minute,
+		Weights:        ClusterWeights,
+		KillPoints:     ClusterKillPoints,
+		BlockRows:      25,
+		Env:            e,
+	}
+}
+
+// TestChaosCluster runs the cluster CI profile on real Kafka, PostgreSQL
+// and ClickHouse: both exactly_once lanes must pass the checker with no
+// anomaly of any kind, and the three negative controls, living through the
+// same faults on the same workers, must fail it.
+func TestChaosCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos: not in -short")
+	}
+	e := clusterEnv(t)
+	s := seed(t)
+	t.Logf("chaos seed %d (replay: %s=%d)", s, EnvSeed, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	start := time.Now()
+	p := ClusterCIProfile(s, e)
+	sum, err := Run(ctx, p)
+	var buf bytes.Buffer
+	sum.WriteText(&buf)
+	t.Logf("seed %d\n%s", s, buf.String())
+	if err != nil {
+		t.Fatalf("seed %d: run failed: %v", s, err)
+	}
+	t.Logf("wall time %v", time.Since(start).Round(time.Second))
+	if sum.Injected < p.Faults || sum.Kinds() < 5 || sum.Faults[WorkerJoin] == 0 || sum.Faults[WorkerLeave] == 0 {
+		t.Errorf("seed %d: %d faults of %d kinds injected (joins %d, leaves %d), want %d of >= 5 with joins and leaves",
+			s, sum.Injected, sum.Kinds(), sum.Faults[WorkerJoin], sum.Faults[WorkerLeave], p.Faults)
+	}
+	checkExact(t, s, sum.Lane("eo"))
+	checkExact(t, s, sum.Lane("cheo"))
+	for _, lane := range []string{"alo", "chalo"} {
+		l := sum.Lane(lane)
+		if l == nil || l.Report == nil {
+			t.Fatalf("seed %d: no report for lane %s", s, lane)
+		}
+		if l.VerifyExit != 1 || l.Report.Counts[verify.Duplicate] == 0 {
+			t.Errorf("seed %d: negative control %s (at_least_once): verify exit %d, %d duplicates; it must report duplicates and fail", s, lane, l.VerifyExit, l.Report.Counts[verify.Duplicate])
+		} else {
+			t.Logf("negative control %s failed as it must: %d duplicates", lane, l.Report.Counts[verify.Duplicate])
+		}
+	}
+	unf := sum.Lane("unfenced")
+	if unf == nil || unf.Report == nil {
+		t.Fatalf("seed %d: no report for lane unfenced", s)
+	}
+	if unf.VerifyExit != 1 || unf.Report.SinkFaults == 0 {
+		t.Errorf("seed %d: negative control exactly_once_sink without fencing: verify exit %d, %d sink faults; zombies must break it", s, unf.VerifyExit, unf.Report.SinkFaults)
+	} else {
+		t.Logf("negative control without fencing failed as it must: %s", countList(unf.Report.Counts))
+	}
+}

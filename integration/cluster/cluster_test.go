@@ -28,9 +28,22 @@ func TestClusterAnyWorker(t *testing.T) {
 	})
 	t.Logf("tasks: %+v", st.Tasks)
 
-	// Every worker answers the same.
+	// Every worker answers the same, and shows each task's details (its
+	// partition) as the worker running it sees them.
 	sameEverywhere(t, ws, "/connectors", "/connectors/"+name, "/connectors/"+name+"/config", "/connectors/"+name+"/tasks")
 	sameStatus(t, ws, name)
+	for _, w := range ws {
+		waitStatus(t, w, name, 30*time.Second, "every task's partition shown", func(st apiStatus) bool {
+			seen := map[int32]bool{}
+			for _, ts := range st.Tasks {
+				if ts.Txsink == nil || len(ts.Txsink.Partitions) != 1 {
+					return false
+				}
+				seen[ts.Txsink.Partitions[0].Partition] = true
+			}
+			return len(seen) == 6
+		})
+	}
 	e.waitCaughtUp(name, prod, time.Minute)
 	sameEverywhere(t, ws[:1], "/connectors/"+name+"/offsets")
 
