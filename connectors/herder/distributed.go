@@ -86,7 +86,7 @@ type Distributed struct {
 	memberID string
 	stable   bool // holds the current generation's plan
 	writer   *configlog.Writer
-	writerOf int32 // generation the writer was started in
+	writerOf int32       // generation the writer was started in
 	recheck  *time.Timer // the leader's rebalance when a delay ends
 	// What the engine was told per connector, and the statuses written.
 	applied   map[string]applied

@@ -21,10 +21,10 @@ import (
 type worker struct {
 	logName string // <logName>.log in logDir
 	idx     int
-	id     string // -worker-id
-	binary string
-	args   []string
-	logDir string
+	id      string // -worker-id
+	binary  string
+	args    []string
+	logDir  string
 
 	mu          sync.Mutex
 	cur         *process
