@@ -362,7 +362,7 @@ func Run(ctx context.Context, p Profile) (Summary, error) {
 	env := p.Env
 	logf := env.Logf
 	start := time.Now()
-	sum := Summary{Profile: p.Name, Seed: p.Seed, Workers: p.Workers, Partitions: p.Partitions, Plan: plan, Faults: map[Kind]int{}}
+	sum := Summary{Profile: p.Name, Seed: p.Seed, Workers: p.Workers, Cluster: p.Cluster, Partitions: p.Partitions, Plan: plan, Faults: map[Kind]int{}}
 	logf("chaos: profile %s, seed %d (replay with TXSINK_CHAOS_SEED=%d), %d faults planned, %d workers, %d lanes, work dir %s",
 		p.Name, p.Seed, p.Seed, len(plan), p.Workers, len(p.Lanes), env.Dir)
 	logf("chaos: schedule:\n%s", FormatPlan(plan))

@@ -77,7 +77,19 @@ func txsinkBinary(t *testing.T) string {
 // outside CI every run draws a new seed to widen coverage.
 const ciSeed = 549312
 
+// clusterCISeed is the schedule CI replays for the cluster profile: its
+// three negative controls were seen to fail (seed 11: 14 and 29 duplicates
+// in the at_least_once lanes, 11 duplicates and 2 offsets going backwards
+// without fencing) while both exactly_once lanes stayed exact.
+const clusterCISeed = 11
+
 func seed(t *testing.T) uint64 {
+	t.Helper()
+	return seedFor(t, ciSeed)
+}
+
+// seedFor is seed with the given CI schedule.
+func seedFor(t *testing.T, ci uint64) uint64 {
 	t.Helper()
 	if s := os.Getenv(EnvSeed); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
@@ -87,7 +99,7 @@ func seed(t *testing.T) uint64 {
 		return v
 	}
 	if os.Getenv("CI") != "" {
-		return ciSeed
+		return ci
 	}
 	return rand.Uint64() % 1_000_000
 }
@@ -448,7 +460,7 @@ func TestChaosCluster(t *testing.T) {
 		t.Skip("chaos: not in -short")
 	}
 	e := clusterEnv(t)
-	s := seed(t)
+	s := seedFor(t, clusterCISeed)
 	t.Logf("chaos seed %d (replay: %s=%d)", s, EnvSeed, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
