@@ -26,7 +26,8 @@ func TestClusterAnyWorker(t *testing.T) {
 		ok, per := runningOn(st, 6, ids(ws...)...)
 		return ok && st.Connector.State == "RUNNING" && per[a.ID] == 2 && per[b.ID] == 2 && per[c.ID] == 2
 	})
-	t.Logf("tasks: %+v", st.Tasks)
+	_, per := runningOn(st, 6, ids(ws...)...)
+	t.Logf("created through %s: tasks per worker %v, the connector on %s", a.ID, per, st.Connector.WorkerID)
 
 	// Every worker answers the same, and shows each task's details (its
 	// partition) as the worker running it sees them.
