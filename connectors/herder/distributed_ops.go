@@ -440,7 +440,7 @@ func (h *Distributed) editOffsets(ctx context.Context, name string, all bool, po
 	}
 	h.mu.Unlock()
 	if c.Target != engine.TargetStopped || c.Tasks > 0 || assigned {
-		return errorf(ErrBadRequest, "Connectors must be in the STOPPED state before their offsets can be modified. This can be done for the specified connector by issuing a 'PUT' request to the '/connectors/%s/stop' endpoint", name)
+		return notStopped(name)
 	}
 	_, v, _ := h.reg.Validate(c.Config)
 	group := config.ParseConnector(v).GroupID
@@ -457,7 +457,7 @@ func (h *Distributed) editOffsets(ctx context.Context, name string, all bool, po
 	}
 	err = h.eng.EditOffsets(ctx, name, c.Config, all, positions)
 	if errors.Is(err, offsets.ErrBusy) {
-		return errorf(ErrConflict, "Offsets of %s are locked by an in-doubt batch; run the connector so that recovery resolves it, stop it and try again", name)
+		return offsetsBusy(name)
 	}
 	if err != nil {
 		return scrub(fmt.Errorf("editing offsets of %s: %w", name, err), h.Secrets())

@@ -84,6 +84,18 @@ func errorf(kind error, format string, args ...any) error {
 
 func notFound(name string) error { return errorf(ErrNotFound, "Connector %s not found", name) }
 
+// notStopped is Connect's error for an offsets edit of a connector that
+// is not STOPPED.
+func notStopped(name string) error {
+	return errorf(ErrBadRequest, "Connectors must be in the STOPPED state before their offsets can be modified. This can be done for the specified connector by issuing a 'PUT' request to the '/connectors/%s/stop' endpoint", name)
+}
+
+// offsetsBusy is the error for an offsets edit that an in-doubt batch
+// holds up.
+func offsetsBusy(name string) error {
+	return errorf(ErrConflict, "Offsets of %s are locked by an in-doubt batch; run the connector so that recovery resolves it, stop it and try again", name)
+}
+
 // scrub removes the connector's secrets from an error's message; field
 // errors and a dropped secret's note, which hold none, keep their kinds.
 func scrub(err error, secs []string) error {

@@ -654,14 +654,14 @@ func (h *Standalone) editOffsets(ctx context.Context, name string, all bool, pos
 	stopped := m.target == engine.TargetStopped && !running
 	m.mu.Unlock()
 	if !stopped {
-		return errorf(ErrBadRequest, "Connectors must be in the STOPPED state before their offsets can be modified. This can be done for the specified connector by issuing a 'PUT' request to the '/connectors/%s/stop' endpoint", name)
+		return notStopped(name)
 	}
 	err = h.withConfig(m, func(raw map[string]string) error {
 		return h.eng.EditOffsets(ctx, name, raw, all, positions)
 	})
 	if err != nil {
 		if errors.Is(err, offsets.ErrBusy) {
-			return errorf(ErrConflict, "Offsets of %s are locked by an in-doubt batch; run the connector so that recovery resolves it, stop it and try again", name)
+			return offsetsBusy(name)
 		}
 		return h.scrub(m, fmt.Errorf("editing offsets of %s: %w", name, err))
 	}

@@ -54,6 +54,13 @@ func TxsinkBinary(tb testing.TB) string {
 	return binPath
 }
 
+// removeBinary removes what TxsinkBinary built (Main calls it at the end).
+func removeBinary() {
+	if binPath != "" {
+		_ = os.RemoveAll(filepath.Dir(binPath))
+	}
+}
+
 // Cluster is a cluster of "txsink serve" workers in distributed mode
 // (group.id), for tests: each worker has a fixed address on 127.0.0.1 (its
 // id, kept across restarts), JSON logs in Dir, and can be killed, stopped

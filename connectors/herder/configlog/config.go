@@ -97,15 +97,10 @@ func NewConfigLog(opt Options) (*ConfigLog, error) {
 // (Close) after it returned.
 func (l *ConfigLog) Run(ctx context.Context) {
 	for ctx.Err() == nil {
-		fs := l.cl.PollFetches(ctx)
-		if fs.IsClientClosed() {
+		fs, ok := poll(ctx, l.cl, l.log, "config")
+		if !ok {
 			return
 		}
-		fs.EachError(func(t string, p int32, err error) {
-			if !errors.Is(err, context.Canceled) {
-				l.log.Warn("reading the config topic", "topic", t, "err", err)
-			}
-		})
 		var ch Change
 		changed := map[string]bool{}
 		var last int64 = -1
@@ -131,6 +126,21 @@ func (l *ConfigLog) Run(ctx context.Context) {
 			l.opt.OnChange(ch)
 		}
 	}
+}
+
+// poll fetches the next records of a topic log, logging fetch errors; false
+// once the client is closed.
+func poll(ctx context.Context, cl *kgo.Client, log *slog.Logger, what string) (kgo.Fetches, bool) {
+	fs := cl.PollFetches(ctx)
+	if fs.IsClientClosed() {
+		return nil, false
+	}
+	fs.EachError(func(t string, p int32, err error) {
+		if !errors.Is(err, context.Canceled) {
+			log.Warn("reading the "+what+" topic", "topic", t, "partition", p, "err", err)
+		}
+	})
+	return fs, true
 }
 
 // apply applies one record; one it cannot apply is logged and left alone

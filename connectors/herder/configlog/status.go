@@ -2,7 +2,6 @@ package configlog
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -64,15 +63,10 @@ func NewStatusLog(opt Options) (*StatusLog, error) {
 // after it returned.
 func (l *StatusLog) Run(ctx context.Context) {
 	for ctx.Err() == nil {
-		fs := l.cl.PollFetches(ctx)
-		if fs.IsClientClosed() {
+		fs, ok := poll(ctx, l.cl, l.log, "status")
+		if !ok {
 			return
 		}
-		fs.EachError(func(t string, p int32, err error) {
-			if !errors.Is(err, context.Canceled) {
-				l.log.Warn("reading the status topic", "topic", t, "partition", p, "err", err)
-			}
-		})
 		changed := map[string]bool{}
 		fs.EachRecord(func(r *kgo.Record) {
 			if name := l.apply(r); name != "" {
