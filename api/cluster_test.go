@@ -230,6 +230,21 @@ func TestClusterAPI(t *testing.T) {
 		}
 	}
 
+	// A restart of the connector and its tasks through any worker restarts
+	// every part on every worker: each partition is fenced again.
+	store.mu.Lock()
+	fence := store.fence
+	store.mu.Unlock()
+	r := ws[2].env.must(202, "POST", "/connectors/c1/restart?includeTasks=true", nil)
+	if !strings.Contains(string(r.body), "RESTARTING") {
+		t.Errorf("restart response shows nothing RESTARTING: %s", r.body)
+	}
+	eventually(t, 20*time.Second, "every partition fenced again", func() (bool, string) {
+		store.mu.Lock()
+		defer store.mu.Unlock()
+		return store.fence >= fence+6, fmt.Sprintf("fence %d, was %d", store.fence, fence)
+	})
+
 	// Pause, resume, stop through the followers.
 	ws[1].env.must(202, "PUT", "/connectors/c1/pause", nil)
 	allSay := func(what string, ok func(clusterStatus) bool) {
