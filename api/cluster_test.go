@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/txsink/txsink/config"
@@ -49,15 +51,16 @@ func newTestCluster(t *testing.T, n int) ([]*clusterWorker, *fakeStore, *kfake.C
 		id := srv.Listener.Addr().String()
 		logs := &syncBuffer{}
 		log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With("worker", i)
+		promReg := prometheus.NewRegistry()
 		h, err := herder.NewDistributed(reg, herder.DistributedOptions{
-			Engine: engine.Options{WorkerID: id, Bootstrap: kc.ListenAddrs(), Log: log,
+			Engine: engine.Options{WorkerID: id, Bootstrap: kc.ListenAddrs(), Log: log, Registerer: promReg,
 				Restart: engine.RestartPolicy{Enabled: true, Initial: 50 * time.Millisecond, Max: time.Second}},
 			Cluster: cc, URL: "http://" + id,
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv.Config.Handler = New(Options{Herder: h, Log: log})
+		srv.Config.Handler = New(Options{Herder: h, Log: log, Metrics: promhttp.HandlerFor(promReg, promhttp.HandlerOpts{})})
 		srv.Start()
 		if err := h.Start(context.Background()); err != nil {
 			t.Fatal(err)
@@ -205,6 +208,22 @@ func TestClusterAPI(t *testing.T) {
 		}
 		return true, ""
 	})
+	// The cluster's metrics: one leader, three workers, two tasks each.
+	leaders := 0
+	for i, w := range ws {
+		m := string(w.env.must(200, "GET", "/metrics", nil).body)
+		if strings.Contains(m, "\ntxsink_cluster_leader 1\n") {
+			leaders++
+		}
+		for _, want := range []string{"\ntxsink_cluster_workers 3\n", "\ntxsink_cluster_assigned{kind=\"task\"} 2\n"} {
+			if !strings.Contains(m, want) {
+				t.Errorf("worker %d metrics lack %q", i, strings.TrimSpace(want))
+			}
+		}
+	}
+	if leaders != 1 {
+		t.Errorf("%d workers say they lead", leaders)
+	}
 	for _, path := range []string{"/connectors", "/connectors/c1", "/connectors/c1/config", "/connectors/c1/tasks"} {
 		want := string(ws[0].env.must(200, "GET", path, nil).body)
 		for i, w := range ws[1:] {

@@ -66,12 +66,13 @@ type Distributed struct {
 	id       string // this worker's id (advertised host:port)
 	resolver *providers.Resolver
 
-	logOpt configlog.Options // for the leader's writer
-	kcl    *kgo.Client       // group requests and admin
-	adm    *kadm.Client
-	cfgLog *configlog.ConfigLog
-	stLog  *configlog.StatusLog
-	group  *membership.Group
+	logOpt  configlog.Options // for the leader's writer
+	kcl     *kgo.Client       // group requests and admin
+	adm     *kadm.Client
+	cfgLog  *configlog.ConfigLog
+	stLog   *configlog.StatusLog
+	group   *membership.Group
+	metrics *clusterMetrics
 
 	runCtx context.Context
 	cancel context.CancelFunc
@@ -135,6 +136,12 @@ func NewDistributed(reg *connectors.Registry, opt DistributedOptions) (*Distribu
 	var err error
 	if h.eng, err = engine.New(reg, opt.Engine, h); err != nil {
 		return nil, err
+	}
+	h.metrics = newClusterMetrics(h)
+	if r := opt.Engine.Registerer; r != nil {
+		if err := r.Register(h.metrics); err != nil {
+			return nil, err
+		}
 	}
 	kopts := append([]kgo.Opt{kgo.SeedBrokers(opt.Engine.Bootstrap...), kgo.ClientID("txsink-cluster")}, opt.Engine.KafkaOpts...)
 	if h.kcl, err = kgo.NewClient(kopts...); err != nil {
@@ -419,6 +426,7 @@ func (h *Distributed) assigned(g membership.Generation) {
 		}
 	}
 	h.plan, h.planGen, h.memberID, h.stable = &p, g.Generation, g.MemberID, true
+	h.metrics.rebalances.Inc()
 	mine := p.Mine(g.MemberID)
 	h.mu.Unlock()
 	leader := "no"
