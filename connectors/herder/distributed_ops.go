@@ -358,21 +358,21 @@ func (h *Distributed) Restart(ctx context.Context, name string, includeTasks, on
 	return st, nil
 }
 
-// RestartTask restarts one task of a running connector on the worker that
-// runs it: here, or a *ForwardError to that worker.
+// RestartTask restarts one task of a RUNNING or PAUSED connector (a
+// paused task starts again paused) on the worker that runs it: here, or a
+// *ForwardError to that worker. ErrNotFound for a STOPPED connector (it has
+// no tasks).
 func (h *Distributed) RestartTask(ctx context.Context, name string, task int) error {
 	c, err := h.lookup(name)
 	if err != nil {
 		return err
 	}
 	if task < 0 || task >= c.Tasks {
-		return errorf(ErrNotFound, "Task %s-%d not found", name, task)
-	}
-	if c.Target != engine.TargetRunning {
-		return errorf(ErrConflict, "Cannot restart task %s-%d: the connector is not running", name, task)
+		return errorf(ErrNotFound, "Unknown task: %s-%d", name, task)
 	}
 	h.mu.Lock()
 	plan, me, stable := h.plan, h.memberID, h.stable
+	a := h.applied[name]
 	h.mu.Unlock()
 	if plan == nil || !stable {
 		return errorf(ErrRebalance, msgNoLeader)
@@ -384,10 +384,14 @@ func (h *Distributed) RestartTask(ctx context.Context, name string, task int) er
 	case owner != me:
 		return &ForwardError{URL: plan.Workers[owner].URL, Target: fmt.Sprintf("the worker running task %s-%d", name, task)}
 	}
-	if _, tasks := h.eng.Running(name); task >= tasks {
-		return errorf(ErrConflict, "Cannot restart task %s-%d: the connector is not running", name, task)
+	if running, n := h.eng.Running(name); running && task < n {
+		h.eng.RestartTask(name, task)
+	} else {
+		// The sink did not open here: open it again (its tasks with it).
+		h.log.Info("restarting the connector's sink for a task restart", "connector", name, "task", task)
+		h.eng.Halt(name)
+		h.eng.Apply(ctx, name, engine.Config{Raw: c.Config, Target: c.Target, Partial: true, Assigned: a.tasks})
 	}
-	h.eng.RestartTask(name, task)
 	h.publish(name)
 	return nil
 }
