@@ -208,6 +208,27 @@ func TestClusterAPI(t *testing.T) {
 		}
 		return true, ""
 	})
+	// Active topics, kept in the status topic: every worker shows them; a
+	// reset through any worker empties them everywhere, until records are
+	// written again.
+	ws[0].env.produce(60)
+	ws[0].env.waitRows("c1", 60)
+	topicsAre := func(want string) {
+		t.Helper()
+		for i, w := range ws {
+			eventually(t, 20*time.Second, fmt.Sprintf("worker %d shows active topics %s", i, want), func() (bool, string) {
+				got := strings.TrimSpace(string(w.env.must(200, "GET", "/connectors/c1/topics", nil).body))
+				return got == `{"c1":{"topics":`+want+`}}`, got
+			})
+		}
+	}
+	topicsAre(`["orders"]`)
+	ws[1].env.must(202, "PUT", "/connectors/c1/topics/reset", nil)
+	topicsAre(`[]`)
+	ws[0].env.produce(12)
+	ws[0].env.waitRows("c1", 72)
+	topicsAre(`["orders"]`)
+
 	// The cluster's metrics: one leader, three workers, two tasks each.
 	leaders := 0
 	for i, w := range ws {

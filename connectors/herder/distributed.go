@@ -92,6 +92,7 @@ type Distributed struct {
 	// What the engine was told per connector, and the statuses written.
 	applied   map[string]applied
 	published map[string]map[string]configlog.Status // connector → status key → written
+	topics    map[string]map[string]bool             // connector → active topics written
 	ops       map[string]*sync.Mutex                 // leader: one write at a time per connector
 	workers   map[string]*reconcileState             // one reconciler per connector
 }
@@ -130,7 +131,7 @@ func NewDistributed(reg *connectors.Registry, opt DistributedOptions) (*Distribu
 	}
 	h := &Distributed{
 		reg: reg, opt: opt, log: opt.Engine.Log, id: opt.Engine.WorkerID, resolver: opt.Resolver,
-		applied: map[string]applied{}, published: map[string]map[string]configlog.Status{},
+		applied: map[string]applied{}, published: map[string]map[string]configlog.Status{}, topics: map[string]map[string]bool{},
 		ops: map[string]*sync.Mutex{}, workers: map[string]*reconcileState{},
 	}
 	var err error
@@ -159,6 +160,7 @@ func NewDistributed(reg *connectors.Registry, opt DistributedOptions) (*Distribu
 	}
 	stOpt := base
 	stOpt.Topic = opt.Cluster.StatusTopic
+	stOpt.OnChange = h.statusChanged
 	if h.stLog, err = configlog.NewStatusLog(stOpt); err != nil {
 		h.kcl.Close()
 		h.cfgLog.Close()
@@ -220,6 +222,7 @@ func (h *Distributed) Start(ctx context.Context) error {
 	}
 	h.goBG(func() { h.cfgLog.Run(h.runCtx) })
 	h.goBG(func() { h.stLog.Run(h.runCtx) })
+	h.goBG(func() { h.runTopics(h.runCtx) })
 	h.goBG(func() {
 		for attempt := 0; h.runCtx.Err() == nil; attempt++ {
 			rctx, cancel := context.WithTimeout(h.runCtx, time.Minute)
@@ -271,6 +274,9 @@ func (h *Distributed) Close() {
 	}
 	h.mu.Unlock()
 	h.eng.Close()
+	for _, n := range h.appliedNames() {
+		h.publishTopics(n)
+	}
 	h.stLog.Flush(3 * time.Second)
 	h.cancel()
 	h.bg.Wait()

@@ -43,6 +43,9 @@ type Change struct {
 	// Restarts are the restart requests read after the log first caught
 	// up (older ones are history, not requests).
 	Restarts []Restart
+	// TopicsReset names the connectors whose active topics were reset
+	// (status topic: tombstones of their topic records).
+	TopicsReset []string
 }
 
 // Options configure a ConfigLog or a StatusLog.

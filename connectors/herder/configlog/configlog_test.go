@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -245,4 +246,52 @@ func TestStatusGenerations(t *testing.T) {
 	wait(func() bool { s, _ := l.Task("c", 0); return s.State == engine.StatePaused })
 	l.Delete("c", 2)
 	wait(func() bool { _, ok0 := l.Task("c", 0); _, ok1 := l.Task("c", 1); return !ok0 && !ok1 })
+}
+
+// TestStatusTopics: active topic records (Connect's keys) accumulate per
+// connector, and their tombstones report a reset.
+func TestStatusTopics(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "status"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := ctxT(t)
+	changes := make(chan Change, 64)
+	l, err := NewStatusLog(Options{Topic: "status", Bootstrap: c.ListenAddrs(), Log: quiet, OnChange: func(ch Change) { changes <- ch }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); l.Run(rctx) }()
+	defer func() { cancel(); l.Close(); <-done }()
+	if k := StatusTopicKey("c-1", "orders.v2"); k != "status-topic-orders.v2:connector-c-1" {
+		t.Errorf("key %q", k)
+	}
+	l.PutTopic("c-1", "orders.v2")
+	l.PutTopic("c-1", "refunds")
+	l.PutTopic("other", "orders.v2")
+	for !slices.Equal(l.Topics("c-1"), []string{"orders.v2", "refunds"}) || len(l.Topics("other")) != 1 {
+		select {
+		case <-changes:
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+			t.Fatalf("topics %v %v", l.Topics("c-1"), l.Topics("other"))
+		}
+	}
+	l.DeleteTopics("c-1", l.Topics("c-1"))
+	for len(l.Topics("c-1")) != 0 {
+		select {
+		case ch := <-changes:
+			if len(ch.TopicsReset) > 0 && !slices.Equal(ch.TopicsReset, []string{"c-1"}) {
+				t.Errorf("reset reported for %v", ch.TopicsReset)
+			}
+		case <-ctx.Done():
+			t.Fatalf("topics after the reset %v", l.Topics("c-1"))
+		}
+	}
+	if len(l.Topics("other")) != 1 {
+		t.Error("the reset of c-1 touched another connector")
+	}
 }

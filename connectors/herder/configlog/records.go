@@ -39,6 +39,8 @@ const (
 	restartPrefix   = "restart-connector-"
 	statusConnector = "status-connector-"
 	statusTask      = "status-task-"
+	statusTopic     = "status-topic-"
+	topicConnector  = ":connector-"
 )
 
 // ErrVersion is wrapped by the error for a record of a version this txsink
@@ -81,6 +83,13 @@ type restartValue struct {
 	ID           string `json:"id"`
 	IncludeTasks bool   `json:"include_tasks"`
 	OnlyFailed   bool   `json:"only_failed"`
+}
+
+type topicValue struct {
+	V          int    `json:"v"`
+	Topic      string `json:"topic"`
+	Connector  string `json:"connector"`
+	Discovered int64  `json:"discovered"` // Unix milliseconds
 }
 
 type statusValue struct {
@@ -177,6 +186,10 @@ func StatusConnectorKey(name string) string { return statusConnector + name }
 func StatusTaskKey(name string, task int) string {
 	return statusTask + name + "-" + strconv.Itoa(task)
 }
+
+// StatusTopicKey is the status topic's key of a connector's active topic
+// (Kafka Connect's: status-topic-<topic>:connector-<name>).
+func StatusTopicKey(name, topic string) string { return statusTopic + topic + topicConnector + name }
 
 // splitTask parses "<name>-<n>".
 func splitTask(s string) (string, int, bool) {

@@ -3,6 +3,8 @@ package configlog
 import (
 	"context"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -34,9 +36,10 @@ type StatusLog struct {
 	cl  *kgo.Client
 	log *slog.Logger
 
-	mu    sync.Mutex
-	conns map[string]*Status
-	tasks map[string]map[int]*Status
+	mu     sync.Mutex
+	conns  map[string]*Status
+	tasks  map[string]map[int]*Status
+	topics map[string]map[string]bool // connector → its active topics
 }
 
 // NewStatusLog returns the status log of opt.Topic; Run reads it.
@@ -56,7 +59,7 @@ func NewStatusLog(opt Options) (*StatusLog, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &StatusLog{opt: opt, cl: cl, log: opt.Log, conns: map[string]*Status{}, tasks: map[string]map[int]*Status{}}, nil
+	return &StatusLog{opt: opt, cl: cl, log: opt.Log, conns: map[string]*Status{}, tasks: map[string]map[int]*Status{}, topics: map[string]map[string]bool{}}, nil
 }
 
 // Run reads the topic until ctx ends. Whoever calls Run closes the log
@@ -67,16 +70,25 @@ func (l *StatusLog) Run(ctx context.Context) {
 		if !ok {
 			return
 		}
-		changed := map[string]bool{}
+		changed, reset := map[string]bool{}, map[string]bool{}
 		fs.EachRecord(func(r *kgo.Record) {
+			if strings.HasPrefix(string(r.Key), statusTopic) {
+				if name, tombstone := l.applyTopic(r); tombstone {
+					reset[name] = true
+				}
+				return
+			}
 			if name := l.apply(r); name != "" {
 				changed[name] = true
 			}
 		})
-		if l.opt.OnChange != nil && len(changed) > 0 {
+		if l.opt.OnChange != nil && len(changed)+len(reset) > 0 {
 			ch := Change{}
 			for n := range changed {
 				ch.Connectors = append(ch.Connectors, n)
+			}
+			for n := range reset {
+				ch.TopicsReset = append(ch.TopicsReset, n)
 			}
 			l.opt.OnChange(ch)
 		}
@@ -133,6 +145,58 @@ func (l *StatusLog) apply(r *kgo.Record) string {
 	return ""
 }
 
+// applyTopic applies an active topic record; it returns its connector and
+// whether it was a tombstone (a reset).
+func (l *StatusLog) applyTopic(r *kgo.Record) (string, bool) {
+	key := strings.TrimPrefix(string(r.Key), statusTopic)
+	i := strings.LastIndex(key, topicConnector)
+	if i <= 0 {
+		l.log.Error("status topic record with a malformed key left unapplied", "topic", l.opt.Topic, "key", string(r.Key))
+		return "", false
+	}
+	topic, name := key[:i], key[i+len(topicConnector):]
+	if r.Value != nil {
+		var v topicValue
+		if err := decode(r.Value, &v); err != nil {
+			l.log.Error("status topic record left unapplied", "topic", l.opt.Topic, "partition", r.Partition, "offset", r.Offset, "key", string(r.Key), "err", err)
+			return "", false
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r.Value == nil {
+		delete(l.topics[name], topic)
+		return name, true
+	}
+	if l.topics[name] == nil {
+		l.topics[name] = map[string]bool{}
+	}
+	l.topics[name][topic] = true
+	return name, false
+}
+
+// Topics returns the connector's active topics, sorted.
+func (l *StatusLog) Topics(name string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Sorted(maps.Keys(l.topics[name]))
+}
+
+// PutTopic writes that the connector wrote records from topic (Kafka
+// Connect's active topics; asynchronously).
+func (l *StatusLog) PutTopic(name, topic string) {
+	v := encode(topicValue{V: Version, Topic: topic, Connector: name, Discovered: time.Now().UnixMilli()})
+	l.produce(&kgo.Record{Key: []byte(StatusTopicKey(name, topic)), Value: v})
+}
+
+// DeleteTopics writes tombstones for the connector's active topics (a
+// reset; every worker reading them resets its own record of them).
+func (l *StatusLog) DeleteTopics(name string, topics []string) {
+	for _, t := range topics {
+		l.produce(&kgo.Record{Key: []byte(StatusTopicKey(name, t))})
+	}
+}
+
 // newer reports whether next may replace cur: a tombstone always does; a
 // status of another worker only with a generation at least cur's.
 func newer(cur, next *Status) bool {
@@ -171,13 +235,14 @@ func (l *StatusLog) PutTask(name string, id int, s Status) {
 	l.put(StatusTaskKey(name, id), &s)
 }
 
-// Delete writes tombstones for the statuses of a connector and of its
-// tasks below tasks.
+// Delete writes tombstones for the statuses of a connector, of its tasks
+// below tasks, and of its active topics.
 func (l *StatusLog) Delete(name string, tasks int) {
 	l.put(StatusConnectorKey(name), nil)
 	for i := range tasks {
 		l.put(StatusTaskKey(name, i), nil)
 	}
+	l.DeleteTopics(name, l.Topics(name))
 }
 
 func (l *StatusLog) put(key string, s *Status) {
@@ -185,9 +250,13 @@ func (l *StatusLog) put(key string, s *Status) {
 	if s != nil {
 		r.Value = encode(statusValue{V: Version, State: s.State, Trace: s.Trace, WorkerID: s.WorkerID, Generation: s.Generation})
 	}
+	l.produce(r)
+}
+
+func (l *StatusLog) produce(r *kgo.Record) {
 	l.cl.Produce(context.Background(), r, func(r *kgo.Record, err error) {
 		if err != nil {
-			l.log.Warn("writing a status to the status topic", "key", key, "err", err)
+			l.log.Warn("writing to the status topic", "key", string(r.Key), "err", err)
 		}
 	})
 }
