@@ -97,7 +97,9 @@ func TestClusterConfigProviderCanary(t *testing.T) {
 	bu.Host = "127.0.0.1:1"
 	broken["connection.url"] = bu.String()
 	call(a, 200, "PUT", "/connectors/"+name+"/config", broken)
-	waitStatus(t, a, name, time.Minute, "failed on the broken URL", func(st apiStatus) bool { return st.Connector.State == "FAILED" })
+	waitStatus(t, a, name, time.Minute, "tasks failed on the broken URL, with the trace", func(st apiStatus) bool {
+		return allTasks(st, 2, "FAILED") && st.Tasks[0].Trace != ""
+	})
 	call(b, 200, "PUT", "/connectors/"+name+"/config", cfg)
 	waitStatus(t, b, name, 90*time.Second, "running again", func(st apiStatus) bool { ok, _ := runningOn(st, 2, ids(ws...)...); return ok })
 	call(a, 204, "POST", "/connectors/"+name+"/restart", nil)
