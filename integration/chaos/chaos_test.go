@@ -383,33 +383,14 @@ var ClusterKillPoints = []string{"after-poll", "after-write", "after-prepare", "
 // ClusterWeights: kills, failpoints, SIGTERMs, zombies, joins, leaves,
 // broker restarts, killed producers.
 func ClusterCIProfile(seed uint64, e Env) Profile {
-	return Profile{
-		Name:       "ci-cluster",
-		Seed:       seed,
-		Faults:     16,
-		Workers:    3,
-		Partitions: 6,
-		Cluster:    true,
-		Lanes: []Lane{
-			{Name: "eo", Delivery: "exactly_once"},
-			{Name: "alo", Delivery: "at_least_once"},
-			{Name: "unfenced", Delivery: "exactly_once_sink", UnsafeNoFencing: true},
-			{Name: "cheo", Sink: SinkClickHouse, Delivery: "exactly_once"},
-			{Name: "chalo", Sink: SinkClickHouse, Delivery: "at_least_once"},
-		},
-		Rate:           60,
-		MaxTxn:         30,
-		AbortRatio:     0.15,
-		SessionTimeout: 6 * time.Second,
-		GapMin:         time.Second,
-		GapMax:         2500 * time.Millisecond,
-		Warmup:         3 * time.Second,
-		DrainTimeout:   3 * time.Minute,
-		Weights:        ClusterWeights,
-		KillPoints:     ClusterKillPoints,
-		BlockRows:      25,
-		Env:            e,
-	}
+	p := CIProfile(seed, e) // its PostgreSQL lanes, rates and timings
+	p.Name, p.Faults, p.Workers, p.Cluster = "ci-cluster", 16, 3, true
+	p.Lanes = append(p.Lanes,
+		Lane{Name: "cheo", Sink: SinkClickHouse, Delivery: "exactly_once"},
+		Lane{Name: "chalo", Sink: SinkClickHouse, Delivery: "at_least_once"})
+	p.Rate = 60
+	p.Weights, p.KillPoints, p.BlockRows = ClusterWeights, ClusterKillPoints, 25
+	return p
 }
 
 // TestChaosCluster runs the cluster CI profile on real Kafka, PostgreSQL
