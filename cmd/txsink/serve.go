@@ -22,6 +22,7 @@ import (
 
 	"github.com/txsink/txsink/api"
 	"github.com/txsink/txsink/config"
+	"github.com/txsink/txsink/config/providers"
 	"github.com/txsink/txsink/connectors"
 	"github.com/txsink/txsink/connectors/engine"
 	"github.com/txsink/txsink/connectors/herder"
@@ -70,8 +71,12 @@ func cmdServe(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "txsink serve:", err)
 		return exitUsage
 	}
-	if wc.WorkerID == "" {
+	if wc.WorkerID == "" && !wc.Cluster.Enabled {
 		wc.WorkerID = defaultWorkerID()
+	}
+	if wc.Cluster.Enabled && len(files) > 0 {
+		fmt.Fprintln(stderr, "txsink serve: -connector: in distributed mode (group.id) connectors are created through the REST API, which stores them in the config topic")
+		return exitUsage
 	}
 	rootLevel, err := api.ParseLevel(wc.LogLevel)
 	if err != nil {
@@ -81,7 +86,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 
 	// Every log line goes through the secret scrubber, then the named
 	// levels of /admin/loggers.
-	var worker *herder.Standalone
+	var worker serveHerder
 	ho := &slog.HandlerOptions{Level: api.LevelTrace}
 	var base slog.Handler = slog.NewTextHandler(stderr, ho)
 	if wc.LogFormat == "json" {
@@ -125,21 +130,35 @@ func cmdServe(args []string, stderr io.Writer) int {
 	defer ln.Close()
 	hostname, _ := os.Hostname()
 	advertised := wc.AdvertisedID(ln.Addr(), hostname)
-	worker, err = herder.NewStandalone(reg, herder.StandaloneOptions{
-		DataDir: wc.DataDir,
-		Engine: engine.Options{
-			WorkerID:     wc.WorkerID,
-			AdvertisedID: advertised,
-			Bootstrap:    wc.Bootstrap,
-			KafkaOpts:    kopts,
-			Log:          levels.Logger(base, "txsink.worker"),
-			ConnectorLog: func(name string) *slog.Logger {
-				return levels.Logger(base, "txsink.connectors."+name)
-			},
-			Restart:    engine.RestartPolicy{Enabled: wc.RestartEnabled, Initial: wc.RestartInitial, Max: wc.RestartMax},
-			Registerer: promReg,
+	resolver, err := providers.New(wc.Providers)
+	if err != nil {
+		fmt.Fprintln(stderr, "txsink serve:", err)
+		return exitUsage
+	}
+	engOpt := engine.Options{
+		WorkerID:     wc.WorkerID,
+		AdvertisedID: advertised,
+		Bootstrap:    wc.Bootstrap,
+		KafkaOpts:    kopts,
+		Log:          levels.Logger(base, "txsink.worker"),
+		ConnectorLog: func(name string) *slog.Logger {
+			return levels.Logger(base, "txsink.connectors."+name)
 		},
-	})
+		Restart:    engine.RestartPolicy{Enabled: wc.RestartEnabled, Initial: wc.RestartInitial, Max: wc.RestartMax},
+		Registerer: promReg,
+	}
+	if resolver != nil {
+		engOpt.Resolve = resolver.Resolve
+	}
+	var cl clusterWiring
+	if wc.Cluster.Enabled {
+		cl, err = newDistributed(wc, advertised, tlsCfg, reg, resolver, engOpt)
+		if err == nil {
+			worker = cl.herder
+		}
+	} else {
+		worker, err = herder.NewStandalone(reg, herder.StandaloneOptions{DataDir: wc.DataDir, Engine: engOpt})
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "txsink serve:", err)
 		return exitStartFail
@@ -165,12 +184,13 @@ func cmdServe(args []string, stderr io.Writer) int {
 		Auth:              auth,
 		MaxBodyBytes:      wc.REST.MaxBodyBytes,
 		Listen:            wc.Listen,
-		AllowedHosts:      wc.REST.AllowedHosts,
+		AllowedHosts:      append(wc.REST.AllowedHosts, cl.allowedHosts...),
 		AllowOrigin:       wc.REST.AllowOrigin,
 		AllowMethods:      wc.REST.AllowMethods,
 		RequireClientCert: wc.REST.ClientCA != "",
 		Version:           buildinfo.Version,
 		Commit:            buildinfo.CommitID(),
+		Forward:           cl.forward,
 	})
 	srv := &http.Server{
 		Handler: router, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute,
@@ -180,11 +200,22 @@ func cmdServe(args []string, stderr io.Writer) int {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	log.Info("worker listening", "url", scheme+"://"+ln.Addr().String(), "advertised_id", advertised, "worker_id", wc.WorkerID, "data_dir", wc.DataDir)
-
 	code := exitOK
-	if err := worker.Start(ctx); err != nil {
-		log.Error("worker state cannot be written", "err", err)
+	if wc.Cluster.Enabled {
+		log.Info("worker listening", "url", scheme+"://"+ln.Addr().String(), "worker_id", advertised, "advertised_url", cl.url, "group", wc.Cluster.GroupID)
+		if len(wc.Cluster.IgnoredOffsetSettings) > 0 {
+			log.Info("offset storage settings are ignored: txsink keeps every partition's progress in the sink", "settings", wc.Cluster.IgnoredOffsetSettings)
+		}
+		if err := worker.Start(ctx); err != nil {
+			log.Error("the worker cannot join the cluster", "err", err)
+			code = exitStartFail
+			stop()
+		}
+	} else {
+		log.Info("worker listening", "url", scheme+"://"+ln.Addr().String(), "advertised_id", advertised, "worker_id", wc.WorkerID, "data_dir", wc.DataDir)
+		if err := worker.Start(ctx); err != nil {
+			log.Error("worker state cannot be written", "err", err)
+		}
 	}
 	for _, f := range files {
 		raw, err := readConnectorFile(f)

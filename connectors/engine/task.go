@@ -652,6 +652,9 @@ func (t *Task) forget(rev map[string][]int32) {
 		for _, p := range ps {
 			delete(t.parts, tp{topic, p})
 		}
+		if len(ps) > 0 {
+			t.log.Info("partitions revoked", "topic", topic, "partitions", ps)
+		}
 		if t.opt.Observer != nil {
 			t.opt.Observer.Revoked(t.id, topic, ps)
 		}

@@ -180,7 +180,13 @@ type Profile struct {
 	// several blocks per batch, so the crash window between two blocks
 	// exists).
 	BlockRows int
-	Env       Env
+	// Cluster runs every lane's connector on one cluster of Workers
+	// "txsink serve" workers in distributed mode instead of "txsink run"
+	// processes per lane (see cluster.go): a worker fault hits one worker
+	// and so every lane's tasks on it, each connector has tasks.max =
+	// Workers, and WorkerJoin and WorkerLeave may be planned.
+	Cluster bool
+	Env     Env
 }
 
 func (p *Profile) defaults() error {
@@ -303,6 +309,10 @@ func (p *Profile) weights() map[Kind]int {
 			delete(w, k)
 		}
 	}
+	if !p.Cluster {
+		delete(w, WorkerJoin)
+		delete(w, WorkerLeave)
+	}
 	return w
 }
 
@@ -319,7 +329,8 @@ func PlanOf(p Profile) ([]Fault, error) {
 type lane struct {
 	Lane
 	connector, topic, db, cfgPath string
-	prod                          *producer
+	conf                          map[string]string // the connector's configuration
+	prod                          *Producer
 	prodLog                       *os.File
 	workers                       []*worker
 	pool                          *pgxpool.Pool // PostgreSQL lanes
@@ -351,7 +362,7 @@ func Run(ctx context.Context, p Profile) (Summary, error) {
 	env := p.Env
 	logf := env.Logf
 	start := time.Now()
-	sum := Summary{Profile: p.Name, Seed: p.Seed, Workers: p.Workers, Partitions: p.Partitions, Plan: plan, Faults: map[Kind]int{}}
+	sum := Summary{Profile: p.Name, Seed: p.Seed, Workers: p.Workers, Cluster: p.Cluster, Partitions: p.Partitions, Plan: plan, Faults: map[Kind]int{}}
 	logf("chaos: profile %s, seed %d (replay with TXSINK_CHAOS_SEED=%d), %d faults planned, %d workers, %d lanes, work dir %s",
 		p.Name, p.Seed, p.Seed, len(plan), p.Workers, len(p.Lanes), env.Dir)
 	logf("chaos: schedule:\n%s", FormatPlan(plan))
@@ -366,11 +377,22 @@ func Run(ctx context.Context, p Profile) (Summary, error) {
 	defer adm.Close()
 	nonce := rand.Uint32()
 	var lanes []*lane
-	defer func() {
+	var cl *cluster
+	workers := func() []*worker { // every worker the run may have started
+		if cl != nil {
+			return cl.all()
+		}
+		var out []*worker
 		for _, l := range lanes {
-			for _, w := range l.workers {
-				kill(w.hold())
-			}
+			out = append(out, l.workers...)
+		}
+		return out
+	}
+	defer func() {
+		for _, w := range workers() {
+			kill(w.hold())
+		}
+		for _, l := range lanes {
 			if l.pool != nil {
 				l.pool.Close()
 			}
@@ -389,6 +411,11 @@ func Run(ctx context.Context, p Profile) (Summary, error) {
 		}
 		lanes = append(lanes, l)
 	}
+	if p.Cluster {
+		if cl, err = newCluster(&p, nonce); err != nil {
+			return sum, err
+		}
+	}
 
 	// Traffic.
 	prodCtx, stopProducers := context.WithCancel(ctx)
@@ -396,12 +423,28 @@ func Run(ctx context.Context, p Profile) (Summary, error) {
 	var prodWG sync.WaitGroup
 	for _, l := range lanes {
 		prodWG.Add(1)
-		go func() { defer prodWG.Done(); l.prod.run(prodCtx) }()
+		go func() { defer prodWG.Done(); l.prod.Run(prodCtx) }()
 		for _, w := range l.workers {
 			if _, err := w.start(""); err != nil {
 				return sum, fmt.Errorf("lane %s: start %s: %w", l.Name, w.id, err)
 			}
 		}
+	}
+	if cl != nil {
+		if err := cl.start(ctx); err != nil {
+			return sum, err
+		}
+		for _, l := range lanes {
+			if err := cl.createConnector(ctx, l, l.conf); err != nil {
+				return sum, fmt.Errorf("lane %s: %w", l.Name, err)
+			}
+		}
+	}
+	supervised := func() []*worker {
+		if cl != nil {
+			return cl.active()
+		}
+		return workers()
 	}
 
 	// Sampler and supervisor.
@@ -420,9 +463,9 @@ func Run(ctx context.Context, p Profile) (Summary, error) {
 			}
 			for _, l := range lanes {
 				l.sample(bgCtx)
-				for _, w := range l.workers {
-					w.supervise()
-				}
+			}
+			for _, w := range supervised() {
+				w.supervise()
 			}
 		}
 	}()
@@ -466,10 +509,10 @@ func Run(ctx context.Context, p Profile) (Summary, error) {
 			}
 			l.mu.Unlock()
 		}
-		err := apply(ctx, p, lanes, f)
+		err := apply(ctx, p, lanes, cl, f)
 		now := time.Now()
 		for _, l := range lanes {
-			fr, _ := l.prod.snapshot()
+			fr, _ := l.prod.Snapshot()
 			l.mu.Lock()
 			l.heals = append(l.heals, heal{kind: f.Kind, at: now, frontier: fr})
 			l.mu.Unlock()
@@ -486,11 +529,9 @@ func Run(ctx context.Context, p Profile) (Summary, error) {
 	sum.ScheduleTime = time.Since(schedStart)
 
 	// Heal: every worker running, none stopped.
-	for _, l := range lanes {
-		for _, w := range l.workers {
-			w.signal(syscall.SIGCONT)
-			w.release()
-		}
+	for _, w := range supervised() {
+		w.signal(syscall.SIGCONT)
+		w.release()
 	}
 	logf("chaos: schedule done in %v; stopping producers and draining", sum.ScheduleTime.Round(time.Second))
 	stopProducers()
@@ -510,15 +551,15 @@ func Run(ctx context.Context, p Profile) (Summary, error) {
 	for _, l := range lanes {
 		l.sample(ctx) // the drained state closes the last recoveries
 	}
-	for _, l := range lanes {
-		for _, w := range l.workers {
-			p := w.hold()
-			stopGracefully(p, 30*time.Second)
-		}
+	for _, w := range workers() {
+		stopGracefully(w.hold(), 30*time.Second)
 	}
 
 	// Check.
 	for _, l := range lanes {
+		if cl != nil {
+			l.workers = cl.all() // its exits are the cluster's
+		}
 		ls, err := l.check(ctx, p)
 		if err != nil {
 			return sum, fmt.Errorf("lane %s: %w", l.Name, err)
@@ -555,6 +596,7 @@ func setupLane(ctx context.Context, p Profile, lc Lane, i int, nonce uint32, adm
 	if lc.UnsafeNoFencing {
 		conf["txsink.test.unsafe.disable.fencing"] = "true"
 	}
+	l.conf = conf
 	b, _ := json.MarshalIndent(map[string]any{"name": l.connector, "config": conf}, "", "  ")
 	l.cfgPath = filepath.Join(env.Dir, lc.Name+"-connector.json")
 	if err := os.WriteFile(l.cfgPath, b, 0o600); err != nil {
@@ -563,21 +605,23 @@ func setupLane(ctx context.Context, p Profile, lc Lane, i int, nonce uint32, adm
 	if l.prodLog, err = os.Create(filepath.Join(env.Dir, lc.Name+"-producer.jsonl")); err != nil {
 		return nil, err
 	}
-	l.prod = &producer{
-		lane: lc.Name, bootstrap: env.Bootstrap, topic: l.topic, partitions: p.Partitions,
-		rate: p.Rate, maxTxn: p.MaxTxn, abortRatio: p.AbortRatio,
-		rng: rand.New(rand.NewPCG(p.Seed, uint64(i)+1)),
-		log: verify.NewLogWriter(l.prodLog), logf: env.Logf,
-		frontier: map[int32]int64{},
-	}
+	l.prod = NewProducer(ProducerOptions{
+		Lane: lc.Name, Bootstrap: env.Bootstrap, Topic: l.topic, Partitions: p.Partitions,
+		Rate: p.Rate, MaxTxn: p.MaxTxn, AbortRatio: p.AbortRatio,
+		Seed: p.Seed, Stream: uint64(i) + 1,
+		Log: verify.NewLogWriter(l.prodLog), Logf: env.Logf,
+	})
 	for w := range p.Workers {
+		if p.Cluster {
+			break // the cluster's workers serve every lane
+		}
 		id := fmt.Sprintf("w%d", w+1)
 		args := []string{"run", "-bootstrap", env.Bootstrap, "-config", l.cfgPath, "-worker-id", id, "-log-level", "info"}
 		if lc.UnsafeNoFencing {
 			args = append(args, "-allow-unsafe-test-settings") // txsink refuses the switch otherwise
 		}
 		l.workers = append(l.workers, &worker{
-			lane: l, idx: w, id: id, binary: env.Binary, logDir: env.Dir, exits: map[string]int{},
+			logName: lc.Name + "-" + id, idx: w, id: id, binary: env.Binary, logDir: env.Dir, exits: map[string]int{},
 			args: args,
 		})
 	}
@@ -718,7 +762,7 @@ func (l *lane) sample(ctx context.Context) {
 	for i := range got {
 		got[i].At = now
 	}
-	fr, _ := l.prod.snapshot()
+	fr, _ := l.prod.Snapshot()
 	var lag int64
 	next := map[int32]int64{}
 	for _, s := range got {
@@ -828,7 +872,7 @@ func (l *lane) check(ctx context.Context, p Profile) (LaneSummary, error) {
 	samples := append([]verify.OffsetSample(nil), l.samples...)
 	heals := append([]heal(nil), l.heals...)
 	l.mu.Unlock()
-	_, st := l.prod.snapshot()
+	_, st := l.prod.Snapshot()
 	ls.Producer = st
 	for _, w := range l.workers {
 		w.mu.Lock()

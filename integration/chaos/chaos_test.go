@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -33,41 +31,11 @@ const (
 // TestMain shares one Kafka and one PostgreSQL among the tests of this
 // package (a separate test binary, so its faults hit no other test).
 func TestMain(m *testing.M) {
-	code := harness.Main(m)
-	if binPath != "" {
-		os.RemoveAll(filepath.Dir(binPath))
-	}
-	os.Exit(code)
+	os.Exit(harness.Main(m))
 }
-
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-)
 
 // txsinkBinary builds cmd/txsink once per test binary.
-func txsinkBinary(t *testing.T) string {
-	t.Helper()
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "txsink-chaos-bin-")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "txsink")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/txsink")
-		cmd.Dir = filepath.Join("..", "..")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
-}
+func txsinkBinary(t *testing.T) string { return harness.TxsinkBinary(t) }
 
 // ciSeed is the schedule CI replays (CI=true): its negative controls were
 // seen to fail by a wide margin (seed 549312: 293 duplicates in
@@ -77,7 +45,19 @@ func txsinkBinary(t *testing.T) string {
 // outside CI every run draws a new seed to widen coverage.
 const ciSeed = 549312
 
+// clusterCISeed is the schedule CI replays for the cluster profile: its
+// three negative controls were seen to fail (seed 11: 14 and 29 duplicates
+// in the at_least_once lanes, 11 duplicates and 2 offsets going backwards
+// without fencing) while both exactly_once lanes stayed exact.
+const clusterCISeed = 11
+
 func seed(t *testing.T) uint64 {
+	t.Helper()
+	return seedFor(t, ciSeed)
+}
+
+// seedFor is seed with the given CI schedule.
+func seedFor(t *testing.T, ci uint64) uint64 {
 	t.Helper()
 	if s := os.Getenv(EnvSeed); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
@@ -87,7 +67,7 @@ func seed(t *testing.T) uint64 {
 		return v
 	}
 	if os.Getenv("CI") != "" {
-		return ciSeed
+		return ci
 	}
 	return rand.Uint64() % 1_000_000
 }
@@ -150,11 +130,23 @@ func TestChaos(t *testing.T) {
 	}
 	e := env(t)
 	s := seed(t)
+	sum := runCI(t, s, CIProfile(s, e))
+	if sum.Injected < 30 || sum.Kinds() < 5 {
+		t.Errorf("seed %d: %d faults of %d kinds injected, want >= 30 of >= 5", s, sum.Injected, sum.Kinds())
+	}
+	checkExact(t, s, sum.Lane("eo"))
+	checkDuplicates(t, s, sum, "alo") // negative control 1: at_least_once under the same faults
+	checkUnfenced(t, s, sum, "unfenced")
+}
+
+// runCI runs a CI profile and logs its summary; the run must not fail.
+func runCI(t *testing.T, s uint64, p Profile) Summary {
+	t.Helper()
 	t.Logf("chaos seed %d (replay: %s=%d)", s, EnvSeed, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	start := time.Now()
-	sum, err := Run(ctx, CIProfile(s, e))
+	sum, err := Run(ctx, p)
 	var buf bytes.Buffer
 	sum.WriteText(&buf)
 	t.Logf("seed %d\n%s", s, buf.String())
@@ -162,35 +154,39 @@ func TestChaos(t *testing.T) {
 		t.Fatalf("seed %d: run failed: %v", s, err)
 	}
 	t.Logf("wall time %v", time.Since(start).Round(time.Second))
+	return sum
+}
 
-	if sum.Injected < 30 || sum.Kinds() < 5 {
-		t.Errorf("seed %d: %d faults of %d kinds injected, want >= 30 of >= 5", s, sum.Injected, sum.Kinds())
+// checkDuplicates asserts that an at_least_once negative control reported
+// duplicates and failed: otherwise the check proves nothing.
+func checkDuplicates(t *testing.T, s uint64, sum Summary, lane string) {
+	t.Helper()
+	l := sum.Lane(lane)
+	if l == nil || l.Report == nil {
+		t.Fatalf("seed %d: no report for lane %s", s, lane)
 	}
-	checkExact(t, s, sum.Lane("eo"))
+	if l.VerifyExit != 1 || l.Report.Counts[verify.Duplicate] == 0 {
+		t.Errorf("seed %d: negative control %s (at_least_once): verify exit %d, %d duplicates; it must report duplicates and fail, or the check proves nothing",
+			s, lane, l.VerifyExit, l.Report.Counts[verify.Duplicate])
+		return
+	}
+	t.Logf("negative control %s (at_least_once) failed as it must: %d duplicates", lane, l.Report.Counts[verify.Duplicate])
+}
 
-	// Negative control 1: at_least_once duplicates under the same faults.
-	alo := sum.Lane("alo")
-	if alo == nil || alo.Report == nil {
-		t.Fatalf("seed %d: no report for lane alo", s)
+// checkUnfenced asserts that the exactly_once_sink lane without fencing
+// failed the check: zombies must break it.
+func checkUnfenced(t *testing.T, s uint64, sum Summary, lane string) {
+	t.Helper()
+	l := sum.Lane(lane)
+	if l == nil || l.Report == nil {
+		t.Fatalf("seed %d: no report for lane %s", s, lane)
 	}
-	if alo.VerifyExit != 1 || alo.Report.Counts[verify.Duplicate] == 0 {
-		t.Errorf("seed %d: negative control at_least_once: verify exit %d, %d duplicates; it must report duplicates and fail, or the check proves nothing",
-			s, alo.VerifyExit, alo.Report.Counts[verify.Duplicate])
-	} else {
-		t.Logf("negative control at_least_once failed as it must: %d duplicates", alo.Report.Counts[verify.Duplicate])
-	}
-
-	// Negative control 2: exactly_once_sink with fencing disabled.
-	unf := sum.Lane("unfenced")
-	if unf == nil || unf.Report == nil {
-		t.Fatalf("seed %d: no report for lane unfenced", s)
-	}
-	if unf.VerifyExit != 1 || unf.Report.SinkFaults == 0 {
+	if l.VerifyExit != 1 || l.Report.SinkFaults == 0 {
 		t.Errorf("seed %d: negative control exactly_once_sink without fencing: verify exit %d, %d sink faults; zombies must break it",
-			s, unf.VerifyExit, unf.Report.SinkFaults)
-	} else {
-		t.Logf("negative control without fencing failed as it must: %s", countList(unf.Report.Counts))
+			s, l.VerifyExit, l.Report.SinkFaults)
+		return
 	}
+	t.Logf("negative control without fencing failed as it must: %s", countList(l.Report.Counts))
 }
 
 // checkExact asserts a lane that must be exact is.
@@ -339,10 +335,6 @@ func TestChaosClickHouse(t *testing.T) {
 	}
 	e := chEnv(t)
 	s := seed(t)
-	t.Logf("chaos seed %d (replay: %s=%d)", s, EnvSeed, s)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	start := time.Now()
 	p := ClickHouseCIProfile(s, e)
 	plan, err := PlanOf(p)
 	if err != nil {
@@ -359,15 +351,7 @@ func TestChaosClickHouse(t *testing.T) {
 			t.Errorf("seed %d: crash window %s not in the schedule", s, w)
 		}
 	}
-	sum, err := Run(ctx, p)
-	var buf bytes.Buffer
-	sum.WriteText(&buf)
-	t.Logf("seed %d\n%s", s, buf.String())
-	if err != nil {
-		t.Fatalf("seed %d: run failed: %v", s, err)
-	}
-	t.Logf("wall time %v", time.Since(start).Round(time.Second))
-
+	sum := runCI(t, s, p)
 	if sum.Injected < 30 || sum.Kinds() < 5 {
 		t.Errorf("seed %d: %d faults of %d kinds injected, want >= 30 of >= 5", s, sum.Injected, sum.Kinds())
 	}
@@ -375,16 +359,59 @@ func TestChaosClickHouse(t *testing.T) {
 		t.Errorf("seed %d: no ClickHouse restart injected", s)
 	}
 	checkExact(t, s, sum.Lane("cheo"))
+	checkDuplicates(t, s, sum, "chalo") // negative control: at_least_once under the same faults
+}
 
-	// Negative control: at_least_once duplicates under the same faults.
-	alo := sum.Lane("chalo")
-	if alo == nil || alo.Report == nil {
-		t.Fatalf("seed %d: no report for lane chalo", s)
+// clusterEnv is a run's environment with PostgreSQL and ClickHouse lanes.
+func clusterEnv(t *testing.T) Env {
+	t.Helper()
+	e := env(t)
+	ch := chEnv(t).ClickHouse
+	e.ClickHouse = ch
+	return e
+}
+
+// ClusterKillPoints are the failpoints of the cluster profiles: every
+// lane's (the workers run all of them).
+var ClusterKillPoints = []string{"after-poll", "after-write", "after-prepare", "after-decide", "after-commit", PointCHMidInsert, PointCHAfterInsert}
+
+// ClusterCIProfile is the short cluster profile CI runs: 3 "txsink serve"
+// workers in distributed mode share five connectors (lanes) — PostgreSQL
+// exactly_once (must pass), at_least_once and exactly_once_sink without
+// fencing (negative controls: must fail), ClickHouse exactly_once (must
+// pass) and at_least_once (negative control) — under 16 faults of
+// ClusterWeights: kills, failpoints, SIGTERMs, zombies, joins, leaves,
+// broker restarts, killed producers.
+func ClusterCIProfile(seed uint64, e Env) Profile {
+	p := CIProfile(seed, e) // its PostgreSQL lanes, rates and timings
+	p.Name, p.Faults, p.Workers, p.Cluster = "ci-cluster", 16, 3, true
+	p.Lanes = append(p.Lanes,
+		Lane{Name: "cheo", Sink: SinkClickHouse, Delivery: "exactly_once"},
+		Lane{Name: "chalo", Sink: SinkClickHouse, Delivery: "at_least_once"})
+	p.Rate = 60
+	p.Weights, p.KillPoints, p.BlockRows = ClusterWeights, ClusterKillPoints, 25
+	return p
+}
+
+// TestChaosCluster runs the cluster CI profile on real Kafka, PostgreSQL
+// and ClickHouse: both exactly_once lanes must pass the checker with no
+// anomaly of any kind, and the three negative controls, living through the
+// same faults on the same workers, must fail it.
+func TestChaosCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos: not in -short")
 	}
-	if alo.VerifyExit != 1 || alo.Report.Counts[verify.Duplicate] == 0 {
-		t.Errorf("seed %d: negative control at_least_once: verify exit %d, %d duplicates; it must report duplicates and fail, or the check proves nothing",
-			s, alo.VerifyExit, alo.Report.Counts[verify.Duplicate])
-	} else {
-		t.Logf("negative control at_least_once failed as it must: %d duplicates", alo.Report.Counts[verify.Duplicate])
+	e := clusterEnv(t)
+	s := seedFor(t, clusterCISeed)
+	p := ClusterCIProfile(s, e)
+	sum := runCI(t, s, p)
+	if sum.Injected < p.Faults || sum.Kinds() < 5 || sum.Faults[WorkerJoin] == 0 || sum.Faults[WorkerLeave] == 0 {
+		t.Errorf("seed %d: %d faults of %d kinds injected (joins %d, leaves %d), want %d of >= 5 with joins and leaves",
+			s, sum.Injected, sum.Kinds(), sum.Faults[WorkerJoin], sum.Faults[WorkerLeave], p.Faults)
 	}
+	checkExact(t, s, sum.Lane("eo"))
+	checkExact(t, s, sum.Lane("cheo"))
+	checkDuplicates(t, s, sum, "alo")
+	checkDuplicates(t, s, sum, "chalo")
+	checkUnfenced(t, s, sum, "unfenced")
 }

@@ -20,10 +20,30 @@ const (
 
 // apply injects one fault and returns once it is healed (the worker is
 // running again, the service is back).
-func apply(ctx context.Context, p Profile, lanes []*lane, f Fault) error {
+func apply(ctx context.Context, p Profile, lanes []*lane, cl *cluster, f Fault) error {
 	switch f.Kind {
 	case KillWorker, TermWorker, FailpointKill, Zombie, ZombieFailpoint:
-		return forLanes(lanes, func(l *lane) error { return applyWorker(ctx, l, l.workers[f.Worker], f) })
+		if cl != nil {
+			// One process runs every lane's tasks: its failpoints fire in
+			// whichever lane passes them first.
+			return applyWorker(ctx, cl.all()[f.Worker], f, f.Point, f.Point)
+		}
+		return forLanes(lanes, func(l *lane) error {
+			return applyWorker(ctx, l.workers[f.Worker], f, pointFor(l.sink(), l.Delivery, f.Point), stopPointFor(l.sink(), l.Delivery, f.Point))
+		})
+	case WorkerJoin, WorkerLeave:
+		if cl == nil {
+			return errors.New("worker joins and leaves need a cluster profile")
+		}
+		if f.Kind == WorkerJoin {
+			jctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+			defer cancel()
+			return cl.join(jctx)
+		}
+		if err := cl.leave(); !errors.Is(err, errNothingToLeave) {
+			return err
+		}
+		return nil
 	case PostgresCrash:
 		if p.Env.Postgres == nil {
 			return errors.New("no PostgreSQL controller")
@@ -58,7 +78,7 @@ func apply(ctx context.Context, p Profile, lanes []*lane, f Fault) error {
 		return p.Env.Broker.Start(rctx)
 	case ProducerKill:
 		for _, l := range lanes {
-			l.prod.kill.Add(1)
+			l.prod.Abandon()
 		}
 		return nil
 	case RESTPause, RESTStop, RESTRestart, RESTConfig:
@@ -92,7 +112,9 @@ func forLanes(lanes []*lane, fn func(*lane) error) error {
 	return errors.Join(errs...)
 }
 
-func applyWorker(ctx context.Context, l *lane, w *worker, f Fault) error {
+// applyWorker injects a worker fault; killPoint and stopPoint are the
+// failpoints its FailpointKill and ZombieFailpoint arm.
+func applyWorker(ctx context.Context, w *worker, f Fault, killPoint, stopPoint string) error {
 	cur := w.hold()
 	defer w.release()
 	switch f.Kind {
@@ -113,7 +135,7 @@ func applyWorker(ctx context.Context, l *lane, w *worker, f Fault) error {
 		return nil
 	case FailpointKill:
 		stopGracefully(cur, termWait)
-		spec := fmt.Sprintf("%s:%d", pointFor(l.sink(), l.Delivery, f.Point), f.Hit)
+		spec := fmt.Sprintf("%s:%d", killPoint, f.Hit)
 		armed, err := w.start(spec)
 		if err != nil {
 			return err
@@ -142,7 +164,7 @@ func applyWorker(ctx context.Context, l *lane, w *worker, f Fault) error {
 		return nil
 	case ZombieFailpoint:
 		stopGracefully(cur, termWait)
-		spec := fmt.Sprintf("%s:%d:stop", stopPointFor(l.sink(), l.Delivery, f.Point), f.Hit)
+		spec := fmt.Sprintf("%s:%d:stop", stopPoint, f.Hit)
 		armed, err := w.start(spec)
 		if err != nil {
 			return err

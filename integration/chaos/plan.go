@@ -47,6 +47,13 @@ const (
 	// killed after 30 s; same data and address).
 	ClickHouseRestart Kind = "ch-restart"
 
+	// WorkerJoin: a cluster profile starts one more worker, which takes
+	// over some tasks. WorkerLeave: it stops (SIGTERM) the last worker a
+	// join added, for good (nothing when none is up). Planned only with
+	// Profile.Cluster.
+	WorkerJoin  Kind = "join"
+	WorkerLeave Kind = "leave"
+
 	// REST faults: planned only when Env.REST is set (the REST API is being
 	// built; see Env.REST).
 	RESTPause   Kind = "rest-pause"
@@ -98,6 +105,21 @@ const (
 	PointCHMidInsert   = "ch-mid-insert"
 	PointCHAfterInsert = "ch-after-insert"
 )
+
+// ClusterWeights is the mix of the cluster profiles: worker faults on
+// the shared workers, joins and leaves, broker restarts and killed
+// producers.
+var ClusterWeights = map[Kind]int{
+	KillWorker:      4,
+	FailpointKill:   4,
+	TermWorker:      2,
+	Zombie:          2,
+	ZombieFailpoint: 3,
+	WorkerJoin:      2,
+	WorkerLeave:     2,
+	KafkaRestart:    1,
+	ProducerKill:    1,
+}
 
 // RESTWeights is added to the mix when Env.REST is set.
 var RESTWeights = map[Kind]int{RESTPause: 2, RESTStop: 1, RESTRestart: 1, RESTConfig: 1}

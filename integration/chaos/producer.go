@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -16,11 +17,12 @@ import (
 	"github.com/txsink/txsink/internal/verify"
 )
 
-// producer is a lane's upstream: one transactional client writing
+// Producer is a lane's upstream: one transactional client writing
 // multi-partition transactions at a steady rate, aborting some, and
-// abandoning one mid-transaction when asked (ProducerKill). Every
-// transaction is logged with its outcome.
-type producer struct {
+// abandoning one mid-transaction when asked (ProducerKill, Abandon). Every
+// transaction is logged with its outcome. Records are JSON objects
+// {"id": "<lane>-<seq>", "seq": <seq>, "body": …}.
+type Producer struct {
 	lane       string
 	bootstrap  string
 	topic      string
@@ -36,17 +38,61 @@ type producer struct {
 
 	mu       sync.Mutex
 	frontier map[int32]int64 // one past the highest acknowledged offset
-	stats    producerStats
+	stats    ProducerStats
 	failing  bool
 }
 
-type producerStats struct {
+// ProducerOptions configure a Producer.
+type ProducerOptions struct {
+	// Lane prefixes the record ids and names the transactional id.
+	Lane      string
+	Bootstrap string
+	Topic     string
+	// Partitions of Topic the records are spread over.
+	Partitions int32
+	// Rate is records per second; MaxTxn the largest transaction;
+	// AbortRatio the share of transactions aborted.
+	Rate       int
+	MaxTxn     int
+	AbortRatio float64
+	// Seed and Stream seed the producer's random choices (PCG).
+	Seed, Stream uint64
+	// Log receives every transaction with its outcome (nil: none).
+	Log *verify.LogWriter
+	// Logf prints progress (nil: discard).
+	Logf func(format string, args ...any)
+}
+
+// NewProducer returns a producer; Run produces.
+func NewProducer(o ProducerOptions) *Producer {
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	if o.Log == nil {
+		o.Log = verify.NewLogWriter(io.Discard)
+	}
+	return &Producer{
+		lane: o.Lane, bootstrap: o.Bootstrap, topic: o.Topic, partitions: o.Partitions,
+		rate: o.Rate, maxTxn: max(o.MaxTxn, 1), abortRatio: o.AbortRatio,
+		rng: rand.New(rand.NewPCG(o.Seed, o.Stream)),
+		log: o.Log, logf: o.Logf, frontier: map[int32]int64{},
+	}
+}
+
+// Abandon makes the producer abandon its next transaction in the middle
+// (never ended: the broker aborts it when the next client starts).
+func (p *Producer) Abandon() { p.kill.Add(1) }
+
+// ProducerStats count a producer's transactions by outcome.
+type ProducerStats struct {
 	Acknowledged, Failed, Unknown, Killed int
 	AckRecords                            int
 	Errors                                int
 }
 
-func (p *producer) snapshot() (map[int32]int64, producerStats) {
+// Snapshot returns, per partition, one past the highest offset of an
+// acknowledged (committed) record, and the transaction counts.
+func (p *Producer) Snapshot() (map[int32]int64, ProducerStats) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	f := make(map[int32]int64, len(p.frontier))
@@ -56,7 +102,7 @@ func (p *producer) snapshot() (map[int32]int64, producerStats) {
 	return f, p.stats
 }
 
-func (p *producer) newClient() (*kgo.Client, error) {
+func (p *Producer) newClient() (*kgo.Client, error) {
 	return kgo.NewClient(
 		kgo.SeedBrokers(p.bootstrap),
 		// A stable transactional id: a new client fences (and aborts) an
@@ -71,9 +117,9 @@ func (p *producer) newClient() (*kgo.Client, error) {
 	)
 }
 
-// run produces until ctx ends, finishing (committing or aborting) the
+// Run produces until ctx ends, finishing (committing or aborting) the
 // transaction in progress first.
-func (p *producer) run(ctx context.Context) {
+func (p *Producer) Run(ctx context.Context) {
 	var cl *kgo.Client
 	defer func() {
 		if cl != nil {
@@ -168,7 +214,7 @@ func (p *producer) run(ctx context.Context) {
 }
 
 // note counts an error and logs the first of each streak.
-func (p *producer) note(what string, err error) {
+func (p *Producer) note(what string, err error) {
 	p.mu.Lock()
 	p.stats.Errors++
 	first := !p.failing
@@ -179,7 +225,7 @@ func (p *producer) note(what string, err error) {
 	}
 }
 
-func (p *producer) record(t verify.Txn, acked, killed bool) {
+func (p *Producer) record(t verify.Txn, acked, killed bool) {
 	t.At = time.Now().UTC()
 	if err := p.log.Write(t); err != nil {
 		p.logf("producer %s: writing the producer log: %v", p.lane, err)

@@ -133,8 +133,9 @@ type sharedService struct {
 	err  error
 }
 
-// Main runs the tests and terminates every container the harness started.
-// Use it in TestMain: os.Exit(harness.Main(m)).
+// Main runs the tests and terminates every container the harness started
+// (and removes the binary TxsinkBinary built). Use it in TestMain:
+// os.Exit(harness.Main(m)).
 func Main(m *testing.M) int {
 	if !flag.Parsed() {
 		flag.Parse()
@@ -171,6 +172,7 @@ func Main(m *testing.M) int {
 
 	code := m.Run()
 	terminateAll()
+	removeBinary()
 	return code
 }
 
