@@ -68,6 +68,10 @@ type Options struct {
 	RequireClientCert bool
 	// Version and Commit are shown by GET /.
 	Version, Commit string
+	// Forward is the client of requests forwarded to another worker
+	// (distributed mode; default: plain HTTP with a 90 s timeout). It
+	// carries the worker's TLS settings when the API is served over TLS.
+	Forward *http.Client
 }
 
 // Server holds the API's resources.
@@ -169,8 +173,10 @@ func (s *Server) writeErr(w http.ResponseWriter, err error, secs []string) {
 		code, msg = http.StatusBadRequest, invalidConfigMessage(ferrs)
 	case errors.Is(err, herder.ErrNotFound):
 		code = http.StatusNotFound
-	case errors.Is(err, herder.ErrExists), errors.Is(err, herder.ErrConflict), errors.Is(err, herder.ErrSecretDropped):
+	case errors.Is(err, herder.ErrExists), errors.Is(err, herder.ErrConflict), errors.Is(err, herder.ErrSecretDropped), errors.Is(err, herder.ErrRebalance):
 		code = http.StatusConflict
+	case errors.Is(err, herder.ErrForward):
+		code, msg = http.StatusConflict, msgHops
 	case errors.Is(err, herder.ErrBadRequest):
 		code = http.StatusBadRequest
 	case errors.Is(err, herder.ErrClosed):
@@ -245,8 +251,14 @@ func jsonErrorText(err error) string {
 	return "malformed JSON"
 }
 
-// handleErr writes an apiError or a worker error.
+// handleErr writes an apiError or a worker error; a request that another
+// worker must answer is forwarded there (see forward).
 func (s *Server) handleErr(w http.ResponseWriter, err error, secs []string) {
+	var fe *herder.ForwardError
+	if fw, ok := w.(*forwardWriter); ok && errors.As(err, &fe) {
+		s.forward(fw, fe)
+		return
+	}
 	secs = append(secs, s.h.Secrets()...)
 	var ae *apiError
 	if errors.As(err, &ae) {

@@ -264,7 +264,7 @@ func TestErrorPaths(t *testing.T) {
 		{"empty body", "POST", "/connectors", ``, 400, "Request body is empty; a JSON object is required"},
 		{"missing config", "POST", "/connectors", `{"name":"x"}`, 400, `Connector config is required: the body must be {"name": …, "config": {…}}`},
 		{"missing required field", "POST", "/connectors", map[string]any{"name": "m", "config": missingTopics}, 400,
-			"Connector configuration is invalid and contains the following 1 error(s):\ntopics: missing required configuration \"topics\" which has no default value\nYou can also find the above list of errors at the endpoint `/connector-plugins/{connectorType}/config/validate`"},
+			"Connector configuration is invalid and contains the following 1 error(s):\ntopics: Must configure one of topics or topics.regex\nYou can also find the above list of errors at the endpoint `/connector-plugins/{connectorType}/config/validate`"},
 		{"unknown connector.class", "POST", "/connectors", map[string]any{"name": "u", "config": unknownClass}, 400,
 			"Connector configuration is invalid and contains the following 1 error(s):\nconnector.class: unknown connector class \"com.example.Nope\"; known: fake (io.txsink.test.FakeSink)\nYou can also find the above list of errors at the endpoint `/connector-plugins/{connectorType}/config/validate`"},
 		{"bad initial_state", "POST", "/connectors", map[string]any{"name": "i", "config": fakeConfig("i"), "initial_state": "SLEEPING"}, 400, `initial_state must be RUNNING, PAUSED or STOPPED, got "SLEEPING"`},

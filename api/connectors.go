@@ -25,6 +25,7 @@ type connectorsResource struct{ s *Server }
 // Routes returns the /connectors router.
 func (rs connectorsResource) Routes() chi.Router {
 	r := chi.NewRouter()
+	r.Use(rs.s.forwarding)
 	r.Get("/", rs.list)
 	r.Post("/", rs.create)
 	r.Route("/{name}", func(r chi.Router) {
@@ -88,7 +89,9 @@ func (rs connectorsResource) list(w http.ResponseWriter, r *http.Request) {
 					ok = false
 					continue
 				}
-				e["status"] = toStatus(st, rs.version(r.Context(), n))
+				cs := toStatus(st, rs.version(r.Context(), n))
+				rs.s.withPeers(r, n, &cs)
+				e["status"] = cs
 			case "info":
 				inf, err := rs.s.h.Info(r.Context(), n)
 				if err != nil {
@@ -258,12 +261,15 @@ func (rs connectorsResource) patchConfig(w http.ResponseWriter, r *http.Request)
 
 // status is GET /connectors/{name}/status.
 func (rs connectorsResource) status(w http.ResponseWriter, r *http.Request) {
-	st, err := rs.s.h.Status(r.Context(), chi.URLParam(r, "name"))
+	name := chi.URLParam(r, "name")
+	st, err := rs.s.h.Status(r.Context(), name)
 	if err != nil {
 		rs.s.handleErr(w, err, nil)
 		return
 	}
-	writeJSON(w, http.StatusOK, toStatus(st, rs.version(r.Context(), st.Name)))
+	out := toStatus(st, rs.version(r.Context(), st.Name))
+	rs.s.withPeers(r, name, &out)
+	writeJSON(w, http.StatusOK, out)
 }
 
 // restart is POST /connectors/{name}/restart?includeTasks=&onlyFailed=:
@@ -360,9 +366,11 @@ func (rs connectorsResource) taskStatus(w http.ResponseWriter, r *http.Request) 
 		rs.s.handleErr(w, err, nil)
 		return
 	}
-	for _, t := range st.Tasks {
+	out := toStatus(st, rs.version(r.Context(), name))
+	rs.s.withPeers(r, name, &out)
+	for _, t := range out.Tasks {
 		if t.ID == id {
-			writeJSON(w, http.StatusOK, toTaskState(t, rs.version(r.Context(), name)))
+			writeJSON(w, http.StatusOK, t)
 			return
 		}
 	}

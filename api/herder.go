@@ -14,8 +14,10 @@ import (
 // statuses and their offsets. herder.Standalone is one.
 //
 // Errors wrap one of herder's sentinels (ErrNotFound is 404, ErrExists,
-// ErrConflict and ErrSecretDropped 409, ErrBadRequest 400, ErrClosed 503)
-// or are config.Errors (400); any other error is a 500. Their messages are
+// ErrConflict, ErrSecretDropped and ErrRebalance 409, ErrBadRequest 400,
+// ErrClosed 503), are a *herder.ForwardError (the request is forwarded to
+// the worker it names, see forward) or are config.Errors (400); any other
+// error is a 500. Their messages are
 // safe to show. Cancelling ctx abandons the wait for an answer; an
 // operation already applied to a connector stays applied, and one that
 // needs Kafka or the sink (status, offsets) returns ctx's error.
@@ -81,4 +83,9 @@ type Herder interface {
 	ResetOffsets(ctx context.Context, name string) error
 }
 
-var _ Herder = (*herder.Standalone)(nil)
+var (
+	_ Herder = (*herder.Standalone)(nil)
+	_ Herder = (*herder.Distributed)(nil)
+	_ syncer = (*herder.Distributed)(nil)
+	_ owners = (*herder.Distributed)(nil)
+)

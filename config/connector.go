@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -20,6 +21,8 @@ const (
 	KeyClass             = "connector.class"
 	KeyTasksMax          = "tasks.max"
 	KeyTopics            = "topics"
+	KeyTopicsRegex       = "topics.regex"
+	KeyMetadataMaxAgeMs  = "metadata.max.age.ms"
 	KeyDelivery          = "delivery.guarantee"
 	KeyBatchMaxRecords   = "batch.max.records"
 	KeyBatchMaxBytes     = "batch.max.bytes"
@@ -46,7 +49,7 @@ var ConnectorDefs = Defs{
 		Check: CheckName},
 	{Name: KeyClass, Type: String, Required: true, Group: "Common", Doc: "The sink type: a registered sink name (postgres) or its class alias (for example io.txsink.postgres.PostgresSinkConnector)."},
 	{Name: KeyTasksMax, Type: Int, Default: "1", Min: 1, Max: 256, Group: "Common", Doc: "Maximum number of tasks (consumers in the connector's group) this worker runs."},
-	{Name: KeyTopics, Type: List, Required: true, Group: "Common", Doc: "Comma-separated Kafka topics to consume.",
+	{Name: KeyTopics, Type: List, Group: "Common", Doc: "Comma-separated Kafka topics to consume. Set this or topics.regex.",
 		Check: func(v string) error {
 			for _, t := range strings.Split(v, ",") {
 				if t = strings.TrimSpace(t); t == "" {
@@ -58,6 +61,14 @@ var ConnectorDefs = Defs{
 			}
 			return nil
 		}},
+	{Name: KeyTopicsRegex, Type: String, Group: "Common", Doc: "Consume every topic whose whole name matches this regular expression (Go's RE2 syntax, which Java's patterns mostly share; anchored at both ends, as Kafka Connect matches), instead of the topics list. Topics created later are picked up at the next metadata refresh (metadata.max.age.ms) without a restart; internal topics are never consumed.",
+		Check: func(v string) error {
+			if _, err := regexp.Compile(v); err != nil {
+				return fmt.Errorf("invalid regular expression: %v", err)
+			}
+			return nil
+		}},
+	{Name: KeyMetadataMaxAgeMs, Type: Int, Default: "300000", Min: 1000, Max: 86400000, Group: "Common", Doc: "How often a task refreshes the cluster's metadata (Kafka's consumer setting of that name): with topics.regex, how soon a new matching topic is consumed."},
 	{Name: KeyDelivery, Type: String, Default: ExactlyOnce, Group: "Delivery", Enum: []string{ExactlyOnce, ExactlyOnceSink, AtLeastOnce, AtMostOnce},
 		Doc: "exactly_once: two-phase commit with the Kafka transaction as decision (needs max_prepared_transactions > 0); exactly_once_sink: one sink transaction with compare-and-set offsets and fencing, no Kafka transaction; at_least_once: rows then offsets in separate transactions (a crash can duplicate); at_most_once: offsets then rows (a crash can lose)."},
 	{Name: KeyBatchMaxRecords, Type: Int, Default: "100000", Min: 1, Max: 1000000, Group: "Batching", Doc: "Maximum records per round (all partitions of a task). A round pays fixed costs (a Kafka transaction, a PREPARE and a COMMIT PREPARED per partition) that large rounds amortise under a backlog; without one, rounds are cut by batch.linger.ms long before this. A round's records are held in memory (batch.max.bytes bounds them)."},
@@ -87,10 +98,14 @@ var ConnectorDefs = Defs{
 
 // Connector is the parsed common part of a connector configuration.
 type Connector struct {
-	Name            string
-	Class           string
-	TasksMax        int
-	Topics          []string
+	Name     string
+	Class    string
+	TasksMax int
+	Topics   []string
+	// TopicsRegex, when set, replaces Topics: the whole-name pattern of
+	// the topics to consume (TopicsPattern anchors it).
+	TopicsRegex     string
+	MetadataMaxAge  time.Duration
 	Delivery        string
 	BatchMaxRecords int
 	BatchMaxBytes   int
@@ -122,6 +137,8 @@ func ParseConnector(v Values) Connector {
 		Class:             v[KeyClass],
 		TasksMax:          int(v.Int(KeyTasksMax)),
 		Topics:            v.List(KeyTopics),
+		TopicsRegex:       strings.TrimSpace(v[KeyTopicsRegex]),
+		MetadataMaxAge:    time.Duration(v.Int(KeyMetadataMaxAgeMs)) * time.Millisecond,
 		Delivery:          v[KeyDelivery],
 		BatchMaxRecords:   int(v.Int(KeyBatchMaxRecords)),
 		BatchMaxBytes:     int(v.Int(KeyBatchMaxBytes)),
@@ -146,4 +163,27 @@ func ParseConnector(v Values) Connector {
 		c.GroupID = "txsink-" + c.Name
 	}
 	return c
+}
+
+// CheckTopics checks that exactly one of topics and topics.regex is set,
+// with Kafka Connect's messages.
+func CheckTopics(v Values) Errors {
+	hasList, hasRegex := len(v.List(KeyTopics)) > 0, strings.TrimSpace(v[KeyTopicsRegex]) != ""
+	switch {
+	case hasList && hasRegex:
+		return Errors{{Name: KeyTopicsRegex, Msg: "topics and topics.regex are mutually exclusive options, but both are set."}}
+	case !hasList && !hasRegex:
+		return Errors{{Name: KeyTopics, Msg: "Must configure one of topics or topics.regex"}}
+	}
+	return nil
+}
+
+// TopicsPattern returns topics.regex anchored at both ends ("" when
+// unset): Kafka Connect matches a topic's whole name, where a Go
+// regular expression matches anywhere in it.
+func (c Connector) TopicsPattern() string {
+	if c.TopicsRegex == "" {
+		return ""
+	}
+	return "^(?:" + c.TopicsRegex + ")$"
 }

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -67,8 +68,9 @@ const (
 	ProtocolSASLSSL       = "SASL_SSL"
 )
 
-// WorkerDefs are the worker's settings.
-var WorkerDefs = Defs{
+// WorkerDefs are the worker's settings (distributed mode's are in
+// ClusterDefs).
+var WorkerDefs = slices.Concat(Defs{
 	{Name: KeyWorkerListen, Type: String, Default: "127.0.0.1:8083", Group: "REST", Doc: "HTTP listen address of the REST API. The default listens on the loopback interface only; listening elsewhere without authentication logs a warning."},
 	{Name: KeyRESTListeners, Type: String, Group: "REST", Doc: "Kafka Connect's spelling of the listen address: one URL, http://host:port or https://host:port (https needs rest.tls.cert.file; an empty host listens on every interface). Set it or listen, not both with different addresses; txsink serves one listener.",
 		Check: checkListeners},
@@ -103,7 +105,7 @@ var WorkerDefs = Defs{
 	{Name: KeyRestartEnabled, Type: Boolean, Default: "true", Group: "Restarts", Doc: "Restart failed tasks and connectors automatically with exponential backoff. A task stopped at a bad record (errors.tolerance=none) is never restarted automatically."},
 	{Name: KeyRestartInitialMs, Type: Long, Default: "1000", Min: 10, Max: 3600000, Group: "Restarts", Doc: "First automatic restart delay; it doubles with each consecutive failure."},
 	{Name: KeyRestartMaxMs, Type: Long, Default: "60000", Min: 10, Max: 86400000, Group: "Restarts", Doc: "Largest automatic restart delay."},
-}
+}, ClusterDefs, ProviderDefs)
 
 // EnvKey returns the environment variable of a worker setting.
 func EnvKey(name string) string {
@@ -126,6 +128,12 @@ type Worker struct {
 	RestartEnabled bool
 	RestartInitial time.Duration
 	RestartMax     time.Duration
+
+	// Cluster holds distributed mode's settings (Cluster.Enabled when
+	// group.id is set).
+	Cluster Cluster
+	// Providers are the config providers (config.providers), in order.
+	Providers []ProviderSpec
 
 	// Values are the effective settings (for diagnostics; holds secrets).
 	Values Values
@@ -178,7 +186,7 @@ func LoadWorker(file string, lookup func(string) (string, bool), flags map[strin
 			return Worker{}, fmt.Errorf("worker config %s: %w", file, err)
 		}
 		for k, v := range fromFile {
-			if _, ok := WorkerDefs.Lookup(k); !ok {
+			if _, ok := WorkerDefs.Lookup(k); !ok && !isProviderKey(k) {
 				return Worker{}, fmt.Errorf("worker config %s: unknown setting %q", file, k)
 			}
 			raw[k] = v
@@ -190,9 +198,10 @@ func LoadWorker(file string, lookup func(string) (string, bool), flags map[strin
 				raw[d.Name] = v
 			}
 		}
+		providerClassesFromEnv(raw, lookup)
 	}
 	for k, v := range flags {
-		if _, ok := WorkerDefs.Lookup(k); !ok {
+		if _, ok := WorkerDefs.Lookup(k); !ok && !isProviderKey(k) {
 			return Worker{}, fmt.Errorf("worker config: unknown setting %q", k)
 		}
 		raw[k] = v
@@ -242,6 +251,10 @@ func ParseWorker(raw map[string]string) (Worker, error) {
 	if len(v.List(KeyWorkerBootstrap)) == 0 {
 		add(KeyWorkerBootstrap, "at least one bootstrap server is required")
 	}
+	cluster, cerrs := parseCluster(v)
+	errs = append(errs, cerrs...)
+	providers, perrs := parseProviders(v)
+	errs = append(errs, perrs...)
 	if len(errs) > 0 {
 		sort.SliceStable(errs, func(i, j int) bool { return errs[i].Name < errs[j].Name })
 		return Worker{}, errs
@@ -273,6 +286,8 @@ func ParseWorker(raw map[string]string) (Worker, error) {
 		RestartEnabled: v.Bool(KeyRestartEnabled),
 		RestartInitial: time.Duration(v.Int(KeyRestartInitialMs)) * time.Millisecond,
 		RestartMax:     time.Duration(v.Int(KeyRestartMaxMs)) * time.Millisecond,
+		Cluster:        cluster,
+		Providers:      providers,
 		Values:         v,
 	}, nil
 }

@@ -161,11 +161,13 @@ type Spec struct {
 // messages (see secrets.RedactURL).
 func RedactURL(v string) string { return secrets.RedactURL(v) }
 
-// AllDefs returns the common settings, the converters' and the sink's.
+// AllDefs returns the common settings, the converters', the transforms',
+// the change data capture settings and the sink's.
 func (s Spec) AllDefs() config.Defs {
 	out := append(config.Defs{}, config.ConnectorDefs...)
 	out = append(out, convert.Defs...)
 	out = append(out, transform.Defs...)
+	out = append(out, convert.CDCDefs...)
 	return append(out, s.Defs...)
 }
 
@@ -250,6 +252,9 @@ func (r *Registry) Validate(raw map[string]string) (Spec, config.Values, config.
 	}
 	v, errs := spec.AllDefs().Validate(raw)
 	p := r.Policy()
+	if len(errs) == 0 {
+		errs = config.CheckTopics(v)
+	}
 	if len(errs) == 0 && spec.Validate != nil {
 		errs = spec.Validate(v, p)
 	}

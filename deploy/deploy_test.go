@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -23,8 +24,11 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/txsink/txsink/config"
+	"github.com/txsink/txsink/config/providers"
 	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/clickhouse"
 	"github.com/txsink/txsink/connectors/postgres"
+	"github.com/txsink/txsink/connectors/secrets"
 	"github.com/txsink/txsink/integration/harness"
 )
 
@@ -67,7 +71,8 @@ func stripComments(s string) string {
 
 // k8sKinds are the kinds the manifests may hold, by apiVersion and kind.
 var k8sKinds = map[string]func() any{
-	"apps/v1 Deployment":            func() any { return &appsv1.Deployment{} },
+	"apps/v1 StatefulSet":           func() any { return &appsv1.StatefulSet{} },
+	"batch/v1 Job":                  func() any { return &batchv1.Job{} },
 	"v1 Service":                    func() any { return &corev1.Service{} },
 	"v1 ConfigMap":                  func() any { return &corev1.ConfigMap{} },
 	"v1 Secret":                     func() any { return &corev1.Secret{} },
@@ -135,17 +140,22 @@ func loadManifests(t *testing.T) []manifest {
 
 func only[T any](t *testing.T, ms []manifest) T {
 	t.Helper()
+	found := all[T](ms)
+	if len(found) != 1 {
+		var zero T
+		t.Fatalf("want exactly one %T, found %d", zero, len(found))
+	}
+	return found[0]
+}
+
+func all[T any](ms []manifest) []T {
 	var found []T
 	for _, m := range ms {
 		if v, ok := m.obj.(T); ok {
 			found = append(found, v)
 		}
 	}
-	if len(found) != 1 {
-		var zero T
-		t.Fatalf("want exactly one %T, found %d", zero, len(found))
-	}
-	return found[0]
+	return found
 }
 
 // TestKubernetesStrictDecodingRejectsUnknownFields shows that the decoding
@@ -169,11 +179,22 @@ func TestKubernetesManifests(t *testing.T) {
 	if t.Failed() {
 		t.FailNow()
 	}
-	dep := only[*appsv1.Deployment](t, ms)
-	svc := only[*corev1.Service](t, ms)
+	sts := only[*appsv1.StatefulSet](t, ms)
+	job := only[*batchv1.Job](t, ms)
 	cm := only[*corev1.ConfigMap](t, ms)
 	pdb := only[*policyv1.PodDisruptionBudget](t, ms)
 	kus := only[*kustomization](t, ms)
+	var svc, headless *corev1.Service
+	for _, s := range all[*corev1.Service](ms) {
+		if s.Spec.ClusterIP == corev1.ClusterIPNone {
+			headless = s
+		} else {
+			svc = s
+		}
+	}
+	if svc == nil || headless == nil {
+		t.Fatal("want a Service for clients and a headless Service for the workers' names")
+	}
 
 	t.Run("kustomization lists every manifest", func(t *testing.T) {
 		var want []string
@@ -190,15 +211,23 @@ func TestKubernetesManifests(t *testing.T) {
 		}
 	})
 
-	pod := dep.Spec.Template
+	pod := sts.Spec.Template
 	t.Run("selectors", func(t *testing.T) {
 		podLabels := labels.Set(pod.Labels)
-		sel := labels.SelectorFromSet(dep.Spec.Selector.MatchLabels)
+		sel := labels.SelectorFromSet(sts.Spec.Selector.MatchLabels)
 		if !sel.Matches(podLabels) {
-			t.Errorf("deployment selector %v does not match its pod labels %v", sel, podLabels)
+			t.Errorf("statefulset selector %v does not match its pod labels %v", sel, podLabels)
 		}
-		if !labels.SelectorFromSet(svc.Spec.Selector).Matches(podLabels) {
-			t.Errorf("service selector %v does not match the pods", svc.Spec.Selector)
+		for _, s := range []*corev1.Service{svc, headless} {
+			if !labels.SelectorFromSet(s.Spec.Selector).Matches(podLabels) {
+				t.Errorf("service %s selector %v does not match the pods", s.Name, s.Spec.Selector)
+			}
+		}
+		if sts.Spec.ServiceName != headless.Name {
+			t.Errorf("statefulset serviceName %q, want the headless service %s (the workers' advertised names)", sts.Spec.ServiceName, headless.Name)
+		}
+		if sts.Spec.Replicas == nil || *sts.Spec.Replicas != 3 {
+			t.Errorf("want 3 replicas, got %v", sts.Spec.Replicas)
 		}
 		if pdb.Spec.Selector == nil || !labels.SelectorFromSet(pdb.Spec.Selector.MatchLabels).Matches(podLabels) {
 			t.Errorf("PodDisruptionBudget selector does not match the pods")
@@ -276,11 +305,20 @@ func TestKubernetesManifests(t *testing.T) {
 			}
 			mounts[m.MountPath] = m.Name
 		}
-		for _, p := range []string{"/var/lib/txsink", "/tmp"} {
-			v, ok := vols[mounts[p]]
-			if !ok || v.EmptyDir == nil && v.PersistentVolumeClaim == nil {
-				t.Errorf("%s must be a writable volume (the root file system is read-only)", p)
+		if v, ok := vols[mounts["/tmp"]]; !ok || v.EmptyDir == nil {
+			t.Error("/tmp must be a writable volume (the root file system is read-only)")
+		}
+		secretDir := ""
+		for p, v := range mounts {
+			if s := vols[v].Secret; s != nil {
+				secretDir = p
+				if s.SecretName != "txsink-credentials" || s.Optional != nil && *s.Optional {
+					t.Errorf("volume %s mounts secret %s: want the required Secret txsink-credentials", v, s.SecretName)
+				}
 			}
+		}
+		if secretDir == "" {
+			t.Error("the Secret is not mounted: connectors reference its files")
 		}
 		for _, v := range pod.Spec.Volumes {
 			if v.ConfigMap != nil && v.ConfigMap.Name != cm.Name {
@@ -294,29 +332,53 @@ func TestKubernetesManifests(t *testing.T) {
 				t.Errorf("%s ships Secret %s: credentials must come from the operator's secret store", m.file, sec.Name)
 			}
 		}
-		for _, e := range c.Env {
+		for _, e := range append(c.Env, job.Spec.Template.Spec.Containers[0].Env...) {
 			if r := e.ValueFrom; r != nil && r.SecretKeyRef != nil {
 				if r.SecretKeyRef.Name != "txsink-credentials" || r.SecretKeyRef.Optional != nil && *r.SecretKeyRef.Optional {
 					t.Errorf("env %s refers to secret %s (optional %v): want the required Secret txsink-credentials that kustomization.yaml tells to create", e.Name, r.SecretKeyRef.Name, r.SecretKeyRef.Optional)
 				}
 			}
 		}
-		// Files named in the arguments must be ConfigMap keys under its mount.
-		cmPath := ""
-		for p, v := range mounts {
-			if vols[v].ConfigMap != nil {
-				cmPath = p
+		// Files named in the arguments of the workers and of the Job must
+		// be ConfigMap keys under its mount.
+		for _, ps := range []corev1.PodSpec{pod.Spec, job.Spec.Template.Spec} {
+			cmPath := ""
+			for _, m := range ps.Containers[0].VolumeMounts {
+				for _, v := range ps.Volumes {
+					if v.Name == m.Name && v.ConfigMap != nil {
+						cmPath = m.MountPath
+						if v.ConfigMap.Name != cm.Name {
+							t.Errorf("volume %s names ConfigMap %s, the manifest is %s", v.Name, v.ConfigMap.Name, cm.Name)
+						}
+					}
+				}
+			}
+			args := ps.Containers[0].Args
+			for i := 0; i+1 < len(args); i++ {
+				if args[i] != "-config" && args[i] != "-connector" && args[i] != "-f" {
+					continue
+				}
+				key, ok := strings.CutPrefix(args[i+1], cmPath+"/")
+				if !ok || cm.Data[key] == "" {
+					t.Errorf("%s %s is not a key of ConfigMap %s mounted at %s", args[i], args[i+1], cm.Name, cmPath)
+				}
 			}
 		}
-		args := c.Args
-		for i := 0; i+1 < len(args); i++ {
-			if args[i] != "-config" && args[i] != "-connector" {
-				continue
+		if !slices.Contains(job.Spec.Template.Spec.Containers[0].Args, "http://"+svc.Name+":8083") {
+			t.Errorf("the Job does not call the API through the Service %s: %v", svc.Name, job.Spec.Template.Spec.Containers[0].Args)
+		}
+	})
+
+	t.Run("advertised address is the pod's name in the headless service", func(t *testing.T) {
+		want := "$(POD_NAME)." + headless.Name + ".$(POD_NAMESPACE).svc"
+		found := false
+		for _, e := range c.Env {
+			if e.Name == config.EnvKey(config.KeyRESTAdvertisedHost) {
+				found = e.Value == want
 			}
-			key, ok := strings.CutPrefix(args[i+1], cmPath+"/")
-			if !ok || cm.Data[key] == "" {
-				t.Errorf("%s %s is not a key of ConfigMap %s mounted at %s", args[i], args[i+1], cm.Name, cmPath)
-			}
+		}
+		if !found {
+			t.Errorf("%s must be %s", config.EnvKey(config.KeyRESTAdvertisedHost), want)
 		}
 	})
 
@@ -332,6 +394,7 @@ func TestKubernetesManifests(t *testing.T) {
 
 	t.Run("configuration is valid", func(t *testing.T) {
 		var policy connectors.Policy
+		var w config.Worker
 		for key, val := range cm.Data {
 			if !strings.HasSuffix(key, ".properties") {
 				continue
@@ -340,25 +403,68 @@ func TestKubernetesManifests(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: %v", key, err)
 			}
-			w, err := config.ParseWorker(raw)
-			if err != nil {
+			if w, err = config.ParseWorker(raw); err != nil {
 				t.Errorf("%s: %v", key, err)
 			}
-			if w.DataDir != "/var/lib/txsink" {
-				t.Errorf("%s: data.dir %q, want the mounted /var/lib/txsink", key, w.DataDir)
+			if !w.Cluster.Enabled {
+				t.Errorf("%s: the workers must form a cluster (group.id)", key)
 			}
 			policy = connectors.Policy{UnixSockets: w.Connections.UnixSockets, EnvCredentialHosts: w.Connections.EnvCredentialHosts}
+		}
+		secretDir := ""
+		for _, m := range c.VolumeMounts {
+			for _, v := range pod.Spec.Volumes {
+				if v.Name == m.Name && v.Secret != nil {
+					secretDir = m.MountPath
+				}
+			}
 		}
 		for key, val := range cm.Data {
 			switch {
 			case strings.HasSuffix(key, ".properties"):
 			case strings.HasSuffix(key, ".json"):
-				validateConnector(t, key, []byte(val), policy)
+				raw := validateConnector(t, key, []byte(val), policy)
+				clusterSecrets(t, key, raw, w, secretDir)
 			default:
 				t.Errorf("ConfigMap key %s: neither a worker file nor a connector", key)
 			}
 		}
 	})
+}
+
+// clusterSecrets checks that a connector of the cluster holds no secret in
+// clear (the cluster would refuse it) and that each reference names a
+// configured provider and a file of the mounted Secret that
+// kustomization.yaml tells to create.
+func clusterSecrets(t *testing.T, what string, raw map[string]string, w config.Worker, secretDir string) {
+	t.Helper()
+	reg := &connectors.Registry{}
+	if err := reg.Register(postgres.Spec()); err != nil {
+		t.Fatal(err)
+	}
+	if c := secrets.InClear(reg, raw); len(c) > 0 {
+		t.Errorf("%s: secrets in clear in %v; the cluster refuses them", what, c)
+	}
+	kus, _ := os.ReadFile(filepath.Join("kubernetes", "kustomization.yaml"))
+	res, err := providers.New(w.Providers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for k, v := range raw {
+		for _, ref := range providers.Refs(v) {
+			n++
+			if !res.Knows(ref.Text) {
+				t.Errorf("%s: %s: %s names no configured provider", what, k, ref.Text)
+			}
+			if ref.Path != secretDir || !strings.Contains(string(kus), "--from-literal="+ref.Key+"=") {
+				t.Errorf("%s: %s: %s is not a file of the Secret mounted at %s that kustomization.yaml creates", what, k, ref.Text, secretDir)
+			}
+		}
+	}
+	if n == 0 {
+		t.Errorf("%s: no config provider reference: where are its credentials?", what)
+	}
 }
 
 // validateConnector checks a connector file (Connect's create body) with
@@ -380,8 +486,10 @@ func validateConnector(t *testing.T, what string, b []byte, policy connectors.Po
 		raw["name"] = body.Name
 	}
 	reg := &connectors.Registry{}
-	if err := reg.Register(postgres.Spec()); err != nil {
-		t.Fatal(err)
+	for _, spec := range []connectors.Spec{postgres.Spec(), clickhouse.Spec()} {
+		if err := reg.Register(spec); err != nil {
+			t.Fatal(err)
+		}
 	}
 	reg.SetPolicy(policy)
 	if _, _, errs := reg.Validate(raw); errs != nil {
@@ -399,6 +507,7 @@ type composeFile struct {
 
 type composeService struct {
 	Image       string                       `json:"image"`
+	Profiles    []string                     `json:"profiles"`
 	Build       *composeBuild                `json:"build"`
 	Command     []string                     `json:"command"`
 	Environment map[string]string            `json:"environment"`
@@ -449,6 +558,14 @@ func TestCompose(t *testing.T) {
 	var f composeFile
 	if err := decodeStrict(b, &f); err != nil {
 		t.Fatalf("%s: %v", path, err)
+	}
+	// Compose interpolates ${…} in values; "$$" is a literal "$" (as in
+	// ${source.table} of a connector config).
+	for name, s := range f.Services {
+		for i, c := range s.Command {
+			s.Command[i] = strings.ReplaceAll(c, "$$", "$")
+		}
+		f.Services[name] = s
 	}
 	for name, s := range f.Services {
 		if s.Image == "" && s.Build == nil {
@@ -518,7 +635,7 @@ func TestCompose(t *testing.T) {
 		// A one-shot service of the same image creates the connector over REST.
 		found := false
 		for name, s := range f.Services {
-			if s.Image != tx.Image || name == txName || len(s.Command) < 2 || s.Command[0] != "connectors" || s.Command[1] != "create" {
+			if s.Image != tx.Image || name == txName || len(s.Profiles) > 0 || len(s.Command) < 2 || s.Command[0] != "connectors" || s.Command[1] != "create" {
 				continue
 			}
 			found = true
@@ -530,12 +647,132 @@ func TestCompose(t *testing.T) {
 				t.Fatalf("%s: no inline connector (-d JSON)", name)
 			}
 			raw := validateConnector(t, name, []byte(s.Command[i+1]), connectors.Policy{})
-			if raw != nil && !strings.Contains(raw["connection.url"], "//postgres:") {
-				t.Errorf("%s: connection.url %s does not name the postgres service", name, raw["connection.url"])
+			if raw == nil {
+				continue
+			}
+			// The connection names the service of its sink.
+			if svc := raw["connector.class"]; !strings.Contains(raw["connection.url"], "//"+svc+":") {
+				t.Errorf("%s: connection.url %s does not name the %s service", name, raw["connection.url"], svc)
 			}
 		}
 		if !found {
 			t.Error("no service creates the example connector (txsink connectors create)")
+		}
+	})
+
+	t.Run("cdc profile", func(t *testing.T) {
+		// A source with logical replication, Connect with Debezium built on
+		// the official images, and a txsink connector per sink applying
+		// Debezium's topics, all in the profile (the default stays as it
+		// was).
+		for _, name := range []string{"source-db", "connect", "cdc-postgres-setup", "cdc-clickhouse-setup"} {
+			if s, ok := f.Services[name]; !ok || !slices.Equal(s.Profiles, []string{"cdc"}) {
+				t.Errorf("service %s: not in profile cdc (%v)", name, s.Profiles)
+			}
+		}
+		src := f.Services["source-db"]
+		if !strings.HasPrefix(src.Image, "postgres:") || !strings.Contains(strings.Join(src.Command, " "), "wal_level=logical") {
+			t.Errorf("source-db: %s %v, want the official postgres image with -c wal_level=logical", src.Image, src.Command)
+		}
+		c := f.Services["connect"]
+		if c.Build == nil || c.Build.Dockerfile != "deploy/debezium/Dockerfile" {
+			t.Fatalf("connect is not built from deploy/debezium/Dockerfile: %+v", c.Build)
+		}
+		df, err := os.ReadFile(filepath.Join("debezium", "Dockerfile"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"ARG MAVEN_IMAGE=maven:", "ARG KAFKA_IMAGE=" + harness.DefaultKafkaImage, "deploy/debezium/pom.xml", "connect-standalone.sh"} {
+			if !strings.Contains(string(df), want) {
+				t.Errorf("deploy/debezium/Dockerfile lacks %q", want)
+			}
+		}
+		props, err := os.ReadFile(filepath.Join("debezium", "postgres-source.properties"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"database.hostname=source-db", "plugin.name=pgoutput", "topic.prefix=shop"} {
+			if !strings.Contains(string(props), want) {
+				t.Errorf("deploy/debezium/postgres-source.properties lacks %q", want)
+			}
+		}
+		for _, name := range []string{"cdc-postgres-setup", "cdc-clickhouse-setup"} {
+			s := f.Services[name]
+			i := slices.Index(s.Command, "-d")
+			if i < 0 || i+1 >= len(s.Command) {
+				t.Fatalf("%s: no inline connector", name)
+			}
+			var body struct {
+				Config map[string]string `json:"config"`
+			}
+			if err := json.Unmarshal([]byte(s.Command[i+1]), &body); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if cfg := body.Config; cfg["cdc.format"] != "debezium" || cfg["topics.regex"] != `shop\.public\..*` || cfg["table.name.format"] != "${source.table}" {
+				t.Errorf("%s: does not apply Debezium's shop.public.* topics by table: %v", name, cfg)
+			}
+		}
+	})
+
+	t.Run("cluster profile: three workers share a connector", func(t *testing.T) {
+		var workers []string
+		for name, s := range f.Services {
+			if slices.Contains(s.Profiles, "cluster") && slices.Equal(s.Command, []string{"serve", "-listen", "0.0.0.0:8083"}) {
+				workers = append(workers, name)
+			}
+		}
+		sort.Strings(workers)
+		if len(workers) != 3 {
+			t.Fatalf("the cluster profile has %d workers, want 3: %v", len(workers), workers)
+		}
+		groups := map[string]bool{}
+		var w config.Worker
+		for _, name := range workers {
+			env := f.Services[name].Environment
+			lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+			var err error
+			if w, err = config.LoadWorker("", lookup, nil); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if !w.Cluster.Enabled || w.REST.AdvertisedHost != name {
+				t.Errorf("%s: group.id %q, advertised host %q; want a cluster member advertising its service name", name, w.Cluster.GroupID, w.REST.AdvertisedHost)
+			}
+			groups[w.Cluster.GroupID] = true
+			if f.Services[name].Healthcheck == nil {
+				t.Errorf("%s has no healthcheck", name)
+			}
+		}
+		if len(groups) != 1 {
+			t.Errorf("the workers are in %d groups, want one cluster: %v", len(groups), groups)
+		}
+		found := false
+		for name, s := range f.Services {
+			if !slices.Contains(s.Profiles, "cluster") || len(s.Command) < 2 || s.Command[0] != "connectors" {
+				continue
+			}
+			found = true
+			i := slices.Index(s.Command, "-d")
+			body := strings.ReplaceAll(s.Command[i+1], "$$", "$") // compose's escape of $
+			raw := validateConnector(t, name, []byte(body), connectors.Policy{})
+			reg := &connectors.Registry{}
+			_ = reg.Register(postgres.Spec())
+			if c := secrets.InClear(reg, raw); len(c) > 0 {
+				t.Errorf("%s: secrets in clear in %v; the cluster refuses them", name, c)
+			}
+			res, err := providers.New(w.Providers)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range raw {
+				for _, ref := range providers.Refs(v) {
+					if !res.Knows(ref.Text) || ref.Provider == "env" && f.Services[workers[0]].Environment[ref.Key] == "" {
+						t.Errorf("%s: %s: %s resolves on no worker", name, k, ref.Text)
+					}
+				}
+			}
+		}
+		if !found {
+			t.Error("no service of the cluster profile creates its connector")
 		}
 	})
 

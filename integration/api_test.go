@@ -284,7 +284,7 @@ func TestAPILifecycle(t *testing.T) {
 		{"GET", "/connectors/nope", nil, 404, "Connector nope not found"},
 		{"POST", "/connectors", `{"name": "x", "config": `, 400, "Request body is not valid JSON for this endpoint: syntax error at byte 24"},
 		{"POST", "/connectors", map[string]any{"name": "x", "config": map[string]string{"connector.class": "postgres", "connection.url": dbURL}}, 400,
-			"Connector configuration is invalid and contains the following 1 error(s):\ntopics: missing required configuration \"topics\" which has no default value\nYou can also find the above list of errors at the endpoint `/connector-plugins/{connectorType}/config/validate`"},
+			"Connector configuration is invalid and contains the following 1 error(s):\ntopics: Must configure one of topics or topics.regex\nYou can also find the above list of errors at the endpoint `/connector-plugins/{connectorType}/config/validate`"},
 		{"POST", "/connectors", map[string]any{"name": "x", "config": map[string]string{"connector.class": "com.example.Nope", "topics": topic}}, 400,
 			"Connector configuration is invalid and contains the following 1 error(s):\nconnector.class: unknown connector class \"com.example.Nope\"; known: " + knownSinks + "\nYou can also find the above list of errors at the endpoint `/connector-plugins/{connectorType}/config/validate`"},
 		{"POST", "/connectors", map[string]any{"name": "x", "config": map[string]string{"connector.class": "postgres", "topics": topic, "connection.url": "postgres://h/db?sslkey=/etc/passwd"}}, 400,

@@ -10,7 +10,6 @@ import (
 	"context"
 	"fmt"
 	"math/big"
-	"os"
 	"reflect"
 	"strconv"
 	"strings"
@@ -31,16 +30,7 @@ func allFormats() []format { return []format{avroFormat, protobufFormat, jsonSch
 // formatRecords is how many committed records each format's topic gets
 // (issue 14's acceptance: at least 50,000). TXSINK_TEST_FORMAT_RECORDS
 // lowers it for a quick local run.
-func formatRecords(t *testing.T) int {
-	if s := os.Getenv("TXSINK_TEST_FORMAT_RECORDS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			t.Fatalf("TXSINK_TEST_FORMAT_RECORDS=%q: want a positive integer", s)
-		}
-		return n
-	}
-	return 50_000
-}
+func formatRecords(t *testing.T) int { return envCount(t, "TXSINK_TEST_FORMAT_RECORDS", 50_000, 1) }
 
 // converterSettings returns the connector settings that read values with
 // f's converter from reg.

@@ -186,34 +186,8 @@ func createTopic(t testing.TB, k *harness.KafkaService, topic string, partitions
 	}
 }
 
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-)
-
 // txsinkBinary builds cmd/txsink once per test binary.
-func txsinkBinary(t testing.TB) string {
-	t.Helper()
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "txsink-bin-")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "txsink")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/txsink")
-		cmd.Dir = ".."
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
-}
+func txsinkBinary(t testing.TB) string { return harness.TxsinkBinary(t) }
 
 // proc is a txsink process the test started.
 type proc struct {

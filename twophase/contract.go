@@ -59,7 +59,30 @@ type Batch struct {
 	// read with read_committed isolation (gaps left by transaction markers
 	// are normal).
 	Records []*kgo.Record
+	// Alone is set when the batch is the only one of its round. A
+	// participant may then take locks that a prepared batch keeps until
+	// the decision and that the round's other batches would wait on (a
+	// schema change's ACCESS EXCLUSIVE lock): with other batches, the
+	// decision would wait for them while they wait for it. Without Alone,
+	// such a Prepare refuses with an *OwnRoundError.
+	Alone bool
 }
+
+// OwnRoundError is a Prepare refusal: the batch needs locks that only a
+// batch alone in its round may take (see Batch.Alone). Nothing was
+// prepared (it wraps ErrNothingPrepared); the runtime retries the batch in
+// a round of its own.
+type OwnRoundError struct {
+	ID  BatchID
+	Err error
+}
+
+func (e *OwnRoundError) Error() string {
+	return "batch " + e.ID.String() + " needs a round of its own: " + e.Err.Error()
+}
+
+// Unwrap returns ErrNothingPrepared and the cause.
+func (e *OwnRoundError) Unwrap() []error { return []error{ErrNothingPrepared, e.Err} }
 
 // Participant is one sink's side of the protocol. Every method must be safe
 // to call from a process other than the one that prepared the batch: that is

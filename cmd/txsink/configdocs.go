@@ -76,6 +76,10 @@ func writeConfigDocs(w io.Writer) {
 	p("Kafka Connect's single message transforms and predicates, by class name; see [transforms.md](transforms.md).\n\n")
 	writeDefs(w, transform.Defs, false)
 
+	p("## Change data capture\n\n")
+	p("How Debezium change events are applied; see [cdc.md](cdc.md) and [schema-evolution.md](schema-evolution.md).\n\n")
+	writeDefs(w, convert.CDCDefs, false)
+
 	for _, s := range registry().Specs() {
 		p("## Sink `%s`\n\n", s.Name)
 		p("`connector.class`: `%s` or `%s` (plugin version %s). These settings come after the common ones.\n\n", s.Name, s.Class, s.Version)

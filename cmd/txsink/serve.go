@@ -22,6 +22,7 @@ import (
 
 	"github.com/txsink/txsink/api"
 	"github.com/txsink/txsink/config"
+	"github.com/txsink/txsink/config/providers"
 	"github.com/txsink/txsink/connectors"
 	"github.com/txsink/txsink/connectors/engine"
 	"github.com/txsink/txsink/connectors/herder"
@@ -56,6 +57,9 @@ func cmdServe(args []string, stderr io.Writer) int {
 		return exitUsage
 	}
 	wc, err := wf.load()
+	if err == nil && wc.Cluster.Enabled && len(files) > 0 {
+		err = fmt.Errorf("-connector: in distributed mode (group.id) connectors are created through the REST API, which stores them in the config topic")
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "txsink serve:", err)
 		return exitUsage
@@ -63,7 +67,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 
 	// Every log line goes through the secret scrubber, then the named
 	// levels of /admin/loggers.
-	var worker *herder.Standalone
+	var worker serveHerder
 	rt, err := newWorkerRuntime(wc, stderr, func() []string {
 		if worker == nil {
 			return nil
@@ -103,21 +107,35 @@ func cmdServe(args []string, stderr io.Writer) int {
 	defer ln.Close()
 	hostname, _ := os.Hostname()
 	advertised := wc.AdvertisedID(ln.Addr(), hostname)
-	worker, err = herder.NewStandalone(reg, herder.StandaloneOptions{
-		DataDir: wc.DataDir,
-		Engine: engine.Options{
-			WorkerID:     wc.WorkerID,
-			AdvertisedID: advertised,
-			Bootstrap:    wc.Bootstrap,
-			KafkaOpts:    rt.kafkaOpts,
-			Log:          rt.logger("txsink.worker"),
-			ConnectorLog: func(name string) *slog.Logger {
-				return rt.logger("txsink.connectors." + name)
-			},
-			Restart:    engine.RestartPolicy{Enabled: wc.RestartEnabled, Initial: wc.RestartInitial, Max: wc.RestartMax},
-			Registerer: promReg,
+	resolver, err := providers.New(wc.Providers)
+	if err != nil {
+		fmt.Fprintln(stderr, "txsink serve:", err)
+		return exitUsage
+	}
+	engOpt := engine.Options{
+		WorkerID:     wc.WorkerID,
+		AdvertisedID: advertised,
+		Bootstrap:    wc.Bootstrap,
+		KafkaOpts:    rt.kafkaOpts,
+		Log:          rt.logger("txsink.worker"),
+		ConnectorLog: func(name string) *slog.Logger {
+			return rt.logger("txsink.connectors." + name)
 		},
-	})
+		Restart:    engine.RestartPolicy{Enabled: wc.RestartEnabled, Initial: wc.RestartInitial, Max: wc.RestartMax},
+		Registerer: promReg,
+	}
+	if resolver != nil {
+		engOpt.Resolve = resolver.Resolve
+	}
+	var cl clusterWiring
+	if wc.Cluster.Enabled {
+		cl, err = newDistributed(wc, advertised, tlsCfg, reg, resolver, engOpt)
+		if err == nil {
+			worker = cl.herder
+		}
+	} else {
+		worker, err = herder.NewStandalone(reg, herder.StandaloneOptions{DataDir: wc.DataDir, Engine: engOpt})
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "txsink serve:", err)
 		return exitStartFail
@@ -143,12 +161,13 @@ func cmdServe(args []string, stderr io.Writer) int {
 		Auth:              auth,
 		MaxBodyBytes:      wc.REST.MaxBodyBytes,
 		Listen:            wc.Listen,
-		AllowedHosts:      wc.REST.AllowedHosts,
+		AllowedHosts:      append(wc.REST.AllowedHosts, cl.allowedHosts...),
 		AllowOrigin:       wc.REST.AllowOrigin,
 		AllowMethods:      wc.REST.AllowMethods,
 		RequireClientCert: wc.REST.ClientCA != "",
 		Version:           buildinfo.Version,
 		Commit:            buildinfo.CommitID(),
+		Forward:           cl.forward,
 	})
 	srv := &http.Server{
 		Handler: router, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute,
@@ -158,11 +177,22 @@ func cmdServe(args []string, stderr io.Writer) int {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	log.Info("worker listening", "url", scheme+"://"+ln.Addr().String(), "advertised_id", advertised, "worker_id", wc.WorkerID, "data_dir", wc.DataDir)
-
 	code := exitOK
-	if err := worker.Start(ctx); err != nil {
-		log.Error("worker state cannot be written", "err", err)
+	if wc.Cluster.Enabled {
+		log.Info("worker listening", "url", scheme+"://"+ln.Addr().String(), "worker_id", advertised, "advertised_url", cl.url, "group", wc.Cluster.GroupID)
+		if len(wc.Cluster.IgnoredOffsetSettings) > 0 {
+			log.Info("offset storage settings are ignored: txsink keeps every partition's progress in the sink", "settings", wc.Cluster.IgnoredOffsetSettings)
+		}
+		if err := worker.Start(ctx); err != nil {
+			log.Error("the worker cannot join the cluster", "err", err)
+			code = exitStartFail
+			stop()
+		}
+	} else {
+		log.Info("worker listening", "url", scheme+"://"+ln.Addr().String(), "advertised_id", advertised, "worker_id", wc.WorkerID, "data_dir", wc.DataDir)
+		if err := worker.Start(ctx); err != nil {
+			log.Error("worker state cannot be written", "err", err)
+		}
 	}
 	for _, f := range files {
 		raw, err := readConnectorFile(f)

@@ -42,6 +42,14 @@ Typical use, with the connector's own config file:
 
   txsink verify -bootstrap kafka:9092 -config connector.json -id-column id -id-field id
 
+With -source-url it compares replicated tables instead (change data
+capture): each source PostgreSQL table with its copy in the sink, by key and
+a per-row checksum, in a snapshot of each side, and reports missing, extra
+and different rows and the replication lag. Exit status: 0 equal, 1
+different, 2 usage, 3 could not check.
+
+  txsink verify -source-url postgres://src/shop -config replica.json
+
 flags:
 `
 
@@ -79,7 +87,12 @@ func cmdVerify(args []string, stdout, stderr io.Writer) int {
 		scanIdle     = fs.Duration("scan-idle", 5*time.Second, "end a partition's scan after this long without progress")
 		timeout      = fs.Duration("timeout", 10*time.Minute, "bound on the whole audit")
 		output       = fs.String("output", "text", "text or json")
-		examples     = fs.Int("max-examples", 100, "anomalies listed per kind (counts are always exact)")
+		examples     = fs.Int("max-examples", 100, "anomalies listed per kind (counts are always exact); with -source-url, examples per kind and table (default 10)")
+		sourceURL    = fs.String("source-url", envOr("TXSINK_VERIFY_SOURCE_URL", ""), "compare replicated tables: the source PostgreSQL database (postgres://…) whose tables the sink copies (env TXSINK_VERIFY_SOURCE_URL)")
+		tables       = fs.String("tables", "", "with -source-url: source tables, comma-separated (schema.table or table); default: the tables of the source's publications")
+		ignoreCols   = fs.String("ignore-columns", "", "with -source-url: columns not compared, comma-separated: col, table.col or schema.table.col")
+		topicPrefix  = fs.String("topic-prefix", "", "with -source-url: Debezium's topic.prefix, for a -table format with ${topic}")
+		deletedCol   = fs.String("deleted-column", "", "with -source-url, ClickHouse: the deletion flag column (default: the ReplacingMergeTree's, else is_deleted)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return exitVerifyUsage
@@ -179,6 +192,19 @@ func cmdVerify(args []string, stdout, stderr io.Writer) int {
 		}
 		c.Sink.URL = su
 	}
+	if *sourceURL != "" {
+		if !set["max-examples"] {
+			*examples = 0
+		}
+		rc := verify.ReplicaConfig{
+			SourceURL: *sourceURL, Tables: splitList(*tables), Target: c.Sink, TopicPrefix: *topicPrefix,
+			IgnoreColumns: splitList(*ignoreCols), DeletedColumn: *deletedCol, MaxExamples: *examples,
+		}
+		if rc.Target.Connector != "" {
+			rc.Bootstrap = c.Bootstrap
+		}
+		return runVerifyReplica(rc, *output, *timeout, stdout, stderr)
+	}
 	c.IDField = *idField
 	if c.IDField == "" && *idColumn != "" {
 		c.IDField = *idColumn
@@ -243,7 +269,21 @@ func cmdVerify(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "txsink verify:", wc.ExplainKafkaError(err))
 		return exitVerifyFailed
 	}
-	if *output == "json" {
+	return writeVerifyReport(r, *output, stdout, stderr)
+}
+
+// verifyReport is a report of either kind of check.
+type verifyReport interface {
+	WriteJSON(io.Writer) error
+	WriteText(io.Writer) error
+	OK() bool
+}
+
+// writeVerifyReport writes the report in the output format and returns
+// the exit status it calls for.
+func writeVerifyReport(r verifyReport, output string, stdout, stderr io.Writer) int {
+	var err error
+	if output == "json" {
 		err = r.WriteJSON(stdout)
 	} else {
 		err = r.WriteText(stdout)
@@ -256,6 +296,34 @@ func cmdVerify(args []string, stdout, stderr io.Writer) int {
 		return exitVerifyFault
 	}
 	return exitVerifyOK
+}
+
+// runVerifyReplica runs "txsink verify -source-url".
+func runVerifyReplica(rc verify.ReplicaConfig, output string, timeout time.Duration, stdout, stderr io.Writer) int {
+	if output != "text" && output != "json" {
+		fmt.Fprintf(stderr, "txsink verify: -output: must be text or json, got %q\n", output)
+		return exitVerifyUsage
+	}
+	if rc.Target.Table == "" {
+		rc.Target.Table = "${source.table}"
+	}
+	if err := rc.Validate(); err != nil {
+		fmt.Fprintln(stderr, "txsink verify:", err)
+		return exitVerifyUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	r, err := verify.CheckReplica(ctx, rc)
+	if err != nil {
+		fmt.Fprintln(stderr, "txsink verify:", err)
+		if errors.Is(err, verify.ErrReplicaConfig) {
+			return exitVerifyUsage
+		}
+		return exitVerifyFailed
+	}
+	return writeVerifyReport(r, output, stdout, stderr)
 }
 
 // isClickHouseClass reports whether connector.class names the ClickHouse

@@ -68,7 +68,8 @@ func (w *workerFlags) load() (config.Worker, error) {
 	if err != nil {
 		return wc, err
 	}
-	if wc.WorkerID == "" {
+	if wc.WorkerID == "" && !wc.Cluster.Enabled {
+		// In distributed mode the id is the advertised REST address.
 		wc.WorkerID = defaultWorkerID()
 	}
 	return wc, nil

@@ -27,7 +27,7 @@ func (s *Sink) dlqTable(ctx context.Context) (*table, error) {
 	}
 	t, err := loadTable(ctx, s.conn, s.feat, s.cfg.Database, name)
 	if err != nil {
-		engine, settings := s.autoEngine(name, true)
+		engine, settings := s.autoEngine(name, true, false)
 		ddl := "CREATE TABLE IF NOT EXISTS " + tableIdent(s.cfg.Database, name) + " (" + dlqColumns + ") ENGINE = " + engine +
 			" ORDER BY (connector, " + ColTopic + ", " + ColPartition + ", " + ColOffset + ")"
 		if settings != "" {

@@ -15,6 +15,9 @@ var (
 	// Kafka exactly (retention or compaction removed records): the redo of a
 	// decided batch is impossible and the batch stays in doubt.
 	ErrRangeUnreadable = errors.New("batch range cannot be re-read from Kafka")
+	// ErrSchemaChangeFailed: a CREATE TABLE (auto.create) or ALTER TABLE
+	// (auto.evolve) failed. Not a bad record.
+	ErrSchemaChangeFailed = errors.New("schema change failed")
 
 	// Bad records wrap the sentinels of package record (record.ErrDecode,
 	// record.ErrCoerce, …).

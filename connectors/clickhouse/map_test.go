@@ -39,7 +39,7 @@ func BenchmarkMapRecords(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		groups, bad, err := mapRecords(ctx, pipe, t, mapping{}, recs)
+		groups, bad, err := mapRecords(ctx, pipe, mapping{}, fixedTable{t}, recs)
 		if err != nil || len(bad) != 0 || len(groups) != 1 || len(groups[0].rows) != len(recs) {
 			b.Fatalf("groups %d bad %v err %v", len(groups), bad, err)
 		}
@@ -68,13 +68,23 @@ func canonical(v []byte) ([]byte, bool) {
 	return b, err == nil
 }
 
+// mapOneRow maps r to its one row of tb (nil when it maps to none).
+func mapOneRow(ctx context.Context, pipe *convert.Pipeline, tb *table, m mapping, r *kgo.Record) ([]*column, []any, string, error) {
+	var conv convert.Scratch
+	rows, err := mapOne(ctx, pipe, m, fixedTable{tb}, r, &conv, map[*table]*slots{})
+	if err != nil || len(rows) == 0 {
+		return nil, nil, "", err
+	}
+	return rows[0].cols, rows[0].vals, rows[0].shape, nil
+}
+
 // mapBoth maps one record and its canonical re-encoding by encoding/json
 // and fails when the scanner path decides differently from encoding/json.
 func mapBoth(t *testing.T, tb *table, m mapping, r *kgo.Record) {
 	t.Helper()
 	ctx := context.Background()
 	pipe := convert.DefaultPipeline()
-	fc, fv, fs, ferr := mapRecord(ctx, pipe, tb, m, r, newSlots(tb))
+	fc, fv, fs, ferr := mapOneRow(ctx, pipe, tb, m, r)
 	if ferr != nil && !record.IsCause(ferr) {
 		t.Fatalf("value %q: %v is not a record's fault", r.Value, ferr)
 	}
@@ -84,7 +94,7 @@ func mapBoth(t *testing.T, tb *table, m mapping, r *kgo.Record) {
 	}
 	r2 := *r
 	r2.Value = canon
-	sc, sv, ss, serr := mapRecord(ctx, pipe, tb, m, &r2, newSlots(tb))
+	sc, sv, ss, serr := mapOneRow(ctx, pipe, tb, m, &r2)
 	if fmt.Sprint(ferr) != fmt.Sprint(serr) {
 		t.Fatalf("value %q: error %v, canonical %s error %v", r.Value, ferr, canon, serr)
 	}

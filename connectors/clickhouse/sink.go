@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -108,8 +109,7 @@ type cacheKey struct {
 
 // prepared is a batch's rows, kept in memory from Prepare to Commit.
 type prepared struct {
-	t      *table
-	blocks []*block
+	blocks []*block        // each of its table
 	dlq    *block          // nil without a dead-letter table
 	bad    []*record.Error // the dead-lettered records' errors
 }
@@ -192,20 +192,15 @@ func (s *Sink) Collectors() []prometheus.Collector {
 }
 
 func (s *Sink) mapping() mapping {
-	m := mapping{VersionColumn: s.cfg.VersionColumn, DeleteEnabled: s.cfg.DeleteEnabled, KeyFields: s.cfg.PKFields}
-	if s.cfg.DeleteEnabled {
-		m.DeletedColumn = s.cfg.DeletedColumn
-	}
-	return m
+	return mapping{VersionColumn: s.cfg.VersionColumn, DeletedColumn: s.cfg.DeletedColumn, DeleteEnabled: s.cfg.DeleteEnabled,
+		KeyFields: s.cfg.PKFields, Format: s.cfg.TableNameFormat, AutoEvolve: s.cfg.AutoEvolve}
 }
 
-func (s *Sink) tableName(topic string) string {
-	return strings.ReplaceAll(s.cfg.TableNameFormat, "${topic}", topic)
-}
-
-// table returns the target table name, loading (or, with auto.create and
-// records to infer columns from, creating) it.
-func (s *Sink) table(ctx context.Context, name string, recs []*kgo.Record) (*table, error) {
+// table returns the target table name, loading it, or, with auto.create
+// and a record that has a value, creating it. It returns nil and no error
+// when the table does not exist and rec creates nothing (a delete, a
+// tombstone: nothing to remove).
+func (s *Sink) table(ctx context.Context, name string, rec *record.Record) (*table, error) {
 	s.mu.Lock()
 	t := s.tables[name]
 	s.mu.Unlock()
@@ -213,23 +208,16 @@ func (s *Sink) table(ctx context.Context, name string, recs []*kgo.Record) (*tab
 		return t, nil
 	}
 	t, err := loadTable(ctx, s.conn, s.feat, s.cfg.Database, name)
-	if errors.Is(err, ErrTableNotFound) && s.cfg.AutoCreate && len(recs) > 0 {
-		engine, settings := s.autoEngine(name, false)
-		orderBy := s.cfg.PKFields
-		coords := s.cfg.PKMode == "kafka"
-		if coords {
-			orderBy = []string{ColTopic, ColPartition, ColOffset}
+	if errors.Is(err, ErrTableNotFound) && s.cfg.AutoCreate && rec != nil {
+		if rec.Op != record.OpUpsert || rec.Value.IsNull() {
+			return nil, nil
 		}
-		first, derr := s.firstStruct(ctx, recs)
+		ddl, derr := s.createSQL(name, rec)
 		if derr != nil {
-			return nil, fmt.Errorf("clickhouse: auto.create %s: %w", name, derr)
-		}
-		ddl, derr := createTableSQL(tableIdent(s.cfg.Database, name), first, s.modern(), s.mapping(), coords, orderBy, engine, settings)
-		if derr != nil {
-			return nil, fmt.Errorf("clickhouse: auto.create %s: %w", name, derr)
+			return nil, derr
 		}
 		if derr := s.conn.Exec(ctx, ddl); derr != nil {
-			return nil, fmt.Errorf("clickhouse: auto.create %s: %w", name, derr)
+			return nil, fmt.Errorf("clickhouse: auto.create %s: %w: %w", name, ErrSchemaChangeFailed, derr)
 		}
 		s.log.Info("created table (auto.create)", "table", name, "ddl", ddl)
 		t, err = loadTable(ctx, s.conn, s.feat, s.cfg.Database, name)
@@ -243,29 +231,110 @@ func (s *Sink) table(ctx context.Context, name string, recs []*kgo.Record) (*tab
 	return t, nil
 }
 
-// firstStruct returns the value of the first record whose value converts
-// to a struct: the one auto.create infers the columns from. A redo
-// converts the same records, so it finds the same one.
-func (s *Sink) firstStruct(ctx context.Context, recs []*kgo.Record) (record.Value, error) {
-	var sc convert.Scratch
-	var lastErr error
-	for _, r := range recs {
-		rec, err := s.pipe.Convert(ctx, r, &sc, false)
-		if err != nil {
-			if !record.IsBadRecord(err) {
-				return record.Value{}, err
+// createSQL is auto.create's DDL for the table of rec: a change event's
+// table is a ReplacingMergeTree(version, is_deleted) ordered by its key
+// (ReplacingMergeTree(version) with an is_deleted column before 23.2).
+func (s *Sink) createSQL(name string, rec *record.Record) (string, error) {
+	if rec.Value.Kind() != record.KindStruct {
+		return "", record.Errorf(record.ErrDecode, "auto.create: value must be a struct (a JSON object), got %s", rec.Value.Describe())
+	}
+	cdc := rec.Change != nil
+	orderBy := s.cfg.PKFields
+	coords := s.cfg.PKMode == "kafka"
+	if coords {
+		orderBy = []string{ColTopic, ColPartition, ColOffset}
+	}
+	if cdc {
+		if s.cfg.VersionColumn == "" {
+			return "", record.Errorf(record.ErrIncompatible, "auto.create of a table for change events needs version.column (the ReplacingMergeTree version, filled with the source position): set it")
+		}
+		if rec.Key.Kind() == record.KindStruct {
+			orderBy = nil
+			_ = rec.Key.Range(func(n []byte, _ record.Value) error { orderBy = append(orderBy, string(n)); return nil })
+		}
+	}
+	engine, settings := s.autoEngine(name, false, cdc)
+	return createTableSQL(tableIdent(s.cfg.Database, name), rec, s.modern(), s.mapping(), createOpts{
+		coords: coords, orderBy: orderBy, engine: engine, settings: settings, deleted: cdc || s.cfg.DeleteEnabled, changeCols: s.cfg.CDCColumns,
+	})
+}
+
+// buildResolver resolves the tables of one batch's records: each name
+// once (s.table; the description then stays the batch's, whatever other
+// batches do to the shared cache), and for fields without a column, the
+// table read again from the server once (it may have gained columns since
+// it was cached), then auto.evolve.
+type buildResolver struct {
+	s      *Sink
+	tables map[string]*table
+	fresh  map[string]bool
+}
+
+func newBuildResolver(s *Sink) *buildResolver {
+	return &buildResolver{s: s, tables: map[string]*table{}, fresh: map[string]bool{}}
+}
+
+func (r *buildResolver) resolve(ctx context.Context, name string, rec *record.Record) (*table, error) {
+	if t := r.tables[name]; t != nil {
+		return t, nil
+	}
+	t, err := r.s.table(ctx, name, rec)
+	if t != nil {
+		r.tables[name] = t
+	}
+	return t, err
+}
+
+func (r *buildResolver) evolve(ctx context.Context, t *table, value record.Value, names []string) (*table, error) {
+	s := r.s
+	if !r.fresh[t.Name] {
+		r.fresh[t.Name] = true
+	} else {
+		if !s.cfg.AutoEvolve {
+			return t, nil
+		}
+		for _, n := range names {
+			if err := s.addColumn(ctx, t, n, evolveType(value, n, s.modern())); err != nil {
+				return nil, err
 			}
-			lastErr = err
-			continue
-		}
-		if rec.Value.Kind() == record.KindStruct {
-			return rec.Value, nil
 		}
 	}
-	if lastErr != nil {
-		return record.Value{}, fmt.Errorf("no record of the batch has a struct value to infer columns from (last error: %w)", lastErr)
+	s.forget(t.Name)
+	nt, err := s.table(ctx, t.Name, nil)
+	if err != nil {
+		return nil, err
 	}
-	return record.Value{}, fmt.Errorf("no record of the batch has a struct value to infer columns from")
+	r.tables[t.Name] = nt
+	return nt, nil
+}
+
+// addColumn runs ALTER TABLE … ADD COLUMN IF NOT EXISTS. Servers before
+// 19.x do not know IF NOT EXISTS (a syntax error): there it checks
+// system.columns, adds the column, and takes a failure as success when
+// the column exists after all (another writer added it meanwhile), so the
+// change stays idempotent.
+func (s *Sink) addColumn(ctx context.Context, t *table, name, typ string) error {
+	ddl := "ALTER TABLE " + t.Ident + " ADD COLUMN IF NOT EXISTS " + quoteIdent(name) + " " + typ
+	err := s.conn.Exec(ctx, ddl)
+	if err != nil {
+		exists := func() bool {
+			var n uint64
+			return s.conn.QueryRow(ctx, "SELECT count() FROM system.columns WHERE database = ? AND table = ? AND name = ?", t.DB, t.Name, name).Scan(&n) == nil && n > 0
+		}
+		if !exists() {
+			ddl = "ALTER TABLE " + t.Ident + " ADD COLUMN " + quoteIdent(name) + " " + typ
+			if err = s.conn.Exec(ctx, ddl); err != nil && exists() {
+				err = nil
+			}
+		} else {
+			err = nil
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("clickhouse: auto.evolve %s: %w: %w", t.Ident, ErrSchemaChangeFailed, err)
+	}
+	s.log.Info("added a column (auto.evolve)", "table", t.Name, "ddl", ddl)
+	return nil
 }
 
 // modern reports whether the server has Bool, Date32, DateTime64 and Map
@@ -281,8 +350,9 @@ func (s *Sink) forget(name string) {
 
 // autoEngine returns the ENGINE and SETTINGS of a table txsink creates
 // (auto.create, the dead-letter table): one that de-duplicates when
-// exactly_once needs it.
-func (s *Sink) autoEngine(name string, dlq bool) (engine, settings string) {
+// exactly_once needs it; for change events (cdc) a ReplacingMergeTree of
+// the version and, where the server has it, the deletion flag.
+func (s *Sink) autoEngine(name string, dlq, cdc bool) (engine, settings string) {
 	if s.cfg.AutoEngine != "" && !dlq {
 		return s.cfg.AutoEngine, ""
 	}
@@ -290,7 +360,7 @@ func (s *Sink) autoEngine(name string, dlq bool) (engine, settings string) {
 	if s.cfg.VersionColumn != "" && !dlq {
 		base = "ReplacingMergeTree"
 		args = quoteIdent(s.cfg.VersionColumn)
-		if s.cfg.DeleteEnabled && s.feat.IsDeleted {
+		if (s.cfg.DeleteEnabled || cdc) && s.feat.IsDeleted {
 			args += ", " + quoteIdent(s.cfg.DeletedColumn)
 		}
 	}
@@ -389,26 +459,15 @@ func (s *Sink) insert(ctx context.Context, ident string, b *block) error {
 	return nil
 }
 
-// build maps a batch's records to blocks (and a dead-letter block). With
-// errors.tolerance=none a bad record is returned as a *record.Error (the
-// lowest offset).
-func (s *Sink) build(ctx context.Context, t *table, recs []*kgo.Record, blockRows int) (*prepared, error) {
-	groups, bad, err := mapRecords(ctx, s.pipe, t, s.mapping(), recs)
+// build maps a batch's records to blocks of their tables (and a
+// dead-letter block). With errors.tolerance=none a bad record is returned
+// as a *record.Error (the lowest offset).
+func (s *Sink) build(ctx context.Context, recs []*kgo.Record, blockRows int) (*prepared, error) {
+	groups, bad, err := mapRecords(ctx, s.pipe, s.mapping(), newBuildResolver(s), recs)
 	if err != nil {
 		return nil, err
 	}
-	if hasUnknownField(bad) {
-		// The table may have gained columns since it was cached.
-		s.forget(t.Name)
-		nt, lerr := s.table(ctx, t.Name, nil)
-		if lerr == nil {
-			t = nt
-			if groups, bad, err = mapRecords(ctx, s.pipe, t, s.mapping(), recs); err != nil {
-				return nil, err
-			}
-		}
-	}
-	p := &prepared{t: t, blocks: blocks(groups, blockRows)}
+	p := &prepared{blocks: blocks(groups, blockRows)}
 	if len(bad) == 0 {
 		return p, nil
 	}
@@ -423,15 +482,6 @@ func (s *Sink) build(ctx context.Context, t *table, recs []*kgo.Record, blockRow
 	return p, err
 }
 
-func hasUnknownField(bad []*record.Error) bool {
-	for _, b := range bad {
-		if errors.Is(b.Err, record.ErrUnknownField) {
-			return true
-		}
-	}
-	return false
-}
-
 // Prepare implements twophase.Participant: it maps every record (a bad
 // record fails the batch here, before the decision), checks that the stored
 // fence and next_offset are still the owner's (without a compare-and-set:
@@ -442,17 +492,22 @@ func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) error {
 	if len(b.Records) == 0 {
 		return fmt.Errorf("clickhouse: prepare %s: empty batch", b.ID)
 	}
-	t, err := s.table(ctx, s.tableName(b.ID.Topic), b.Records)
+	p, err := s.build(ctx, b.Records, s.cfg.BlockRows)
 	if err != nil {
 		return nothingPrepared(err)
 	}
-	mech, why := s.mechanismFor(t)
-	if mech == MechNone && !s.cfg.UnsafeNoFencing {
-		return fmt.Errorf("clickhouse: prepare %s: table %s cannot de-duplicate a redo: %s", b.ID, t.Ident, why)
-	}
-	p, err := s.build(ctx, t, b.Records, s.cfg.BlockRows)
-	if err != nil {
-		return nothingPrepared(err)
+	mech := MechNone
+	tables := p.tables()
+	mechs := make([]Mechanism, len(tables))
+	for i, t := range tables {
+		m, why := s.mechanismFor(t)
+		if m == MechNone && !s.cfg.UnsafeNoFencing {
+			return fmt.Errorf("clickhouse: prepare %s: table %s cannot de-duplicate a redo: %s", b.ID, t.Ident, why)
+		}
+		if i == 0 {
+			mech = m
+		}
+		mechs[i] = m
 	}
 	if !s.cfg.UnsafeNoFencing {
 		pos, ok, err := s.st.lookup(ctx, b.ID.Connector, b.ID.Topic, b.ID.Partition)
@@ -463,27 +518,61 @@ func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) error {
 			return &offsets.FencedError{Connector: b.ID.Connector, Topic: b.ID.Topic, Partition: b.ID.Partition, WantNext: b.Prev, Fence: b.Fence, GotNext: pos.Next, GotFenc: pos.Fence}
 		}
 	}
-	in := intent{ID: b.ID, Fence: b.Fence, Prev: b.Prev, Token: Token(b.ID), Target: p.t.Name, Records: len(b.Records),
+	in := intent{ID: b.ID, Fence: b.Fence, Prev: b.Prev, Token: Token(b.ID), Target: p.target(), Records: len(b.Records),
 		Blocks: p.nblocks(), BlockRows: s.cfg.BlockRows, Mechanism: mech}
 	if err := s.st.writeIntent(ctx, in, statusPending, ""); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	s.cache[cacheKey{b.ID, b.Fence}] = p
-	s.mechs[p.t.Name] = mech
+	for i, t := range tables {
+		s.mechs[t.Name] = mechs[i]
+	}
 	s.mu.Unlock()
 	s.Note(b.ID, b.Records, p.bad)
 	return nil
 }
 
 // nothingPrepared marks a failure of the record pipeline's environment
-// (an unavailable schema registry), met before the intent is written, as
-// leaving nothing prepared.
+// (an unavailable schema registry) or of a schema change, met before the
+// intent is written, as leaving nothing prepared.
 func nothingPrepared(err error) error {
-	if errors.Is(err, record.ErrUnavailable) {
+	if errors.Is(err, record.ErrUnavailable) || errors.Is(err, ErrSchemaChangeFailed) {
 		return fmt.Errorf("%w: %w", twophase.ErrNothingPrepared, err)
 	}
 	return err
+}
+
+// tables lists the tables of the batch's blocks, in block order.
+func (p *prepared) tables() []*table {
+	var out []*table
+	for _, b := range p.blocks {
+		if !slices.Contains(out, b.T) {
+			out = append(out, b.T)
+		}
+	}
+	return out
+}
+
+// target names the batch's tables for its intent: one name, or several
+// separated by newlines (names never contain one).
+func (p *prepared) target() string {
+	var names []string
+	for _, t := range p.tables() {
+		names = append(names, t.Name)
+	}
+	return strings.Join(names, "\n")
+}
+
+// mechanism is how a block into t of the batch of intent in is
+// de-duplicated: as recorded in the intent for its one table, else as the
+// table's engine says.
+func (s *Sink) mechanism(in intent, t *table) Mechanism {
+	if in.Mechanism != "" && in.Target == t.Name {
+		return in.Mechanism
+	}
+	m, _ := s.mechanismFor(t)
+	return m
 }
 
 func (p *prepared) nblocks() int {
@@ -572,8 +661,7 @@ func (s *Sink) Commit(ctx context.Context, id twophase.BatchID) error {
 			return err
 		}
 	}
-	mech := pend.Mechanism
-	if err := s.insertAll(ctx, *pend, p, mech, redo); err != nil {
+	if err := s.insertAll(ctx, *pend, p, redo); err != nil {
 		return err
 	}
 	failpoint.Hit(PointAfterInsert)
@@ -593,20 +681,23 @@ func (s *Sink) markDone(ctx context.Context, in intent, note string) error {
 }
 
 // insertAll inserts a batch's blocks and dead letters. On a redo it first
-// measures the de-duplication window risk and, when the table has the
+// measures the de-duplication window risk and, for the tables with the
 // coordinate columns, skips blocks already present.
-func (s *Sink) insertAll(ctx context.Context, in intent, p *prepared, mech Mechanism, redo bool) error {
-	check := redo && s.cfg.RedoSkipPresent && p.t.hasCoordinates() && !s.cfg.UnsafeNoFencing
+func (s *Sink) insertAll(ctx context.Context, in intent, p *prepared, redo bool) error {
+	checks := redo && s.cfg.RedoSkipPresent && !s.cfg.UnsafeNoFencing
+	check := func(t *table) bool { return checks && t.hasCoordinates() }
+	all := map[*table][]int64{} // the batch's offsets in each table
+	for _, b := range p.blocks {
+		all[b.T] = append(all[b.T], b.Offsets...)
+	}
 	if redo {
 		s.stats.redos.Add(1)
-		s.redoRisk(ctx, in, p.t, check)
-	}
-	all := make([]int64, 0, in.Records)
-	for _, b := range p.blocks {
-		all = append(all, b.Offsets...)
+		for _, t := range p.tables() {
+			s.redoRisk(ctx, in, t, check(t))
+		}
 	}
 	skipped := 0
-	if check {
+	if checks {
 		defer func() {
 			s.log.Info("redo presence check: blocks already present were not inserted again", "batch", in.ID.String(), "present", skipped, "blocks", len(p.blocks))
 		}()
@@ -615,8 +706,8 @@ func (s *Sink) insertAll(ctx context.Context, in intent, p *prepared, mech Mecha
 		if i > 0 {
 			failpoint.Hit(PointMidInsert)
 		}
-		if check {
-			present, err := s.present(ctx, p.t, in.ID, b, all)
+		if check(b.T) {
+			present, err := s.present(ctx, b.T, in.ID, b, all[b.T])
 			if err != nil {
 				return err
 			}
@@ -626,7 +717,7 @@ func (s *Sink) insertAll(ctx context.Context, in intent, p *prepared, mech Mecha
 				continue
 			}
 		}
-		if err := s.insert(s.insertCtx(ctx, mech, in.Token+"-"+strconv.Itoa(i)), p.t.Ident, b); err != nil {
+		if err := s.insert(s.insertCtx(ctx, s.mechanism(in, b.T), in.Token+"-"+strconv.Itoa(i)), b.T.Ident, b); err != nil {
 			return err
 		}
 	}
@@ -639,7 +730,7 @@ func (s *Sink) insertAll(ctx context.Context, in intent, p *prepared, mech Mecha
 			return err
 		}
 		dmech, _ := s.mechanismFor(dt)
-		if check {
+		if checks {
 			present, err := s.present(ctx, dt, in.ID, p.dlq, p.dlq.Offsets)
 			if err != nil {
 				return err
@@ -743,7 +834,9 @@ func (s *Sink) partsSince(ctx context.Context, t *table, at time.Time) (uint64, 
 }
 
 // rebuild re-reads an intent's range from Kafka and maps it again, with the
-// intent's block size, into the same blocks.
+// intent's block size, into the same blocks: the records route to the same
+// tables, which exist (created, and evolved with idempotent DDL, before the
+// intent was written).
 func (s *Sink) rebuild(ctx context.Context, in intent) (*prepared, error) {
 	recs, err := readRange(ctx, s.env.Bootstrap, s.env.KafkaOpts, in.ID)
 	if err != nil {
@@ -752,15 +845,11 @@ func (s *Sink) rebuild(ctx context.Context, in intent) (*prepared, error) {
 	if in.Records > 0 && len(recs) != in.Records {
 		return nil, fmt.Errorf("clickhouse: redo %s: re-read %d records, the intent has %d: %w", in.ID, len(recs), in.Records, ErrRangeUnreadable)
 	}
-	t, err := s.table(ctx, in.Target, nil)
-	if err != nil {
-		return nil, err
-	}
 	blockRows := in.BlockRows
 	if blockRows <= 0 {
 		blockRows = s.cfg.BlockRows
 	}
-	p, err := s.build(ctx, t, recs, blockRows)
+	p, err := s.build(ctx, recs, blockRows)
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: redo %s: %w", in.ID, err)
 	}
@@ -947,17 +1036,13 @@ func (s *Sink) WriteLocal(ctx context.Context, b *twophase.Batch, guard offsets.
 	if len(b.Records) == 0 {
 		return nil
 	}
-	t, err := s.table(ctx, s.tableName(b.ID.Topic), b.Records)
-	if err != nil {
-		return err
-	}
-	p, err := s.build(ctx, t, b.Records, s.cfg.BlockRows)
+	p, err := s.build(ctx, b.Records, s.cfg.BlockRows)
 	if err != nil {
 		return err
 	}
 	rows := func() error {
 		for _, blk := range p.blocks {
-			if err := s.insert(ctx, t.Ident, blk); err != nil {
+			if err := s.insert(ctx, blk.T.Ident, blk); err != nil {
 				return err
 			}
 		}
@@ -1004,7 +1089,10 @@ func (s *Sink) Preflight(ctx context.Context, delivery string) error {
 	}
 	var errs []error
 	for _, topic := range s.cfg.Topics {
-		name := s.tableName(topic)
+		name, err := (&record.Record{Topic: topic}).TableName(s.cfg.TableNameFormat)
+		if err != nil {
+			continue // routed by the change events' source: the tables are known from the records
+		}
 		t, err := loadTable(ctx, s.conn, s.feat, s.cfg.Database, name)
 		if errors.Is(err, ErrTableNotFound) {
 			if !s.cfg.AutoCreate {

@@ -14,6 +14,8 @@ import (
 
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/convert"
+	"github.com/txsink/txsink/connectors/record"
 )
 
 // Setting names of the ClickHouse sink.
@@ -30,6 +32,7 @@ const (
 	KeyDeletedColumn   = "deleted.column"
 	KeyAutoCreate      = "auto.create"
 	KeyAutoEngine      = "auto.create.engine"
+	KeyAutoEvolve      = "auto.evolve"
 	KeyDLQTable        = "errors.deadletterqueue.table.name"
 	KeyOffsetsTable    = "offsets.table"
 	KeyIntentsTable    = "intents.table"
@@ -49,13 +52,15 @@ var Defs = config.Defs{
 	{Name: KeyUser, Type: config.String, Group: "Connection", Doc: "User name; overrides the URL's (default: default)."},
 	{Name: KeyPassword, Type: config.Password, Group: "Connection", Doc: "Password; overrides the URL's. Never shown by the API or logs. Bound to the addresses and user it was given with: a configuration change that moves any of them without sending the password again drops it."},
 	{Name: KeyDatabase, Type: config.String, Group: "Connection", Doc: "Database of the target, state and dead-letter tables; overrides the URL's path (default: default)."},
-	{Name: KeyTableFormat, Type: config.String, Default: "${topic}", Group: "Mapping", Doc: "Target table; ${topic} is replaced by the record's topic. Always quoted."},
+	{Name: KeyTableFormat, Type: config.String, Default: "${topic}", Group: "Mapping", Doc: "Target table: ${topic} is replaced by the record's topic (as transforms left it), and for change events ${source.db}, ${source.schema} and ${source.table} by the event's source. One batch may write several tables. Always quoted.",
+		Check: record.CheckTableNameFormat},
 	{Name: KeyPKMode, Type: config.String, Default: "none", Enum: []string{"none", "kafka", "record_key", "record_value"}, Group: "Mapping", Doc: "kafka: auto.create adds the coordinate columns __connect_topic, __connect_partition, __connect_offset and orders by them. Coordinate columns present in a table are always filled."},
 	{Name: KeyPKFields, Type: config.List, Group: "Mapping", Doc: "Key columns: auto.create's ORDER BY, and the fields a tombstone's key fills (delete.enabled)."},
 	{Name: KeyDeleteEnabled, Type: config.Boolean, Default: "false", Group: "Mapping", Doc: "Tombstones become deletion rows (deleted.column = 1, version.column = offset) of a ReplacingMergeTree(version, is_deleted) table (ClickHouse 23.2+). Off: a tombstone is a bad record."},
-	{Name: KeyVersionColumn, Type: config.String, Group: "Mapping", Doc: "Column filled with the record's Kafka offset: the version of a ReplacingMergeTree(version) table, so the latest record of a key wins (upsert)."},
+	{Name: KeyVersionColumn, Type: config.String, Group: "Mapping", Doc: "Column filled with the record's Kafka offset, or for a change event its source position (source.lsn for PostgreSQL sources): the version of a ReplacingMergeTree(version) table, so the latest record of a key wins (upsert). Change events need it."},
 	{Name: KeyDeletedColumn, Type: config.String, Default: "is_deleted", Group: "Mapping", Doc: "UInt8 column set to 1 by tombstones when delete.enabled."},
-	{Name: KeyAutoCreate, Type: config.Boolean, Default: "false", Group: "Mapping", Doc: "Create a missing target table from the first record's fields (String, Int64, Float64, UInt8; objects and arrays as JSON text in String)."},
+	{Name: KeyAutoCreate, Type: config.Boolean, Default: "false", Group: "Mapping", Doc: "Create a missing target table from the first record that writes it: a column per value field, typed from the record's schema (schemaless JSON: String, Int64, Float64, UInt8; objects and arrays as JSON text in String). A change event's table is a ReplacingMergeTree(version.column, deleted.column) ordered by the event's key. See docs/schema-evolution.md."},
+	{Name: KeyAutoEvolve, Type: config.Boolean, Default: "false", Group: "Mapping", Doc: "Add a column (ALTER TABLE … ADD COLUMN IF NOT EXISTS, nullable, with a DEFAULT) for a value field the table lacks, before the batch's intent; idempotent on a redo. Columns are never dropped or changed. See docs/schema-evolution.md."},
 	{Name: KeyAutoEngine, Type: config.String, Group: "Mapping", Doc: "ENGINE of auto-created tables, e.g. ReplacingMergeTree(version): one of MergeTree, ReplacingMergeTree, SummingMergeTree, AggregatingMergeTree, CollapsingMergeTree, VersionedCollapsingMergeTree or their Replicated* forms, with column names and, for Replicated*, a ZooKeeper path and replica name as arguments; nothing else (no SETTINGS, AS SELECT or table functions). Default: MergeTree (ReplacingMergeTree with version.column), made Replicated* with a ZooKeeper path when the server has no de-duplication tokens and exactly_once needs it."},
 	{Name: KeyDLQTable, Type: config.String, Group: "Errors", Doc: "Dead-letter table (errors.tolerance=all; required unless errors.deadletterqueue.topic.name is set, and both may be); created if missing, with a de-duplicating engine; written with the batch's de-dup token."},
 	{Name: KeyOffsetsTable, Type: config.String, Default: "txsink_offsets", Group: "Offsets", Doc: "Table holding next_offset and fence per partition (ReplacingMergeTree); created if missing."},
@@ -84,6 +89,11 @@ type Config struct {
 	DeletedColumn   string
 	AutoCreate      bool
 	AutoEngine      string
+	AutoEvolve      bool
+	// CDCColumns are the change columns auto.create adds (cdc.columns).
+	CDCColumns []string
+	// TruncateApply: cdc.truncate=apply, which this sink refuses.
+	TruncateApply   bool
 	ErrorsTolerance string
 	DLQTable        string
 	// DLQTopic is the runtime's dead-letter topic, an alternative to
@@ -106,6 +116,9 @@ type Config struct {
 func (c Config) Validate() error {
 	if c.ErrorsTolerance == "all" && c.DLQTable == "" && c.DLQTopic == "" {
 		return errors.New(KeyDLQTable + ": required when errors.tolerance=all (or set " + config.KeyDLQTopic + ")")
+	}
+	if c.TruncateApply {
+		return errors.New(convert.KeyCDCTruncate + ": apply is not supported by the ClickHouse sink (a TRUNCATE cannot be part of a batch's idempotent redo); use refuse")
 	}
 	if c.DeleteEnabled && c.VersionColumn == "" {
 		return errors.New(KeyDeleteEnabled + ": needs version.column (the ReplacingMergeTree version that orders a deletion after the row it deletes)")
@@ -194,6 +207,9 @@ func ParseConfig(c config.Connector, v config.Values) (Config, error) {
 		DeletedColumn:   v[KeyDeletedColumn],
 		AutoCreate:      v.Bool(KeyAutoCreate),
 		AutoEngine:      engine,
+		AutoEvolve:      v.Bool(KeyAutoEvolve),
+		CDCColumns:      v.List(convert.KeyCDCColumns),
+		TruncateApply:   v[convert.KeyCDCTruncate] == convert.CDCTruncateApply,
 		ErrorsTolerance: c.ErrorsTolerance,
 		DLQTable:        v[KeyDLQTable],
 		DLQTopic:        v[config.KeyDLQTopic],

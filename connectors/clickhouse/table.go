@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -123,67 +124,176 @@ func isNoRows(err error) bool {
 
 // mapping is the table-mapping part of the configuration.
 type mapping struct {
-	VersionColumn string   // filled with the record's offset
-	DeletedColumn string   // 1 for tombstones when DeleteEnabled
+	VersionColumn string   // filled with the record's offset, or a change event's source position
+	DeletedColumn string   // 1 for deletion rows (tombstones when DeleteEnabled, delete events)
 	DeleteEnabled bool     // tombstones become deletion rows
 	KeyFields     []string // key columns of a deletion row (a primitive key fills the first)
+	Format        string   // table.name.format
+	AutoEvolve    bool     // add columns for new fields
 }
 
-// block is one INSERT: rows of one column set, in offset order. Its
-// content is a pure function of the records and the table, so a redo sends
-// the same bytes (invariant 6).
+// block is one INSERT: rows of one column set of one table, in offset
+// order. Its content is a pure function of the records and the table, so
+// a redo sends the same bytes (invariant 6).
 type block struct {
+	T       *table
 	Cols    []*column
 	Rows    [][]any
 	Offsets []int64 // the record offset of each row
 }
 
-// rowGroup collects rows with the same column set.
+// rowGroup collects rows of one table with the same column set.
 type rowGroup struct {
+	t     *table
 	shape string
 	cols  []*column
 	rows  [][]any
 	offs  []int64
 }
 
+// row is one row a record maps to.
+type row struct {
+	t     *table
+	cols  []*column
+	vals  []any
+	shape string // the DEFAULT columns it sets: rows with the same shape share a block
+}
+
+// resolver finds the table a record maps to, creating it (auto.create)
+// or adding columns (auto.evolve) as the configuration allows.
+type resolver interface {
+	// resolve returns table name for rec; nil and no error when the table
+	// does not exist and rec would create nothing (a delete: nothing to
+	// remove).
+	resolve(ctx context.Context, name string, rec *record.Record) (*table, error)
+	// evolve is called for fields names of value that t has no column
+	// for: it returns t read again from the server, or with the columns
+	// added (auto.evolve), or t itself when neither can help.
+	evolve(ctx context.Context, t *table, value record.Value, names []string) (*table, error)
+}
+
+// fixedTable resolves every name to one table (tests, and a table known
+// in advance).
+type fixedTable struct{ t *table }
+
+func (f fixedTable) resolve(context.Context, string, *record.Record) (*table, error) { return f.t, nil }
+func (f fixedTable) evolve(_ context.Context, t *table, _ record.Value, _ []string) (*table, error) {
+	return t, nil
+}
+
 // mapRecords converts records (one partition, offset order) through the
-// pipeline into rows of t. Bad records come back as record errors in
-// offset order; err is for problems that are not a record's fault (an
-// unsupported column, an unavailable schema registry).
-func mapRecords(ctx context.Context, pipe *convert.Pipeline, t *table, m mapping, recs []*kgo.Record) (groups []*rowGroup, bad []*record.Error, err error) {
-	byShape := map[string]*rowGroup{}
-	sc := newSlots(t)
+// pipeline into rows of their tables (table.name.format, through res).
+// Groups come in the order their first row appeared. Bad records come
+// back as record errors in offset order; err is for problems that are not
+// a record's fault (an unsupported column, an unavailable schema registry,
+// a failed schema change) and for records wrapping record.ErrIncompatible,
+// which are never dead-lettered.
+func mapRecords(ctx context.Context, pipe *convert.Pipeline, m mapping, res resolver, recs []*kgo.Record) (groups []*rowGroup, bad []*record.Error, err error) {
+	// Rows group by table name and column list, never by the *table a
+	// lookup returned: a redo must cut the same blocks whatever the
+	// cache held.
+	type gkey struct {
+		name, shape, cols string
+	}
+	byShape := map[gkey]*rowGroup{}
+	var conv convert.Scratch
+	slotsOf := map[*table]*slots{}
 	for _, r := range recs {
-		cols, vals, shape, rerr := mapRecord(ctx, pipe, t, m, r, sc)
-		if rerr == nil && cols == nil {
-			continue // dropped by a transform
-		}
+		rows, rerr := mapOne(ctx, pipe, m, res, r, &conv, slotsOf)
 		if rerr != nil {
 			if errors.Is(rerr, ErrUnsupportedColumn) {
-				return nil, nil, fmt.Errorf("clickhouse: table %s: %w", t.Ident, rerr)
+				return nil, nil, rerr
 			}
 			if !record.IsCause(rerr) {
 				return nil, nil, rerr
 			}
-			bad = append(bad, record.Locate(r, rerr))
+			re := record.Locate(r, rerr)
+			if errors.Is(re, record.ErrIncompatible) {
+				return nil, nil, re
+			}
+			bad = append(bad, re)
 			continue
 		}
-		g := byShape[shape]
-		if g == nil {
-			g = &rowGroup{shape: shape, cols: cols}
-			byShape[shape] = g
-			groups = append(groups, g)
+		for _, rw := range rows {
+			t := rw.t
+			k := gkey{t.Name, rw.shape, colNames(rw.cols)}
+			g := byShape[k]
+			if g == nil {
+				g = &rowGroup{t: t, shape: rw.shape, cols: rw.cols}
+				byShape[k] = g
+				groups = append(groups, g)
+			}
+			g.rows = append(g.rows, rw.vals)
+			g.offs = append(g.offs, r.Offset)
 		}
-		g.rows = append(g.rows, vals)
-		g.offs = append(g.offs, r.Offset)
 	}
 	return groups, bad, nil
+}
+
+// colNames joins the names of cols (for grouping rows by column list).
+func colNames(cols []*column) string {
+	var b strings.Builder
+	for _, c := range cols {
+		b.WriteString(c.Name)
+		b.WriteByte(0)
+	}
+	return b.String()
+}
+
+// mapOne converts r and maps it to its rows (none when it was dropped, or
+// is a delete of a table that does not exist).
+func mapOne(ctx context.Context, pipe *convert.Pipeline, m mapping, res resolver, r *kgo.Record, conv *convert.Scratch, slotsOf map[*table]*slots) ([]row, error) {
+	// Keys are converted (and transformed) with the value when a tombstone
+	// may need them; change events convert theirs anyway.
+	rec, err := pipe.Convert(ctx, r, conv, m.DeleteEnabled)
+	if err != nil || rec == nil {
+		return nil, err // rec == nil: dropped by a transform or the change-event stage
+	}
+	format := m.Format
+	if format == "" {
+		format = record.PlaceholderTopic
+	}
+	name, err := rec.TableName(format)
+	if err != nil {
+		return nil, err
+	}
+	if name == "" || strings.ContainsAny(name, "\x00`") {
+		return nil, record.Errorf(record.ErrDecode, "target table %q of the record: must be non-empty and contain no NUL or backquote", name)
+	}
+	t, err := res.resolve(ctx, name, rec)
+	if err != nil || t == nil {
+		return nil, err
+	}
+	// A field without a column: the table is read again (it may have
+	// gained columns since it was cached), then, with auto.evolve, given
+	// the column; each at most once.
+	for attempt := 0; ; attempt++ {
+		sc := slotsOf[t]
+		if sc == nil {
+			sc = newSlots(t)
+			slotsOf[t] = sc
+		}
+		rows, err := rowsOf(t, m, rec, sc)
+		if errors.Is(err, ErrUnsupportedColumn) {
+			return nil, fmt.Errorf("clickhouse: table %s: %w", t.Ident, err)
+		}
+		if attempt == 2 || !errors.Is(err, record.ErrUnknownField) || len(sc.unknown) == 0 {
+			return rows, err
+		}
+		nt, eerr := res.evolve(ctx, t, rec.Value, slices.Clone(sc.unknown))
+		if eerr != nil {
+			return nil, eerr
+		}
+		if nt == t {
+			return rows, err
+		}
+		t = nt
+	}
 }
 
 // slots hold a record's fields by column position, reused from one record
 // to the next.
 type slots struct {
-	conv    convert.Scratch
 	vals    []record.Value
 	set     []bool
 	unknown []string
@@ -196,7 +306,7 @@ func newSlots(t *table) *slots {
 // fill maps the fields of a struct onto the insertable columns of t, the
 // last of duplicate names winning; only names in keep, when set, are
 // taken. A field without an insertable column is an error naming the first
-// such field in sorted order.
+// such field in sorted order (sc.unknown lists them in the value's order).
 func (sc *slots) fill(t *table, v record.Value, keep []string) error {
 	sc.unknown = sc.unknown[:0]
 	err := v.Range(func(name []byte, fv record.Value) error {
@@ -217,64 +327,168 @@ func (sc *slots) fill(t *table, v record.Value, keep []string) error {
 	if len(sc.unknown) == 0 {
 		return nil
 	}
-	slices.Sort(sc.unknown)
-	first := sc.unknown[0]
+	sorted := slices.Clone(sc.unknown)
+	slices.Sort(sorted)
+	first := sorted[0]
 	return record.FieldErrorf(first, record.ErrUnknownField, "table %s has no insertable column %q (%d unknown field(s))",
-		t.Ident, record.Truncate(first, 63), len(slices.Compact(sc.unknown)))
+		t.Ident, record.Truncate(first, 63), len(slices.Compact(sorted)))
 }
 
-// fillKey maps a tombstone's key onto the key columns: a struct key's
-// fields (those of KeyFields when set), or a primitive key into the first
-// of KeyFields.
-func (sc *slots) fillKey(t *table, m mapping, key record.Value) error {
+// fillKey maps a deletion row's key onto the key columns: a struct key's
+// fields (those of keyFields when set), or a primitive key into the first
+// of keyFields.
+func (sc *slots) fillKey(t *table, keyFields []string, key record.Value) error {
 	switch {
 	case key.Kind() == record.KindStruct:
-		for _, k := range m.KeyFields {
+		for _, k := range keyFields {
 			if _, ok := key.Get(k); !ok {
 				return record.FieldErrorf(k, record.ErrMissingKey, "the key has no field %q", k)
 			}
 		}
-		return sc.fill(t, key, m.KeyFields)
-	case !key.IsNull() && len(m.KeyFields) > 0:
-		i, ok := t.pos[m.KeyFields[0]]
+		return sc.fill(t, key, keyFields)
+	case !key.IsNull() && len(keyFields) > 0:
+		i, ok := t.pos[keyFields[0]]
 		if !ok {
-			return record.FieldErrorf(m.KeyFields[0], record.ErrUnknownField, "table %s has no insertable column %q", t.Ident, m.KeyFields[0])
+			return record.FieldErrorf(keyFields[0], record.ErrUnknownField, "table %s has no insertable column %q", t.Ident, keyFields[0])
 		}
 		sc.vals[i], sc.set[i] = key, true
 		return nil
 	}
-	return record.Errorf(record.ErrMissingKey, "a tombstone needs a key (a struct, or a primitive with pk.fields)")
+	return record.Errorf(record.ErrMissingKey, "a deletion needs a key (a struct, or a primitive with pk.fields)")
 }
 
-func mapRecord(ctx context.Context, pipe *convert.Pipeline, t *table, m mapping, r *kgo.Record, sc *slots) (cols []*column, vals []any, shape string, err error) {
-	// Keys are converted (and transformed) with the value when a tombstone
-	// may need them.
-	rec, err := pipe.Convert(ctx, r, &sc.conv, m.DeleteEnabled)
-	if err != nil || rec == nil {
-		return nil, nil, "", err // rec == nil: a transform dropped r
+// checkChangeTable refuses a change event for a table that cannot apply
+// it: one without the version column, without the deleted column (a
+// delete), or whose key is not the event's.
+func checkChangeTable(t *table, m mapping, rec *record.Record) error {
+	if m.VersionColumn == "" || t.column(m.VersionColumn) == nil || !t.Engine.Replacing {
+		return record.Errorf(record.ErrIncompatible, "change events need a ReplacingMergeTree table with the version column (version.column, filled with the source position); table %s is %s and version.column is %q: recreate the table (or let auto.create make it) and set version.column", t.Ident, t.Engine.Name, m.VersionColumn)
+	}
+	if (rec.Op == record.OpDelete || !rec.OldKey.IsNull()) && (m.DeletedColumn == "" || t.column(m.DeletedColumn) == nil) {
+		return record.Errorf(record.ErrIncompatible, "a delete needs the deletion flag column %q (deleted.column) in table %s: add it (ALTER TABLE %s ADD COLUMN %s UInt8) and restart the task", m.DeletedColumn, t.Ident, t.Ident, quoteIdent(m.DeletedColumn))
+	}
+	if rec.Key.Kind() != record.KindStruct {
+		return nil
+	}
+	var names []string
+	_ = rec.Key.Range(func(n []byte, _ record.Value) error { names = append(names, string(n)); return nil })
+	if sk := t.sortingKey(); sk != nil && !sameSet(sk, names) {
+		return record.Errorf(record.ErrIncompatible, "the change event's key (%s) is not the ORDER BY key (%s) of table %s: the source's key changed; recreate the table ordered by (%s), then restart the task",
+			strings.Join(names, ", "), strings.Join(sk, ", "), t.Ident, strings.Join(names, ", "))
+	}
+	return nil
+}
+
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
+
+var orderByRE = regexp.MustCompile(`(?i)\bORDER BY\s+(\(([^()]*)\)|[^\s]+)`)
+
+// sortingKey returns the columns of the table's ORDER BY, nil when it is
+// not a plain list of columns (expressions, or none found).
+func (t *table) sortingKey() []string {
+	m := orderByRE.FindStringSubmatch(t.Engine.Full)
+	if m == nil {
+		return nil
+	}
+	list := m[1]
+	if m[2] != "" || strings.HasPrefix(m[1], "(") {
+		list = m[2]
+	}
+	var out []string
+	for _, p := range strings.Split(list, ",") {
+		p = strings.TrimSpace(p)
+		if len(p) >= 2 && p[0] == '`' && p[len(p)-1] == '`' {
+			p = strings.NewReplacer("\\`", "`", "\\\\", "\\").Replace(p[1 : len(p)-1])
+		} else if p == "" || strings.ContainsAny(p, "()` ") {
+			return nil
+		}
+		out = append(out, p)
+	}
+	if len(out) == 1 && out[0] == "tuple" {
+		return nil
+	}
+	return out
+}
+
+// rowsOf maps a converted record to its rows in t: one row; a deletion
+// row (key columns, version, deleted = 1) for a tombstone or a delete
+// event; for an update that moved its key, a deletion row of the old key
+// first.
+func rowsOf(t *table, m mapping, rec *record.Record, sc *slots) ([]row, error) {
+	cdc := rec.Change != nil
+	if rec.Op == record.OpTruncate {
+		return nil, record.Errorf(record.ErrTruncate, "the ClickHouse sink cannot apply a truncate (an insert-only table has no transactional TRUNCATE that a redo could repeat safely); skip the record or empty the table by hand")
+	}
+	if cdc {
+		if rec.Key.IsNull() {
+			if rec.Op == record.OpDelete || rec.Change.Op == 'u' {
+				return nil, record.Errorf(record.ErrMissingKey, "a change event with op %q and a null key: the source table has no primary key", rec.Change.OpText())
+			}
+		} else if err := checkChangeTable(t, m, rec); err != nil {
+			return nil, err
+		}
+	}
+	var keyFields []string
+	if cdc && rec.Key.Kind() == record.KindStruct {
+		_ = rec.Key.Range(func(n []byte, _ record.Value) error { keyFields = append(keyFields, string(n)); return nil })
+	} else {
+		keyFields = m.KeyFields
+	}
+	var out []row
+	if !rec.OldKey.IsNull() {
+		clear(sc.set)
+		if err := sc.fillKey(t, keyFields, rec.OldKey); err != nil {
+			return nil, err
+		}
+		rw, err := sc.row(t, m, rec, true)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rw)
 	}
 	clear(sc.set)
 	deleted := false
 	switch value := rec.Value; {
-	case value.IsNull():
-		if !m.DeleteEnabled {
-			return nil, nil, "", record.ErrTombstone
+	case rec.Op == record.OpDelete || value.IsNull():
+		if !cdc && !m.DeleteEnabled {
+			return nil, record.ErrTombstone
 		}
-		if err := sc.fillKey(t, m, rec.Key); err != nil {
-			return nil, nil, "", err
+		if err := sc.fillKey(t, keyFields, rec.Key); err != nil {
+			return nil, err
 		}
 		deleted = true
 	case value.Kind() != record.KindStruct:
-		return nil, nil, "", record.Errorf(record.ErrDecode, "value must be a struct (a JSON object), got %s", value.Describe())
+		return nil, record.Errorf(record.ErrDecode, "value must be a struct (a JSON object), got %s", value.Describe())
 	default:
 		if err := sc.fill(t, value, nil); err != nil {
-			return nil, nil, "", err
+			return nil, err
 		}
 	}
+	rw, err := sc.row(t, m, rec, deleted)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, rw), nil
+}
+
+// row builds the row of the filled slots: every insertable column in
+// table order, the record's coordinates, version and deletion flag in
+// theirs, the change columns of a change event, zero values for the
+// columns without a default the record does not set.
+func (sc *slots) row(t *table, m mapping, rec *record.Record, deleted bool) (row, error) {
+	r := rec.Raw
 	var sb strings.Builder
 	var fixed record.Value // a column filled from the record's coordinates
-	cols = make([]*column, 0, len(t.Columns))
-	vals = make([]any, 0, len(t.Columns))
+	cols := make([]*column, 0, len(t.Columns))
+	vals := make([]any, 0, len(t.Columns))
 	for i, c := range t.Columns {
 		if !c.Insertable {
 			continue
@@ -285,10 +499,12 @@ func mapRecord(ctx context.Context, pipe *convert.Pipeline, t *table, m mapping,
 			fixed, v = record.String(r.Topic), &fixed
 		case ColPartition:
 			fixed, v = record.Int(int64(r.Partition)), &fixed
-		case ColOffset, m.VersionColumn:
+		case ColOffset:
 			fixed, v = record.Int(r.Offset), &fixed
+		case m.VersionColumn:
+			fixed, v = record.Uint(rec.Position()), &fixed
 		case m.DeletedColumn:
-			if m.DeleteEnabled {
+			if m.DeleteEnabled || rec.Change != nil {
 				fixed, v = record.Int(0), &fixed
 				if deleted {
 					fixed = record.Int(1)
@@ -299,6 +515,10 @@ func mapRecord(ctx context.Context, pipe *convert.Pipeline, t *table, m mapping,
 		default:
 			if sc.set[i] {
 				v = &sc.vals[i]
+			} else if rec.Change != nil {
+				if cv, ok := convert.ChangeColumn(c.Name, rec.Change); ok {
+					fixed, v = cv, &fixed
+				}
 			}
 		}
 		if v == nil {
@@ -310,11 +530,11 @@ func mapRecord(ctx context.Context, pipe *convert.Pipeline, t *table, m mapping,
 			continue
 		}
 		if !c.Type.supported() {
-			return nil, nil, "", fmt.Errorf("column %s %s: %w", c.Name, c.Type.Name, ErrUnsupportedColumn)
+			return row{}, fmt.Errorf("column %s %s: %w", c.Name, c.Type.Name, ErrUnsupportedColumn)
 		}
 		x, err := coerce(c.Type, v)
 		if err != nil {
-			return nil, nil, "", record.InField(c.Name, err)
+			return row{}, record.InField(c.Name, err)
 		}
 		cols = append(cols, c)
 		vals = append(vals, x)
@@ -323,7 +543,7 @@ func mapRecord(ctx context.Context, pipe *convert.Pipeline, t *table, m mapping,
 			sb.WriteByte(',')
 		}
 	}
-	return cols, vals, sb.String(), nil
+	return row{t: t, cols: cols, vals: vals, shape: sb.String()}, nil
 }
 
 // blocks cuts groups into blocks of at most blockRows rows, in group order.
@@ -332,7 +552,7 @@ func blocks(groups []*rowGroup, blockRows int) []*block {
 	for _, g := range groups {
 		for i := 0; i < len(g.rows); i += blockRows {
 			j := min(i+blockRows, len(g.rows))
-			out = append(out, &block{Cols: g.cols, Rows: g.rows[i:j], Offsets: g.offs[i:j]})
+			out = append(out, &block{T: g.t, Cols: g.cols, Rows: g.rows[i:j], Offsets: g.offs[i:j]})
 		}
 	}
 	return out
@@ -421,26 +641,57 @@ func inferFromSchema(s *record.Schema, modern bool, depth int) string {
 	return t
 }
 
-// createTableSQL is auto.create's DDL for the first record of a topic: one
-// column per field of the value (sorted by name), the coordinate columns
-// when coords, the version and deleted columns when set, ORDER BY orderBy
-// (or tuple()), and engine (a complete ENGINE clause body with its
-// arguments, such as "MergeTree" or "ReplicatedMergeTree('/p', '{replica}')").
-func createTableSQL(ident string, value record.Value, modern bool, m mapping, coords bool, orderBy []string, engine, settings string) (string, error) {
+// createOpts are the choices auto.create's DDL is made of.
+type createOpts struct {
+	coords           bool     // the coordinate columns first (pk.mode=kafka)
+	orderBy          []string // ORDER BY columns (never Nullable); empty: tuple()
+	engine, settings string   // a complete ENGINE clause body, and SETTINGS (or "")
+	deleted          bool     // add the deletion flag column (delete.enabled, change events)
+	changeCols       []string // the change columns of cdc.columns
+}
+
+// changeColumnTypes are the ClickHouse types of the change columns.
+var changeColumnTypes = map[string]string{
+	convert.ColumnOp:         "String",
+	convert.ColumnSourceTsMs: "Nullable(Int64)",
+	convert.ColumnLSN:        "Nullable(Int64)",
+	convert.ColumnDeleted:    "UInt8",
+}
+
+// createTableSQL is auto.create's DDL for the table of rec: the
+// coordinate columns when o.coords; one column per field of the value
+// (sorted by name) and of the key when the value lacks it; the version and
+// deletion flag columns; the change columns; ORDER BY o.orderBy (or
+// tuple()), ENGINE o.engine.
+func createTableSQL(ident string, rec *record.Record, modern bool, m mapping, o createOpts) (string, error) {
+	value := rec.Value
 	if value.IsNull() {
-		return "", fmt.Errorf("auto.create: the first record is a tombstone; cannot infer columns")
+		return "", record.Errorf(record.ErrDecode, "auto.create: the record is a tombstone; cannot infer columns")
 	}
 	if value.Kind() != record.KindStruct {
-		return "", fmt.Errorf("auto.create: the first record's value is %s, not a struct", value.Describe())
+		return "", record.Errorf(record.ErrDecode, "auto.create: the record's value is %s, not a struct", value.Describe())
 	}
-	fields := map[string]record.Value{}
-	if err := value.Range(func(name []byte, fv record.Value) error { fields[string(name)] = fv; return nil }); err != nil {
+	fields := map[string]string{}
+	add := func(v record.Value) error {
+		return v.Range(func(name []byte, fv record.Value) error {
+			if _, ok := fields[string(name)]; !ok {
+				fields[string(name)] = fieldType(v, string(name), fv, modern)
+			}
+			return nil
+		})
+	}
+	if err := add(value); err != nil {
 		return "", err
+	}
+	if rec.Change != nil && rec.Key.Kind() == record.KindStruct {
+		if err := add(rec.Key); err != nil {
+			return "", err
+		}
 	}
 	type col struct{ name, typ string }
 	var cols []col
 	seen := map[string]bool{}
-	if coords {
+	if o.coords {
 		cols = append(cols, col{ColTopic, "String"}, col{ColPartition, "Int32"}, col{ColOffset, "Int64"})
 		seen[ColTopic], seen[ColPartition], seen[ColOffset] = true, true, true
 	}
@@ -453,21 +704,31 @@ func createTableSQL(ident string, value record.Value, modern bool, m mapping, co
 		if seen[k] {
 			continue
 		}
-		typ := inferType(fields[k], modern)
-		for _, key := range orderBy {
-			if key == k {
-				typ = strings.TrimSuffix(strings.TrimPrefix(typ, "Nullable("), ")")
-			}
+		typ := fields[k]
+		if slices.Contains(o.orderBy, k) {
+			typ = strings.TrimSuffix(strings.TrimPrefix(typ, "Nullable("), ")")
 		}
 		cols = append(cols, col{k, typ})
 		seen[k] = true
+	}
+	for _, k := range o.orderBy {
+		if !seen[k] {
+			return "", record.FieldErrorf(k, record.ErrMissingKey, "auto.create: the key column %q is not a field of the record", k)
+		}
 	}
 	if m.VersionColumn != "" && !seen[m.VersionColumn] {
 		cols = append(cols, col{m.VersionColumn, "UInt64"})
 		seen[m.VersionColumn] = true
 	}
-	if m.DeleteEnabled && m.DeletedColumn != "" && !seen[m.DeletedColumn] {
+	if o.deleted && m.DeletedColumn != "" && !seen[m.DeletedColumn] {
 		cols = append(cols, col{m.DeletedColumn, "UInt8"})
+		seen[m.DeletedColumn] = true
+	}
+	for _, c := range o.changeCols {
+		if !seen[c] {
+			cols = append(cols, col{c, changeColumnTypes[c]})
+			seen[c] = true
+		}
 	}
 	var b strings.Builder
 	b.WriteString("CREATE TABLE IF NOT EXISTS " + ident + " (")
@@ -477,19 +738,48 @@ func createTableSQL(ident string, value record.Value, modern bool, m mapping, co
 		}
 		b.WriteString(quoteIdent(c.name) + " " + c.typ)
 	}
-	b.WriteString(") ENGINE = " + engine + " ORDER BY ")
-	switch len(orderBy) {
+	b.WriteString(") ENGINE = " + o.engine + " ORDER BY ")
+	switch len(o.orderBy) {
 	case 0:
 		b.WriteString("tuple()")
 	default:
-		q := make([]string, len(orderBy))
-		for i, k := range orderBy {
+		q := make([]string, len(o.orderBy))
+		for i, k := range o.orderBy {
 			q[i] = quoteIdent(k)
 		}
 		b.WriteString("(" + strings.Join(q, ", ") + ")")
 	}
-	if settings != "" {
-		b.WriteString(" SETTINGS " + settings)
+	if o.settings != "" {
+		b.WriteString(" SETTINGS " + o.settings)
 	}
 	return b.String(), nil
+}
+
+// fieldType is the column type of field name (value fv) of struct v: from
+// the struct's schema when it has one, else from the value.
+func fieldType(v record.Value, name string, fv record.Value, modern bool) string {
+	if s := v.Schema(); s != nil {
+		if f := s.Field(name); f != nil && f.Schema != nil {
+			return inferFromSchema(f.Schema, modern, 0)
+		}
+	}
+	return inferType(fv, modern)
+}
+
+// evolveType is the type auto.evolve gives field name of value: always
+// nullable (Nullable, or an empty Array or Map), with an explicit DEFAULT
+// so that rows which do not set it, and a redo of a batch built before the
+// column existed, leave it out of their blocks.
+func evolveType(value record.Value, name string, modern bool) string {
+	fv, _ := value.Get(name)
+	t := fieldType(value, name, fv, modern)
+	switch {
+	case strings.HasPrefix(t, "Nullable("):
+		return t + " DEFAULT NULL"
+	case strings.HasPrefix(t, "Array("):
+		return t + " DEFAULT []"
+	case strings.HasPrefix(t, "Map("):
+		return t + " DEFAULT map()"
+	}
+	return "Nullable(" + t + ") DEFAULT NULL"
 }

@@ -51,6 +51,7 @@ type Buffer struct {
 type Scratch struct {
 	key, value Buffer
 	rec        record.Record
+	change     record.Change
 }
 
 // Factory builds a converter from its settings: the connector settings

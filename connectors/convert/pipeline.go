@@ -84,6 +84,7 @@ func checkClass(v string) error {
 type Pipeline struct {
 	key, value Converter
 	chain      *transform.Chain
+	cdc        *cdcStage
 }
 
 // NewPipeline builds the pipeline of a connector from its validated
@@ -101,13 +102,15 @@ func NewPipeline(v config.Values) (*Pipeline, error) {
 	if p.chain, err = transform.NewChain(v); err != nil {
 		return nil, err
 	}
+	p.cdc = newCDCStage(v)
 	return p, nil
 }
 
 // DefaultPipeline is the pipeline of a connector with no converter
-// settings: txsink's JSON converter for keys and values.
+// settings: txsink's JSON converter for keys and values, and change events
+// recognised (cdc.format=auto).
 func DefaultPipeline() *Pipeline {
-	return &Pipeline{key: NewDefaultJSON(true), value: NewDefaultJSON(false)}
+	return &Pipeline{key: NewDefaultJSON(true), value: NewDefaultJSON(false), cdc: newCDCStage(nil)}
 }
 
 func converterFor(v config.Values, prefix string, isKey bool) (Converter, error) {
@@ -133,12 +136,16 @@ func converterFor(v config.Values, prefix string, isKey bool) (Converter, error)
 }
 
 // Convert converts r's value, and its key when withKey is set or a
-// transform needs it, and runs the connector's transforms, into a Record
-// held in sc. A nil Record and a nil error mean a transform dropped r: the
-// sink writes nothing for it. Bad data returns a *record.Error naming r's
-// coordinates; a failure of the environment returns an error wrapping
-// record.ErrUnavailable (retry later, never skip). The result may refer to
-// r's bytes and is valid until sc's next use.
+// transform or a change event needs it, runs the connector's transforms,
+// and then recognises change events (cdc.format): a Debezium envelope
+// becomes a record whose Op, Value (the row after the change), OldKey and
+// Change say what to apply by its key. The result is held in sc. A nil
+// Record and a nil error mean r is dropped (a transform filtered it, or it
+// is a change event with nothing to apply): the sink writes nothing for
+// it. Bad data returns a *record.Error naming r's coordinates; a failure
+// of the environment returns an error wrapping record.ErrUnavailable
+// (retry later, never skip). The result may refer to r's bytes and is
+// valid until sc's next use.
 func (p *Pipeline) Convert(ctx context.Context, r *kgo.Record, sc *Scratch, withKey bool) (*record.Record, error) {
 	out := &sc.rec
 	*out = record.Record{Topic: r.Topic, Timestamp: r.Timestamp, Headers: r.Headers, Raw: r}
@@ -146,10 +153,12 @@ func (p *Pipeline) Convert(ctx context.Context, r *kgo.Record, sc *Scratch, with
 	if out.Value, err = p.value.Convert(ctx, r.Topic, r.Headers, r.Value, &sc.value); err != nil {
 		return nil, p.fail(r, err, "")
 	}
+	keyDone := false
 	if withKey || p.chain.NeedsKey() {
 		if out.Key, err = p.key.Convert(ctx, r.Topic, r.Headers, r.Key, &sc.key); err != nil {
 			return nil, p.fail(r, err, "key: ")
 		}
+		keyDone = true
 	}
 	if p.chain != nil {
 		keep, err := p.chain.Apply(out)
@@ -160,11 +169,30 @@ func (p *Pipeline) Convert(ctx context.Context, r *kgo.Record, sc *Scratch, with
 			return nil, nil
 		}
 	}
+	keyErr := error(nil)
+	key := func() error {
+		if keyDone {
+			return nil
+		}
+		keyDone = true
+		out.Key, keyErr = p.key.Convert(ctx, r.Topic, r.Headers, r.Key, &sc.key)
+		return keyErr
+	}
+	keep, err := p.cdc.apply(out, &sc.change, key)
+	if err != nil {
+		if keyErr != nil {
+			return nil, p.fail(r, err, "key: ")
+		}
+		return nil, p.fail(r, err, "")
+	}
+	if !keep {
+		return nil, nil
+	}
 	return out, nil
 }
 
 func (p *Pipeline) fail(r *kgo.Record, err error, what string) error {
-	if errors.Is(err, record.ErrUnavailable) || !(errors.Is(err, record.ErrDecode) || errors.Is(err, record.ErrTransform)) {
+	if errors.Is(err, record.ErrUnavailable) || !(errors.Is(err, record.ErrDecode) || errors.Is(err, record.ErrTransform) || errors.Is(err, record.ErrTruncate)) {
 		return err
 	}
 	if what != "" {

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -112,6 +113,12 @@ type Options struct {
 	// OpenTimeout bounds opening a connector's sink and its preflight
 	// check (default 30 s).
 	OpenTimeout time.Duration
+	// Resolve, when set, replaces the config provider references of a
+	// connector's configuration (config/providers) with their values
+	// before its sink opens. The resolved configuration is never stored
+	// or shown; its secrets are removed from traces and from what Secrets
+	// returns. An error fails the connector's tasks with it as the trace.
+	Resolve func(ctx context.Context, raw map[string]string) (map[string]string, error)
 }
 
 // Listener is told about the changes the engine makes on its own, so that
@@ -134,6 +141,18 @@ type Config struct {
 	// configuration change dropped its stored secret): it is FAILED with
 	// this trace, and no automatic restart retries it.
 	Blocked string
+	// Partial limits the connector's tasks on this worker to Assigned, as
+	// in distributed mode, where the others run on other workers: only
+	// they start, and Status, Snapshot and MarkRestarting show only them.
+	// The sink opens (for the connector's own state) even with none.
+	// Without Partial every task runs here (standalone).
+	Partial  bool
+	Assigned []int
+}
+
+// runs reports whether task i runs on this worker.
+func (cfg Config) runs(i int) bool {
+	return !cfg.Partial || slices.Contains(cfg.Assigned, i)
 }
 
 // Snapshot is what a herder records of a connector's status: the states
@@ -183,7 +202,7 @@ type conn struct {
 
 	mu       sync.Mutex
 	cfg      Config
-	secrets  []string
+	secrets  []string // of the stored configuration and, while open, of the resolved one
 	tasksMax int
 	state    State
 	trace    string
@@ -202,6 +221,7 @@ func (c *conn) isRemoved() bool {
 }
 
 type taskSlot struct {
+	here     bool // the task runs on this worker (Config.runs)
 	state    State
 	trace    string
 	gen      int
@@ -288,7 +308,7 @@ func (e *Engine) isClosed() bool {
 func (e *Engine) setConfig(c *conn, cfg Config) {
 	c.mu.Lock()
 	same := c.cfg.Raw != nil && maps.Equal(c.cfg.Raw, cfg.Raw)
-	c.cfg = Config{Raw: maps.Clone(cfg.Raw), Target: cfg.Target, Blocked: cfg.Blocked}
+	c.cfg = Config{Raw: maps.Clone(cfg.Raw), Target: cfg.Target, Blocked: cfg.Blocked, Partial: cfg.Partial, Assigned: slices.Clone(cfg.Assigned)}
 	c.mu.Unlock()
 	if same {
 		return
@@ -318,15 +338,17 @@ func (e *Engine) Restore(name string, cfg Config, st Snapshot) {
 	c.state, c.trace = st.Connector.State, st.Connector.Trace
 	c.tasks = make([]*taskSlot, len(st.Tasks))
 	for i, t := range st.Tasks {
-		c.tasks[i] = &taskSlot{state: t.State, trace: t.Trace}
+		c.tasks[i] = &taskSlot{here: cfg.runs(i), state: t.State, trace: t.Trace}
 	}
 }
 
 // Apply brings the connector to cfg.Target with the configuration
-// cfg.Raw, registering it if the engine does not know it: with RUNNING it
-// opens the sink and starts the tasks, unless they run already (to run a
-// changed configuration, Halt first); with PAUSED or STOPPED it stops them.
-// A sink that cannot be opened leaves the connector FAILED, and the
+// cfg.Raw, registering it if the engine does not know it: with RUNNING or
+// PAUSED it opens the sink and starts the tasks (PAUSED ones hold between
+// rounds), unless they run already (to run a changed configuration, Halt
+// first; a changed Config.Assigned stops the tasks no longer assigned and
+// starts the new ones, leaving the others alone); with STOPPED it stops
+// them. A sink that cannot be opened leaves the tasks FAILED, and the
 // restart policy retries it. Opening is bounded by Options.OpenTimeout,
 // not by ctx (a cancelled request does not leave a connector half open).
 // Apply does nothing once the engine is closed.
@@ -411,7 +433,7 @@ func (e *Engine) MarkRestarting(name string, includeTasks, onlyFailed bool) (res
 	restartConn = running && (!onlyFailed || c.state == StateFailed)
 	if running && includeTasks {
 		for i, t := range c.tasks {
-			if !onlyFailed || t.state == StateFailed {
+			if t.here && (!onlyFailed || t.state == StateFailed) {
 				tasks = append(tasks, i)
 			}
 		}
@@ -419,7 +441,9 @@ func (e *Engine) MarkRestarting(name string, includeTasks, onlyFailed bool) (res
 	if restartConn {
 		c.state = StateRestarting
 		for _, t := range c.tasks {
-			t.state = StateRestarting
+			if t.here {
+				t.state = StateRestarting
+			}
 		}
 	}
 	for _, i := range tasks {
@@ -486,7 +510,7 @@ func (e *Engine) changed(name string) {
 func (e *Engine) restartTaskLocked(c *conn, i int, manual bool) {
 	c.mu.Lock()
 	run := c.run
-	if run == nil || i >= len(c.tasks) {
+	if run == nil || i >= len(c.tasks) || !c.tasks[i].here {
 		c.mu.Unlock()
 		return
 	}
@@ -522,7 +546,41 @@ func (e *Engine) applyTargetLocked(ctx context.Context, c *conn) {
 	case run == nil:
 		e.startLocked(ctx, c)
 	default:
+		e.reassignLocked(c, run)
 		e.pauseLocked(c, run, target == TargetPaused)
+	}
+}
+
+// reassignLocked brings the running tasks in line with the assigned ones
+// (Config.Partial): it stops the tasks no longer assigned and starts the
+// newly assigned ones, leaving the others alone. The caller holds c.op.
+func (e *Engine) reassignLocked(c *conn, run *Connector) {
+	c.mu.Lock()
+	var stop, start []int
+	for i, t := range c.tasks {
+		switch want := c.cfg.runs(i); {
+		case t.here && !want:
+			stop = append(stop, i)
+			t.gen++ // the exit is not a failure
+			if t.timer != nil {
+				t.timer.Stop()
+				t.timer, t.next = nil, time.Time{}
+			}
+			t.here, t.state, t.trace, t.restarts = false, "", "", 0
+		case !t.here && want:
+			start = append(start, i)
+			t.here = true
+		}
+	}
+	c.mu.Unlock()
+	for _, i := range stop {
+		run.StopTask(i)
+	}
+	for _, i := range start {
+		e.startTask(c, run, i)
+	}
+	if len(stop)+len(start) > 0 {
+		e.log.Info("connector tasks reassigned", "connector", c.name, "stopped", stop, "started", start)
 	}
 }
 
@@ -537,7 +595,7 @@ func (e *Engine) pauseLocked(c *conn, run *Connector, paused bool) {
 		c.state = state
 	}
 	for _, t := range c.tasks {
-		if t.state != StateFailed {
+		if t.here && t.state != StateFailed {
 			t.state = state
 		}
 	}
@@ -572,7 +630,7 @@ func (e *Engine) stoppedLocked(c *conn) {
 func (e *Engine) startLocked(ctx context.Context, c *conn) {
 	c.mu.Lock()
 	raw := maps.Clone(c.cfg.Raw)
-	secs := c.secrets
+	secs := secrets.Of(e.reg, raw)
 	blocked := c.cfg.Blocked
 	if c.timer != nil {
 		c.timer.Stop()
@@ -590,7 +648,13 @@ func (e *Engine) startLocked(ctx context.Context, c *conn) {
 		return
 	}
 	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opt.OpenTimeout)
-	run, err := Open(octx, e.reg, raw, e.taskOptions(c))
+	resolved, err := e.resolve(octx, raw)
+	var run *Connector
+	if err == nil {
+		secs = append(secs, secrets.Of(e.reg, resolved)...)
+		e.setSecrets(c, secs)
+		run, err = Open(octx, e.reg, resolved, e.taskOptions(c))
+	}
 	cancel()
 	if err != nil {
 		// As in Kafka Connect, where a sink task opens its connections:
@@ -600,7 +664,10 @@ func (e *Engine) startLocked(ctx context.Context, c *conn) {
 		c.state, c.trace = runState(c.cfg.Target == TargetPaused), ""
 		c.tasks = make([]*taskSlot, c.tasksMax)
 		for i := range c.tasks {
-			c.tasks[i] = &taskSlot{state: StateFailed, trace: trace}
+			c.tasks[i] = &taskSlot{here: c.cfg.runs(i)}
+			if c.tasks[i].here {
+				c.tasks[i].state, c.tasks[i].trace = StateFailed, trace
+			}
 		}
 		c.gen++
 		c.mu.Unlock()
@@ -616,14 +683,54 @@ func (e *Engine) startLocked(ctx context.Context, c *conn) {
 	c.gen++
 	c.state, c.trace = runState(paused), ""
 	c.tasks = make([]*taskSlot, run.Config.TasksMax)
+	var here []int
 	for i := range c.tasks {
-		c.tasks[i] = &taskSlot{state: StateUnassigned}
+		c.tasks[i] = &taskSlot{here: c.cfg.runs(i)}
+		if c.tasks[i].here {
+			c.tasks[i].state = StateUnassigned
+			here = append(here, i)
+		}
 	}
+	partial := c.cfg.Partial
 	c.mu.Unlock()
-	for i := 0; i < run.Config.TasksMax; i++ {
+	for _, i := range here {
 		e.startTask(c, run, i)
 	}
-	e.log.Info("connector running", "connector", c.name, "delivery", run.Config.Delivery, "tasks", run.Config.TasksMax)
+	if partial {
+		e.log.Info("connector running", "connector", c.name, "delivery", run.Config.Delivery, "tasks", run.Config.TasksMax, "tasks_here", here)
+	} else {
+		e.log.Info("connector running", "connector", c.name, "delivery", run.Config.Delivery, "tasks", run.Config.TasksMax)
+	}
+}
+
+// resolve replaces the configuration's config provider references
+// (Options.Resolve).
+func (e *Engine) resolve(ctx context.Context, raw map[string]string) (map[string]string, error) {
+	if e.opt.Resolve == nil {
+		return raw, nil
+	}
+	return e.opt.Resolve(ctx, raw)
+}
+
+// setSecrets sets the secrets removed from the connector's traces.
+func (e *Engine) setSecrets(c *conn, secs []string) {
+	c.mu.Lock()
+	c.secrets = secs
+	c.mu.Unlock()
+	c.obs.setSecrets(secs)
+}
+
+// Secrets returns the secret strings of the configurations the engine
+// runs, resolved ones included (for a log handler that removes them; see
+// secrets.ScrubString).
+func (e *Engine) Secrets() []string {
+	var out []string
+	for _, c := range e.all() {
+		c.mu.Lock()
+		out = append(out, c.secrets...)
+		c.mu.Unlock()
+	}
+	return out
 }
 
 func (e *Engine) taskOptions(c *conn) TaskOptions {

@@ -13,6 +13,7 @@ import (
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
 	"github.com/txsink/txsink/connectors/convert"
+	"github.com/txsink/txsink/connectors/secrets"
 	"github.com/txsink/txsink/offsets"
 )
 
@@ -66,19 +67,30 @@ func (e *Engine) EditOffsets(ctx context.Context, name string, raw map[string]st
 func (e *Engine) withSink(ctx context.Context, name string, raw map[string]string, fn func(connectors.Sink) error) error {
 	if c := e.lookup(name); c != nil {
 		c.mu.Lock()
-		run := c.run
+		run, secs := c.run, c.secrets
 		c.mu.Unlock()
 		if run != nil {
-			return fn(run.Sink)
+			return scrubErr(fn(run.Sink), secs)
 		}
 	}
+	octx, cancel := context.WithTimeout(ctx, e.opt.OpenTimeout)
+	defer cancel()
+	resolved, err := e.resolve(octx, raw)
+	if err != nil {
+		return err
+	}
+	secs := secrets.Of(e.reg, resolved)
+	err = e.withOpenSink(octx, name, resolved, fn)
+	return scrubErr(err, secs)
+}
+
+// withOpenSink opens the sink of a resolved configuration for fn.
+func (e *Engine) withOpenSink(octx context.Context, name string, raw map[string]string, fn func(connectors.Sink) error) error {
 	spec, v, errs := e.reg.Validate(raw)
 	if len(errs) > 0 {
 		return errs
 	}
 	conn := config.ParseConnector(v)
-	octx, cancel := context.WithTimeout(ctx, e.opt.OpenTimeout)
-	defer cancel()
 	pipe, err := convert.NewPipeline(v)
 	if err != nil {
 		return err
@@ -133,6 +145,27 @@ func (e *Engine) mirrorGroup(ctx context.Context, raw map[string]string, all boo
 	if len(del) > 0 {
 		e.log.Info("cleared partitions keep their consumer group offsets (a mirror only)", "group", group, "partitions", del)
 	}
+}
+
+// scrubbedError is an error whose message had secrets removed; it still
+// unwraps to the original, so its kinds (errors.Is) stay.
+type scrubbedError struct {
+	msg string
+	err error
+}
+
+func (e *scrubbedError) Error() string { return e.msg }
+func (e *scrubbedError) Unwrap() error { return e.err }
+
+// scrubErr removes secrets from err's message, keeping what it wraps.
+func scrubErr(err error, secs []string) error {
+	if err == nil {
+		return nil
+	}
+	if msg := secrets.ScrubString(err.Error(), secs); msg != err.Error() {
+		return &scrubbedError{msg: msg, err: err}
+	}
+	return err
 }
 
 // errClosed is returned for the admin client once the engine is closed.

@@ -104,7 +104,8 @@ type RoundSummary struct {
 const statusTimeout = 3 * time.Second
 
 // Status returns the states of the connector and of its tasks on this
-// worker, with what the engine observed of them; false when the engine
+// worker (only the tasks that run here, see Config.Partial), with what the
+// engine observed of them; false when the engine
 // does not know the connector. The partitions' lag and the in-doubt
 // batches are looked up within a few seconds (and before ctx ends); when
 // Kafka or the sink does not answer in time they are left unknown.
@@ -162,7 +163,9 @@ func (e *Engine) Status(ctx context.Context, name string) (ConnectorStatus, bool
 }
 
 // Snapshot returns the states and traces of the connector and of its
-// tasks; false when the engine does not know the connector.
+// tasks (by id; a task that does not run on this worker, see
+// Config.Partial, has an empty StateInfo); false when the engine does not
+// know the connector.
 func (e *Engine) Snapshot(name string) (Snapshot, bool) {
 	c := e.lookup(name)
 	if c == nil {
@@ -172,6 +175,10 @@ func (e *Engine) Snapshot(name string) (Snapshot, bool) {
 	defer c.mu.Unlock()
 	sn := Snapshot{Connector: StateInfo{State: c.state, Trace: c.trace, WorkerID: e.opt.AdvertisedID}}
 	for _, t := range c.tasks {
+		if !t.here {
+			sn.Tasks = append(sn.Tasks, StateInfo{})
+			continue
+		}
 		sn.Tasks = append(sn.Tasks, StateInfo{State: t.state, Trace: t.trace, WorkerID: e.opt.AdvertisedID})
 	}
 	return sn, true
@@ -191,6 +198,9 @@ func (e *Engine) statusSnapshot(c *conn) (ConnectorStatus, *Connector) {
 		st.Connector.State = StateUnassigned
 	}
 	for i, t := range c.tasks {
+		if !t.here {
+			continue
+		}
 		ts := TaskStatus{ID: i, StateInfo: StateInfo{State: t.state, Trace: t.trace, WorkerID: e.opt.AdvertisedID}, Restarts: t.restarts, RestartAt: t.next}
 		st.Tasks = append(st.Tasks, ts)
 	}

@@ -112,6 +112,9 @@ type Task struct {
 	// valueConverter is the connector's value.converter class, for the
 	// dead letters' context headers.
 	valueConverter string
+	// alone names the partition whose batch needs a round of its own
+	// (twophase.OwnRoundError); only the task's goroutine uses it.
+	alone *tp
 }
 
 // NewTask returns a task; Run starts it.
@@ -193,7 +196,6 @@ func (t *Task) clientOpts(onAssign func(context.Context, map[string]map[int32]kg
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(t.opt.Bootstrap...),
 		kgo.ConsumerGroup(t.conn.GroupID),
-		kgo.ConsumeTopics(t.conn.Topics...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.RequireStableFetchOffsets(),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
@@ -212,6 +214,17 @@ func (t *Task) clientOpts(onAssign func(context.Context, map[string]map[int32]kg
 		// by default), which batch.max.bytes above 50 MiB would set.
 		kgo.BrokerMaxReadBytes(max(100<<20, fetchMax+1<<20)),
 		kgo.ClientID("txsink-" + t.conn.Name),
+	}
+	if t.conn.MetadataMaxAge > 0 {
+		opts = append(opts, kgo.MetadataMaxAge(t.conn.MetadataMaxAge), kgo.MetadataMinAge(min(t.conn.MetadataMaxAge, 5*time.Second)))
+	}
+	if p := t.conn.TopicsPattern(); p != "" {
+		// New matching topics join the subscription at a metadata refresh:
+		// the group rebalances and assign recovers and fences them as any
+		// other partition.
+		opts = append(opts, kgo.ConsumeTopics(p), kgo.ConsumeRegex())
+	} else {
+		opts = append(opts, kgo.ConsumeTopics(t.conn.Topics...))
 	}
 	return append(opts, t.opt.KafkaOpts...)
 }
@@ -270,6 +283,7 @@ func (t *Task) runTransactional(ctx context.Context) error {
 			}
 			continue
 		}
+		batches = t.soloRound(batches, sess.Client())
 		start := time.Now()
 		if dd != nil {
 			dd.batches = batches
@@ -306,7 +320,16 @@ func (t *Task) runTransactional(ctx context.Context) error {
 				t.fenceConflict(err)
 				return errRestart{fmt.Errorf("fenced: %w", err)}
 			}
-			if t.noteBadRecord(err) {
+			var own *twophase.OwnRoundError
+			alone := errors.As(err, &own)
+			if alone {
+				// A schema change: its prepared transaction would hold a
+				// lock the round's other batches wait on until the
+				// decision, which waits for them.
+				t.log.Info("a batch needs a schema change; running it in a round of its own", "batch", own.ID.String(), "reason", own.Err)
+				t.alone = &tp{own.ID.Topic, own.ID.Partition}
+			}
+			if t.noteBadRecord(err) || alone {
 				// The batch holding the bad record rolled back before
 				// PREPARE; the others of the round were aborted.
 				t.rewind(sess.Client())
@@ -646,6 +669,9 @@ func (t *Task) forget(rev map[string][]int32) {
 		for _, p := range ps {
 			delete(t.parts, tp{topic, p})
 		}
+		if len(ps) > 0 {
+			t.log.Info("partitions revoked", "topic", topic, "partitions", ps)
+		}
 		if t.opt.Observer != nil {
 			t.opt.Observer.Revoked(t.id, topic, ps)
 		}
@@ -765,10 +791,38 @@ func (t *Task) advance(batches []*twophase.Batch) []offsets.Position {
 
 // rewind seeks every owned partition back to its stored next offset, after
 // an aborted round.
-func (t *Task) rewind(cl *kgo.Client) {
+func (t *Task) rewind(cl *kgo.Client) { t.rewindExcept(cl, nil) }
+
+// soloRound keeps, when a partition asked for a round of its own, only
+// that partition's batch, and seeks the others back to their stored
+// offsets for the next round. It marks a batch alone in its round.
+func (t *Task) soloRound(batches []*twophase.Batch, cl *kgo.Client) []*twophase.Batch {
+	if want := t.alone; want != nil {
+		t.alone = nil
+		for _, b := range batches {
+			if b.ID.Topic == want.topic && b.ID.Partition == want.partition {
+				if len(batches) > 1 {
+					t.rewindExcept(cl, want)
+				}
+				batches = []*twophase.Batch{b}
+				break
+			}
+		}
+	}
+	for _, b := range batches {
+		b.Alone = len(batches) == 1
+	}
+	return batches
+}
+
+// rewindExcept is rewind for every owned partition but skip.
+func (t *Task) rewindExcept(cl *kgo.Client, skip *tp) {
 	t.mu.Lock()
 	set := map[string]map[int32]kgo.EpochOffset{}
 	for k, st := range t.parts {
+		if skip != nil && k == *skip {
+			continue
+		}
 		if set[k.topic] == nil {
 			set[k.topic] = map[int32]kgo.EpochOffset{}
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
@@ -482,5 +483,135 @@ func TestTaskWaitsForUnavailableDependency(t *testing.T) {
 				t.Fatalf("observer saw %d waits and %d clears; want a wait per refused round and a clear", waits, cleared)
 			}
 		})
+	}
+}
+
+// TestTaskRunsSchemaChangesAlone: under exactly_once a batch that needs a
+// schema change (auto.create, auto.evolve) gets a round of its own, since
+// its prepared transaction keeps an ACCESS EXCLUSIVE lock until the
+// decision; the other partitions follow in the next rounds and every
+// record lands exactly once.
+func TestTaskRunsSchemaChangesAlone(t *testing.T) {
+	c, db, pool := kfakeAndTable(t, "grow", 3, `SELECT 1`)
+	ctx := context.Background()
+	want := produceTxns(t, c.ListenAddrs(), "grow", 12)
+	// A later generation of the records has a new field.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("grow"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 30 {
+		id := fmt.Sprintf("x%d", i)
+		r := &kgo.Record{Value: fmt.Appendf(nil, `{"id":%q,"seq":%d,"color":"c%d"}`, id, 1000+i, i)}
+		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		want[coord{r.Partition, r.Offset}] = id
+	}
+	cl.Close()
+
+	reg := &connectors.Registry{}
+	if err := reg.Register(postgres.Spec()); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	conn, err := engine.Open(ctx, reg, map[string]string{
+		"name": "grow", "connector.class": "postgres", "topics": "grow",
+		"connection.url": db, "pk.mode": "kafka", "auto.create": "true", "auto.evolve": "true",
+		"batch.max.records": "40", "batch.linger.ms": "5", "session.timeout.ms": "3000",
+	}, engine.TaskOptions{Bootstrap: c.ListenAddrs(), InstanceID: "t", Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	conn.Start(func(_ int, err error) { done <- err })
+	defer conn.Stop()
+	waitCount(t, pool, `SELECT count(*) FROM pg_tables WHERE tablename = 'grow'`, 1)
+	waitCount(t, pool, `SELECT count(*) FROM grow`, len(want))
+	select {
+	case err := <-done:
+		t.Fatalf("task ended: %v", err)
+	default:
+	}
+	rows, err := pool.Query(ctx, `SELECT __connect_partition, __connect_offset, id, coalesce(color, '') FROM grow`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[coord]int{}
+	colors := 0
+	for rows.Next() {
+		var k coord
+		var id, color string
+		if err := rows.Scan(&k.p, &k.off, &id, &color); err != nil {
+			t.Fatal(err)
+		}
+		seen[k]++
+		if want[k] != id {
+			t.Errorf("row p%d@%d id %q: produced %q", k.p, k.off, id, want[k])
+		}
+		if color != "" {
+			colors++
+		}
+	}
+	for k := range want {
+		if seen[k] != 1 {
+			t.Errorf("p%d@%d written %d times", k.p, k.off, seen[k])
+		}
+	}
+	if colors != 30 {
+		t.Errorf("%d rows with the evolved column, want 30", colors)
+	}
+	var prepared int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database()`).Scan(&prepared); err != nil || prepared != 0 {
+		t.Errorf("%d prepared transactions left (err %v)", prepared, err)
+	}
+}
+
+// TestTaskTopicsRegex: topics.regex consumes every matching topic,
+// whole-name matched, including one created after the task started.
+func TestTaskTopicsRegex(t *testing.T) {
+	c, db, pool := kfakeAndTable(t, "rx-a", 2, `SELECT 1`)
+	ctx := context.Background()
+	wantA := produceTxns(t, c.ListenAddrs(), "rx-a", 4)
+	reg := &connectors.Registry{}
+	if err := reg.Register(postgres.Spec()); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	conn, err := engine.Open(ctx, reg, map[string]string{
+		"name": "rx", "connector.class": "postgres", "topics.regex": "rx-[a-z]",
+		"connection.url": db, "pk.mode": "kafka", "auto.create": "true", "table.name.format": "t_${topic}",
+		"metadata.max.age.ms": "1000", "batch.linger.ms": "5", "session.timeout.ms": "3000",
+	}, engine.TaskOptions{Bootstrap: c.ListenAddrs(), InstanceID: "t", Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Start(nil)
+	defer conn.Stop()
+	waitCount(t, pool, `SELECT count(*) FROM pg_tables WHERE tablename = 't_rx-a'`, 1)
+	waitCount(t, pool, `SELECT count(*) FROM "t_rx-a"`, len(wantA))
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for _, topic := range []string{"rx-b", "rx-bb"} { // rx-bb does not match the whole pattern
+		r := kmsg.NewPtrCreateTopicsRequest()
+		rt := kmsg.NewCreateTopicsRequestTopic()
+		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, 1, 1
+		r.Topics = append(r.Topics, rt)
+		if _, err := r.RequestWith(ctx, cl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantB := produceTxns(t, c.ListenAddrs(), "rx-b", 4)
+	produceTxns(t, c.ListenAddrs(), "rx-bb", 2)
+	waitCount(t, pool, `SELECT count(*) FROM pg_tables WHERE tablename = 't_rx-b'`, 1)
+	waitCount(t, pool, `SELECT count(*) FROM "t_rx-b"`, len(wantB))
+	time.Sleep(500 * time.Millisecond)
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM "t_rx-a") + (SELECT count(*) FROM "t_rx-b") + (SELECT count(*) FROM pg_tables WHERE tablename = 't_rx-bb')`).Scan(&n); err != nil || n != len(wantA)+len(wantB) {
+		t.Errorf("rows %d (err %v), want %d and no table for rx-bb", n, err, len(wantA)+len(wantB))
 	}
 }

@@ -1,9 +1,12 @@
 // Package herder keeps the connectors' configurations and target states,
 // and tells the engine (connectors/engine) what to run on this worker, as
-// Kafka Connect's herders do. Standalone keeps them in a data directory.
+// Kafka Connect's herders do. Standalone keeps them in a data directory;
+// Distributed shares them with the other workers of a cluster through
+// Kafka (see NewDistributed).
 package herder
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -36,6 +39,34 @@ var (
 	// stored secret was dropped; the connector fails until it is sent
 	// (HTTP 409 where an operation needs the sink).
 	ErrSecretDropped = errors.New("secret dropped")
+	// ErrRebalance: distributed mode cannot answer the request now (a
+	// rebalance is under way, or the worker's view of the configuration
+	// is stale); retry (HTTP 409, as Kafka Connect).
+	ErrRebalance = errors.New("rebalance in progress")
+	// ErrForward: another worker must answer the request (the leader, or
+	// the worker that runs a task); a *ForwardError says which.
+	ErrForward = errors.New("request belongs to another worker")
+)
+
+// ForwardError says which worker must answer a request: the REST layer
+// forwards the request there (Kafka Connect's forwarding, at most two hops).
+type ForwardError struct {
+	// URL is the worker's advertised REST URL.
+	URL string
+	// Target says what that worker is ("the leader", "the worker running
+	// task c-2").
+	Target string
+}
+
+func (e *ForwardError) Error() string { return "the request must go to " + e.Target + " at " + e.URL }
+
+// Unwrap returns ErrForward.
+func (e *ForwardError) Unwrap() error { return ErrForward }
+
+// Messages of ErrRebalance errors, Kafka Connect's.
+const (
+	msgNoLeader = "Cannot complete request momentarily due to no known leader URL, likely because a rebalance was underway."
+	msgStale    = "Cannot complete request momentarily due to stale configuration (typically caused by a concurrent config change)"
 )
 
 // opError carries a Kafka Connect style message and one of the sentinels.
@@ -52,6 +83,18 @@ func errorf(kind error, format string, args ...any) error {
 }
 
 func notFound(name string) error { return errorf(ErrNotFound, "Connector %s not found", name) }
+
+// notStopped is Connect's error for an offsets edit of a connector that
+// is not STOPPED.
+func notStopped(name string) error {
+	return errorf(ErrBadRequest, "Connectors must be in the STOPPED state before their offsets can be modified. This can be done for the specified connector by issuing a 'PUT' request to the '/connectors/%s/stop' endpoint", name)
+}
+
+// offsetsBusy is the error for an offsets edit that an in-doubt batch
+// holds up.
+func offsetsBusy(name string) error {
+	return errorf(ErrConflict, "Offsets of %s are locked by an in-doubt batch; run the connector so that recovery resolves it, stop it and try again", name)
+}
 
 // scrub removes the connector's secrets from an error's message; field
 // errors and a dropped secret's note, which hold none, keep their kinds.
@@ -75,10 +118,17 @@ type Info struct {
 	Type  string
 }
 
+// Resolve replaces the config provider references of a configuration
+// (engine.Options.Resolve; nil: none).
+type Resolve func(ctx context.Context, raw map[string]string) (map[string]string, error)
+
 // validate checks a configuration for create or update. name is the name
 // in the URL or create body; the configuration's "name", when present,
-// must equal it.
-func validate(reg *connectors.Registry, name string, raw map[string]string) (map[string]string, error) {
+// must equal it. With resolve, the configuration is checked with its
+// config provider references resolved (a reference that cannot be
+// resolved is an invalid setting), and the resolved secrets are removed
+// from the errors; the configuration returned keeps the references.
+func validate(ctx context.Context, reg *connectors.Registry, resolve Resolve, name string, raw map[string]string) (map[string]string, error) {
 	cfg := make(map[string]string, len(raw)+1)
 	maps.Copy(cfg, raw)
 	if n, ok := cfg[config.KeyName]; ok && n != name {
@@ -88,7 +138,21 @@ func validate(reg *connectors.Registry, name string, raw map[string]string) (map
 	if errs := secrets.CheckPlaceholders(reg, cfg); len(errs) > 0 {
 		return nil, errs
 	}
-	if _, _, errs := reg.Validate(cfg); len(errs) > 0 {
+	if resolve == nil {
+		if _, _, errs := reg.Validate(cfg); len(errs) > 0 {
+			return nil, errs
+		}
+		return cfg, nil
+	}
+	resolved, err := resolve(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if _, _, errs := reg.Validate(resolved); len(errs) > 0 {
+		secs := secrets.Of(reg, resolved)
+		for i := range errs {
+			errs[i].Msg = secrets.ScrubString(errs[i].Msg, secs)
+		}
 		return nil, errs
 	}
 	return cfg, nil

@@ -48,10 +48,11 @@ type StandaloneOptions struct {
 // without its own locks held and never takes an op lock, so it cannot
 // deadlock with an operation that waits for it.
 type Standalone struct {
-	reg *connectors.Registry
-	eng *engine.Engine
-	dir string
-	log *slog.Logger
+	reg     *connectors.Registry
+	eng     *engine.Engine
+	resolve Resolve
+	dir     string
+	log     *slog.Logger
 
 	mu      sync.Mutex // guards conns, closed, ready, storeEr
 	conns   map[string]*entry
@@ -90,7 +91,7 @@ func NewStandalone(reg *connectors.Registry, opt StandaloneOptions) (*Standalone
 	if opt.Engine.Log == nil {
 		opt.Engine.Log = slog.Default()
 	}
-	h := &Standalone{reg: reg, dir: opt.DataDir, log: opt.Engine.Log, conns: map[string]*entry{}}
+	h := &Standalone{reg: reg, dir: opt.DataDir, log: opt.Engine.Log, conns: map[string]*entry{}, resolve: opt.Engine.Resolve}
 	if err := os.MkdirAll(opt.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("connectors: data directory: %w", err)
 	}
@@ -279,7 +280,7 @@ func (h *Standalone) isClosed() bool {
 // be opened is still created; its status is FAILED with the reason, and
 // the restart policy retries it.
 func (h *Standalone) Create(ctx context.Context, name string, raw map[string]string, initial engine.TargetState) (Info, error) {
-	cfg, err := validate(h.reg, name, raw)
+	cfg, err := validate(ctx, h.reg, h.resolve, name, raw)
 	if err != nil {
 		return Info{}, err
 	}
@@ -360,7 +361,7 @@ func (h *Standalone) reconfigure(ctx context.Context, name string, change secret
 	old, dropped := maps.Clone(m.raw), m.dropped
 	m.mu.Unlock()
 	next, droppedKeys, dropped := secrets.Bind(h.reg, identity(h.reg), name, old, change, dropped)
-	cfg, err := validate(h.reg, name, next)
+	cfg, err := validate(ctx, h.reg, h.resolve, name, next)
 	if err != nil {
 		return Info{}, err
 	}
@@ -653,14 +654,14 @@ func (h *Standalone) editOffsets(ctx context.Context, name string, all bool, pos
 	stopped := m.target == engine.TargetStopped && !running
 	m.mu.Unlock()
 	if !stopped {
-		return errorf(ErrBadRequest, "Connectors must be in the STOPPED state before their offsets can be modified. This can be done for the specified connector by issuing a 'PUT' request to the '/connectors/%s/stop' endpoint", name)
+		return notStopped(name)
 	}
 	err = h.withConfig(m, func(raw map[string]string) error {
 		return h.eng.EditOffsets(ctx, name, raw, all, positions)
 	})
 	if err != nil {
 		if errors.Is(err, offsets.ErrBusy) {
-			return errorf(ErrConflict, "Offsets of %s are locked by an in-doubt batch; run the connector so that recovery resolves it, stop it and try again", name)
+			return offsetsBusy(name)
 		}
 		return h.scrub(m, fmt.Errorf("editing offsets of %s: %w", name, err))
 	}
@@ -691,7 +692,7 @@ func (h *Standalone) scrub(m *entry, err error) error {
 // Secrets returns the secret strings of every connector's configuration
 // (for a log handler that removes them; see secrets.ScrubString).
 func (h *Standalone) Secrets() []string {
-	var out []string
+	out := h.eng.Secrets()
 	for _, m := range h.entries() {
 		m.mu.Lock()
 		out = append(out, m.secrets...)

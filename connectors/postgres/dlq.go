@@ -47,11 +47,15 @@ FROM unnest($2::text[], $3::int4[], $4::int8[], $5::bytea[], $6::bytea[], $7::js
 ON CONFLICT DO NOTHING`
 
 // deadLetter writes the bad records to the dead-letter table in tx,
-// creating the table first if it is missing.
-func (w *Writer) deadLetter(ctx context.Context, tx pgx.Tx, byOffset map[int64]*kgo.Record, bad []*record.Error) error {
+// creating the table first if it is missing (when create allows it; else
+// it returns an error wrapping ErrSchemaChange).
+func (w *Writer) deadLetter(ctx context.Context, tx pgx.Tx, byOffset map[int64]*kgo.Record, bad []*record.Error, create bool) error {
 	schema, name := w.cfg.dlqName()
 	ident := pgx.Identifier{schema, name}.Sanitize()
-	if err := ensureDLQ(ctx, tx, schema, name); err != nil {
+	if err := ensureDLQ(ctx, tx, schema, name, create); err != nil {
+		if errors.Is(err, ErrSchemaChange) {
+			return err
+		}
 		return &dlqError{err: err}
 	}
 	n := len(bad)
@@ -81,7 +85,7 @@ func (w *Writer) deadLetter(ctx context.Context, tx pgx.Tx, byOffset map[int64]*
 // is serialised by a transaction-level advisory lock, because two
 // concurrent CREATE TABLE IF NOT EXISTS can fail with a unique violation in
 // the catalog; the lock is only taken when the table is missing.
-func ensureDLQ(ctx context.Context, tx pgx.Tx, schema, name string) error {
+func ensureDLQ(ctx context.Context, tx pgx.Tx, schema, name string, create bool) error {
 	ident := pgx.Identifier{schema, name}.Sanitize()
 	var exists bool
 	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", ident).Scan(&exists); err != nil {
@@ -89,6 +93,9 @@ func ensureDLQ(ctx context.Context, tx pgx.Tx, schema, name string) error {
 	}
 	if exists {
 		return nil
+	}
+	if !create {
+		return schemaChangeNeeded(name, "to be created (the dead-letter table)")
 	}
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", "txsink.dlq."+ident); err != nil {
 		return err

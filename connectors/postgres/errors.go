@@ -21,6 +21,16 @@ var (
 	// ErrNoConflictTarget: upsert needs a unique index or primary key on
 	// exactly the pk columns. Not a bad record.
 	ErrNoConflictTarget = errors.New("no unique index on the primary key columns")
+	// ErrSchemaChange: the batch needs a schema change (auto.create,
+	// auto.evolve) or a TRUNCATE, which takes an ACCESS EXCLUSIVE lock
+	// that a prepared transaction keeps until its round's decision; Write
+	// was told not to make one (its transaction shares a round with
+	// others, which would wait on that lock while the decision waits on
+	// them). Nothing was written: run the batch in a round of its own.
+	ErrSchemaChange = errors.New("schema change needs a round of its own")
+	// ErrSchemaChangeFailed: a CREATE TABLE, ALTER TABLE or TRUNCATE
+	// failed. Never a bad record.
+	ErrSchemaChangeFailed = errors.New("schema change failed")
 
 	// Bad records wrap the sentinels of package record (record.ErrDecode,
 	// record.ErrCoerce, …) and, when the database rejected the record,
@@ -42,8 +52,8 @@ var (
 //     foreign key, 23505 unique, 23514 check, 23P01 exclusion);
 //   - 54000 program limit exceeded (an index row too large for the value).
 //
-// A failure to write the dead-letter table (ErrDeadLetter) is never a bad
-// record.
+// A failure to write the dead-letter table (ErrDeadLetter) or to change
+// the schema (ErrSchemaChangeFailed) is never a bad record.
 //
 // Everything else is not a bad record, by default: connection failures
 // (class 08, io errors), serialization failures and deadlocks (40001,
@@ -53,7 +63,7 @@ var (
 // retries or stops it instead of dead-lettering good records. IsRetryable
 // tells the transient ones apart.
 func IsBadRecord(err error) bool {
-	if errors.Is(err, ErrDeadLetter) {
+	if errors.Is(err, ErrDeadLetter) || errors.Is(err, ErrSchemaChangeFailed) {
 		return false
 	}
 	if record.IsBadRecord(err) {

@@ -114,7 +114,11 @@ func parseGID(gid string) (connHash, topicHash string, partition int32, first, l
 
 // Prepare implements twophase.Participant: BEGIN; compare-and-set the
 // offset (first, so a fenced owner stops before writing); write rows and
-// dead letters; PREPARE TRANSACTION. Cancelling ctx before PREPARE
+// dead letters; PREPARE TRANSACTION. A batch that needs a schema change
+// (auto.create, auto.evolve, a TRUNCATE, the dead-letter table) makes it
+// only when it is alone in its round (b.Alone): its prepared transaction
+// keeps an ACCESS EXCLUSIVE lock until COMMIT PREPARED. Otherwise Prepare
+// refuses with a *twophase.OwnRoundError. Cancelling ctx before PREPARE
 // completes rolls back; if the connection breaks during PREPARE the batch
 // may be prepared, and InDoubt lists it.
 func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) (err error) {
@@ -131,7 +135,11 @@ func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) (err error) {
 		if err := s.store.Advance(ctx, tx, offsets.GuardCAS, b.ID.Connector, b.ID.Topic, b.ID.Partition, b.Fence, b.Prev, b.ID.NextOffset()); err != nil {
 			return err
 		}
-		st, err := s.w.Write(ctx, tx, b.Records)
+		st, err := s.w.WriteBatch(ctx, tx, b.Records, b.Alone)
+		if errors.Is(err, ErrSchemaChange) {
+			// Nothing was written and PREPARE was not sent.
+			return &twophase.OwnRoundError{ID: b.ID, Err: err}
+		}
 		if errors.Is(err, record.ErrUnavailable) {
 			// The record pipeline's environment failed before PREPARE
 			// was sent: the transaction rolls back, nothing is left

@@ -18,6 +18,21 @@ import (
 	"github.com/txsink/txsink/connectors/record"
 )
 
+// prepareRecord converts r and maps it to its op in p's table without a
+// database (the table is taken as read from the catalog).
+func prepareRecord(ctx context.Context, w *Writer, p *plan, r *kgo.Record) (*op, error) {
+	ws := &writeState{w: w, ddl: true, stats: &WriteStats{}}
+	rec, err := w.pipe.Convert(ctx, r, &ws.conv, w.cfg.PKMode == PKModeRecordKey)
+	if err != nil || rec == nil {
+		return nil, err
+	}
+	ops, err := w.prepareOne(ctx, ws, &target{name: p.t.Name, p: p, sc: newScratch(p.t), fresh: true}, rec)
+	if err != nil {
+		return nil, err
+	}
+	return ops[len(ops)-1], nil
+}
+
 // scanTable is a table for prepareOne without a database.
 func scanTable() *table {
 	t := &table{Schema: "public", Name: "t", Ident: `"public"."t"`, byName: map[string]*column{}}
@@ -71,7 +86,7 @@ func prepareBoth(t *testing.T, w *Writer, p *plan, value []byte) {
 	t.Helper()
 	ctx := context.Background()
 	r := &kgo.Record{Topic: "t", Partition: 1, Offset: 7, Value: value}
-	got, gerr := w.prepareOne(ctx, p, r, newScratch(p.t))
+	got, gerr := prepareRecord(ctx, w, p, r)
 	if gerr != nil && !record.IsCause(gerr) {
 		t.Fatalf("value %q: error %v is not a record's fault", value, gerr)
 	}
@@ -79,7 +94,7 @@ func prepareBoth(t *testing.T, w *Writer, p *plan, value []byte) {
 	if !ok {
 		return
 	}
-	want, werr := w.prepareOne(ctx, p, &kgo.Record{Topic: "t", Partition: 1, Offset: 7, Value: canon}, newScratch(p.t))
+	want, werr := prepareRecord(ctx, w, p, &kgo.Record{Topic: "t", Partition: 1, Offset: 7, Value: canon})
 	if (gerr == nil) != (werr == nil) || (gerr != nil && fmt.Sprint(gerr) != fmt.Sprint(werr)) {
 		t.Fatalf("value %q: error %v, canonical %s error %v", value, gerr, canon, werr)
 	}
@@ -156,7 +171,7 @@ func TestPrepareEnvelope(t *testing.T) {
 		{"field":"day","type":"int32","name":"org.apache.kafka.connect.data.Date"},
 		{"field":"n","type":"int64"}]},
 		"payload":{"price":"MDk=","day":19000,"n":7}}`
-	o, err := w.prepareOne(context.Background(), &plan{t: tbl}, &kgo.Record{Topic: "t", Value: []byte(value)}, newScratch(tbl))
+	o, err := prepareRecord(context.Background(), w, &plan{t: tbl}, &kgo.Record{Topic: "t", Value: []byte(value)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +180,7 @@ func TestPrepareEnvelope(t *testing.T) {
 		t.Fatalf("vals = %#v, want %#v", o.vals, want)
 	}
 	// A primitive value is a bad record naming what it got.
-	_, err = w.prepareOne(context.Background(), &plan{t: tbl}, &kgo.Record{Topic: "t", Value: []byte(`{"schema":{"type":"string"},"payload":"x"}`)}, newScratch(tbl))
+	_, err = prepareRecord(context.Background(), w, &plan{t: tbl}, &kgo.Record{Topic: "t", Value: []byte(`{"schema":{"type":"string"},"payload":"x"}`)})
 	if !errors.Is(err, record.ErrDecode) || !strings.Contains(err.Error(), "got a string") {
 		t.Fatalf("primitive value: %v", err)
 	}
@@ -184,9 +199,9 @@ func TestPrepareEnvelopeRequired(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := &plan{t: scanTable()}
-	ops, bad, err := w.prepare(context.Background(), p, []*kgo.Record{{Topic: "t", Value: []byte(`{"id":"a"}`)}})
-	if err != nil || len(ops) != 0 || len(bad) != 1 || !errors.Is(bad[0], record.ErrDecode) {
-		t.Fatalf("ops %v bad %v err %v", ops, bad, err)
+	o, err := prepareRecord(context.Background(), w, p, &kgo.Record{Topic: "t", Value: []byte(`{"id":"a"}`)})
+	if o != nil || !record.IsBadRecord(err) || !errors.Is(err, record.ErrDecode) {
+		t.Fatalf("op %v err %v", o, err)
 	}
 }
 
@@ -205,10 +220,15 @@ func BenchmarkPrepare(b *testing.B) {
 		recs[i] = &kgo.Record{Value: fmt.Appendf(nil, `{"id":"k%010d","seq":%d,"body":"%060d"}`, i, i, i)}
 	}
 	ctx := context.Background()
+	ws := &writeState{w: w, ddl: true, stats: &WriteStats{}}
 	for b.Loop() {
-		sc := newScratch(p.t)
+		tg := &target{name: "t", p: p, sc: newScratch(p.t), fresh: true}
 		for _, r := range recs {
-			if _, err := w.prepareOne(ctx, p, r, sc); err != nil {
+			rec, err := w.pipe.Convert(ctx, r, &ws.conv, false)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := w.prepareOne(ctx, ws, tg, rec); err != nil {
 				b.Fatal(err)
 			}
 		}

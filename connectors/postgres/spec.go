@@ -10,6 +10,8 @@ import (
 
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/convert"
+	"github.com/txsink/txsink/connectors/record"
 )
 
 // Setting names of the PostgreSQL sink.
@@ -27,6 +29,8 @@ const (
 	KeyDeleteEnabled = "delete.enabled"
 	KeyDLQTable      = "errors.deadletterqueue.table.name"
 	KeyOffsetsTable  = "offsets.table"
+	KeyAutoCreate    = "auto.create"
+	KeyAutoEvolve    = "auto.evolve"
 )
 
 // Class is the connector.class alias of the PostgreSQL sink.
@@ -45,13 +49,16 @@ var Defs = config.Defs{
 	{Name: KeyPoolSize, Type: config.Int, Default: "8", Min: 2, Max: 256, Group: "Connection", Doc: "Maximum connections to the database."},
 	{Name: KeyIdleTxTimeout, Type: config.Int, Default: "30000", Min: 1000, Max: 3600000, Group: "Connection", Doc: "PostgreSQL's idle_in_transaction_session_timeout for the sink's sessions: the server ends a session that stays idle inside an open transaction this long, releasing its locks. It bounds how long an owner frozen inside a transaction (a paused VM, a SIGSTOPped process, a network partition) can hold the offsets rows its partitions' new owner must fence; prepared transactions belong to no session and are resolved by recovery instead. Keep it well above the time a round spends converting records between statements."},
 	{Name: KeySchema, Type: config.String, Default: "public", Group: "Mapping", Doc: "Schema of the target tables, the offsets table and the dead-letter table."},
-	{Name: KeyTableFormat, Type: config.String, Default: "${topic}", Group: "Mapping", Doc: "Target table name; ${topic} is replaced by the record's topic. Always quoted."},
-	{Name: KeyInsertMode, Type: config.String, Default: "insert", Enum: []string{"insert", "upsert"}, Group: "Mapping", Doc: "insert: COPY (a rewound range is written again); upsert: INSERT … ON CONFLICT (pk) DO UPDATE (a rewound range replaces rows)."},
-	{Name: KeyPKMode, Type: config.String, Default: "none", Enum: []string{"none", "record_key", "record_value", "kafka"}, Group: "Mapping", Doc: "Where primary key values come from."},
+	{Name: KeyTableFormat, Type: config.String, Default: "${topic}", Group: "Mapping", Doc: "Target table name: ${topic} is replaced by the record's topic (as transforms left it), and for change events ${source.db}, ${source.schema} and ${source.table} by the event's source. One batch may write several tables, all in its transaction. Always quoted.",
+		Check: record.CheckTableNameFormat},
+	{Name: KeyInsertMode, Type: config.String, Default: "insert", Enum: []string{"insert", "upsert"}, Group: "Mapping", Doc: "insert: COPY (a rewound range is written again); upsert: INSERT … ON CONFLICT (pk) DO UPDATE (a rewound range replaces rows). Change events (cdc.format) are always applied by key, as upserts and deletes."},
+	{Name: KeyPKMode, Type: config.String, Default: "none", Enum: []string{"none", "record_key", "record_value", "kafka"}, Group: "Mapping", Doc: "Where primary key values come from. Change events always take theirs from the record key (record_key is implied for them)."},
 	{Name: KeyPKFields, Type: config.List, Group: "Mapping", Doc: "Primary key columns (required for upsert with record_key or record_value)."},
 	{Name: KeyDeleteEnabled, Type: config.Boolean, Default: "false", Group: "Mapping", Doc: "Tombstones (null values) delete the row with the record's key (needs pk.mode=record_key)."},
 	{Name: KeyDLQTable, Type: config.String, Group: "Errors", Doc: "Dead-letter table (errors.tolerance=all; required unless errors.deadletterqueue.topic.name is set, and both may be), written in the same transaction as the rows; created if missing."},
 	{Name: KeyOffsetsTable, Type: config.String, Default: "txsink_offsets", Group: "Offsets", Doc: "Table holding next_offset and fence per partition; created if missing."},
+	{Name: KeyAutoCreate, Type: config.Boolean, Default: "false", Group: "Schema", Doc: "Create a missing target table from the first record that writes it: its key (record_key, change events) or coordinate columns (kafka) as PRIMARY KEY, a column per value field typed from the record's schema (schemaless JSON: from the values), in the batch's transaction. See docs/schema-evolution.md."},
+	{Name: KeyAutoEvolve, Type: config.Boolean, Default: "false", Group: "Schema", Doc: "Add a nullable column for a value field the table lacks (ALTER TABLE … ADD COLUMN, in the batch's transaction). Columns are never dropped or narrowed: a record whose schema a column cannot hold, or whose key is not the table's, stops the partition at that record. See docs/schema-evolution.md."},
 }
 
 // Spec returns the registry entry of the PostgreSQL sink.
@@ -79,6 +86,9 @@ func writerConfig(c config.Connector, v config.Values) WriterConfig {
 		ErrorsTolerance: c.ErrorsTolerance,
 		DLQTable:        v[KeyDLQTable],
 		DLQTopic:        v[config.KeyDLQTopic],
+		AutoCreate:      v.Bool(KeyAutoCreate),
+		AutoEvolve:      v.Bool(KeyAutoEvolve),
+		CDCColumns:      v.List(convert.KeyCDCColumns),
 	}
 }
 
@@ -145,6 +155,7 @@ func open(ctx context.Context, env connectors.Env, c config.Connector, v config.
 	}
 	wc := writerConfig(c, v)
 	wc.Pipeline = env.Pipeline
+	wc.Log = env.Log
 	w, err := NewWriter(wc)
 	if err != nil {
 		pool.Close()

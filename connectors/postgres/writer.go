@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sort"
 	"strconv"
@@ -54,9 +55,14 @@ type WriterConfig struct {
 	ErrorsTolerance string   // "errors.tolerance": "none" | "all"
 	DLQTable        string   // "errors.deadletterqueue.table.name": "table" (in Schema) or "schema.table"; required when tolerance=all without DLQTopic; created if missing
 	DLQTopic        string   // "errors.deadletterqueue.topic.name": the runtime's dead-letter topic, an alternative to DLQTable (the runtime produces WriteStats.Bad)
+	AutoCreate      bool     // "auto.create": create a missing target table from the record's schema, in the batch's transaction
+	AutoEvolve      bool     // "auto.evolve": add a nullable column for a new field, in the batch's transaction
+	CDCColumns      []string // "cdc.columns": change columns auto.create adds
 	// Pipeline converts records (the connector's converters); nil: txsink's
 	// default JSON converter.
 	Pipeline *convert.Pipeline
+	// Log receives the schema changes; nil: slog.Default().
+	Log *slog.Logger
 }
 
 func (c WriterConfig) withDefaults() WriterConfig {
@@ -106,6 +112,9 @@ func (c WriterConfig) Validate() error {
 	}
 	if strings.IndexByte(c.TableNameFormat, 0) >= 0 {
 		return errors.New("table.name.format: must not contain NUL")
+	}
+	if err := record.CheckTableNameFormat(c.TableNameFormat); err != nil {
+		return fmt.Errorf("table.name.format: %w", err)
 	}
 	switch c.InsertMode {
 	case InsertModeInsert, InsertModeUpsert:
@@ -174,6 +183,7 @@ func (c WriterConfig) dlqName() (schema, name string) {
 type Writer struct {
 	cfg    WriterConfig
 	pipe   *convert.Pipeline
+	log    *slog.Logger
 	tables tableCache
 }
 
@@ -186,59 +196,117 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 	if pipe == nil {
 		pipe = convert.DefaultPipeline()
 	}
-	return &Writer{cfg: cfg.withDefaults(), pipe: pipe}, nil
+	log := cfg.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Writer{cfg: cfg.withDefaults(), pipe: pipe, log: log}, nil
 }
 
 // Config returns the writer's configuration with defaults applied.
 func (w *Writer) Config() WriterConfig { return w.cfg }
 
-// TableName returns the (unquoted) target table of topic.
-func (w *Writer) TableName(topic string) string {
-	return strings.ReplaceAll(w.cfg.TableNameFormat, "${topic}", topic)
-}
-
 // WriteStats counts what one Write did with its records. Written, Deleted,
-// DeadLettered, Superseded and Dropped add up to the number of records.
+// Truncated, DeadLettered, Superseded and Dropped add up to the number of
+// records.
 type WriteStats struct {
 	Written      int // records written as rows (COPY, insert or upsert)
-	Deleted      int // tombstones applied as DELETE by key (whether or not a row existed)
+	Deleted      int // tombstones and delete events applied as DELETE by key (whether or not a row existed)
+	Truncated    int // truncate events applied (cdc.truncate=apply)
 	DeadLettered int // bad records set aside (errors.tolerance=all): written to the dead-letter table, if any, and listed in Bad
-	Superseded   int // upsert mode: records replaced by a later record with the same key in the batch
-	Dropped      int // records a transform filtered out
+	Superseded   int // records replaced by a later record with the same key in the batch, or emptied by a later truncate
+	Dropped      int // records a transform or the change-event stage dropped
 	// Bad are the dead-lettered records' errors, in offset order, for the
 	// runtime's dead-letter topic.
 	Bad []*record.Error
+	// SchemaChanges counts the CREATE TABLE and ALTER TABLE statements
+	// the write ran in its transaction (auto.create, auto.evolve); each is
+	// logged.
+	SchemaChanges int
 }
 
 // op is one record's pending change.
 type op struct {
 	rec   *kgo.Record
 	del   bool
+	trunc bool      // TRUNCATE the table: every earlier op of the table is moot
+	keyed bool      // applied by key, a key's last op winning (upsert mode, change events)
+	extra bool      // a second op of its record (the delete of a moved key): not counted
+	pk    []*column // key columns: the conflict target of an upsert, the WHERE of a delete
 	cols  []*column // value columns in table order (inserts), pk columns (deletes)
 	vals  []any
-	shape string // the column set, groups ops into one statement
-	key   string // de-duplication key (upsert mode)
+	shape string // the column set and key, groups ops into one statement
+	key   string // de-duplication key (keyed ops)
 }
 
 // plan is what a Write needs about its table beyond the catalog.
 type plan struct {
 	t      *table
-	pkCols []*column // the pk columns in pk.fields order; nil for pk.mode=none
+	pkCols []*column // the pk columns of pk.mode in pk.fields order; nil for pk.mode=none
+	pkErr  error     // why pk.mode's columns cannot be used with this table (met by the first record that needs them)
+	// cdcKeys caches the key columns of change events by key field names.
+	cdcKeys map[string][]*column
+	// checked caches the narrowing check of auto.evolve by value schema.
+	checked map[*record.Schema]error
 }
 
+// target is one table a Write writes.
+type target struct {
+	name    string
+	p       *plan
+	sc      *scratch
+	ops     []*op
+	fresh   bool // read from the catalog during this Write
+	changed bool // created or altered in this transaction: never cached
+	missing bool // does not exist (auto.create): deletes and truncates are no-ops until a record creates it
+}
+
+// writeState is one Write's progress.
+type writeState struct {
+	w       *Writer
+	tx      pgx.Tx
+	ddl     bool
+	targets map[string]*target
+	order   []*target
+	conv    convert.Scratch
+	stats   *WriteStats
+	// deletes and truncates of tables that do not exist (auto.create)
+	noopDeletes, noopTruncates int
+}
+
+// errRemap restarts a Write's mapping: a table's description changed
+// (reloaded, altered), so the ops mapped so far against it are stale.
+var errRemap = errors.New("remap")
+
+// maxRemaps bounds the restarts of one Write's mapping: each follows a
+// table read again or given columns, so a batch needs a few at most.
+const maxRemaps = 100
+
 // Write writes one partition's batch (records in offset order, all of the
-// same topic and partition) inside tx, into the table TableName(topic).
+// same topic and partition) inside tx. Each record goes to the table
+// table.name.format names for it (${topic}, and for change events
+// ${source.db}, ${source.schema}, ${source.table}), so one batch may write
+// several tables, all in tx.
 //
 // Rows go in with COPY (insert.mode=insert) or one INSERT … SELECT FROM
 // unnest(…) ON CONFLICT DO UPDATE per column set (upsert), tombstones
-// become one DELETE. In upsert mode a batch that repeats a key applies only
-// the key's last record (a tombstone last deletes, a value last upserts).
-// Each statement runs under a savepoint; when the database rejects a record
-// (see IsBadRecord) the statement is bisected to isolate it.
+// become one DELETE. Change events (see convert.Pipeline) are applied by
+// the record key whatever insert.mode and pk.mode say: an upsert, a
+// DELETE, or a TRUNCATE (cdc.truncate=apply). Keyed writes (upsert mode,
+// change events) apply only a key's last record of the batch, which is
+// what applying them one by one leaves. Each statement runs under a
+// savepoint; when the database rejects a record (see IsBadRecord) the
+// statement is bisected to isolate it.
+//
+// auto.create creates a missing table from the first record that needs it
+// and auto.evolve adds a nullable column for a new field, in tx (see
+// WriteBatch).
 //
 // errors.tolerance=all: bad records go to the dead-letter table in tx, once
 // each (a redo cannot duplicate them), when one is set, and are listed in
-// WriteStats.Bad; the rest of the batch is written.
+// WriteStats.Bad; the rest of the batch is written. A record wrapping
+// record.ErrIncompatible (a change auto.evolve cannot make) is never
+// dead-lettered but returned, as with none.
 // errors.tolerance=none: Write returns the *record.Error of the lowest bad
 // offset and tx must be rolled back.
 //
@@ -248,65 +316,75 @@ type plan struct {
 // Cancelling ctx aborts the statement in progress; tx must then be rolled
 // back.
 func (w *Writer) Write(ctx context.Context, tx pgx.Tx, records []*kgo.Record) (WriteStats, error) {
+	return w.WriteBatch(ctx, tx, records, true)
+}
+
+// WriteBatch is Write, told whether tx may change the schema. A schema
+// change (CREATE TABLE, ALTER TABLE) or a TRUNCATE takes an ACCESS
+// EXCLUSIVE lock that a prepared transaction keeps until its round's
+// decision, so the other batches of the round that touch the table would
+// wait for a decision that waits for them. With schemaChanges false, a
+// batch that needs one fails with an error wrapping ErrSchemaChange and
+// nothing written; the runtime then gives the batch a round of its own.
+func (w *Writer) WriteBatch(ctx context.Context, tx pgx.Tx, records []*kgo.Record, schemaChanges bool) (WriteStats, error) {
 	var stats WriteStats
 	if len(records) == 0 {
 		return stats, nil
 	}
-	name := w.TableName(records[0].Topic)
-	if err := checkIdent("table.name.format", name); err != nil {
-		return stats, fmt.Errorf("postgres: topic %q: %w", records[0].Topic, err)
-	}
-	p, fresh, err := w.plan(ctx, tx, name)
-	if err != nil {
-		return stats, err
-	}
-	ops, bad, err := w.prepare(ctx, p, records)
-	if err != nil {
-		return stats, err
-	}
-	if !fresh && hasUnknownField(bad) {
-		// The table may have gained columns since it was cached.
-		w.tables.forget(p.t.Ident)
-		if p, _, err = w.plan(ctx, tx, name); err != nil {
-			return stats, err
+	ws := &writeState{w: w, tx: tx, ddl: schemaChanges, targets: map[string]*target{}, stats: &stats}
+	var bad []*record.Error
+	for remaps := 0; ; remaps++ {
+		var err error
+		bad, err = ws.mapAll(ctx, records)
+		if errors.Is(err, errRemap) && remaps < maxRemaps {
+			continue
 		}
-		if ops, bad, err = w.prepare(ctx, p, records); err != nil {
-			return stats, err
+		if errors.Is(err, errRemap) {
+			return WriteStats{}, fmt.Errorf("postgres: the target tables kept changing while the batch was mapped (%d times)", remaps)
 		}
+		if err != nil {
+			return WriteStats{}, err
+		}
+		break
 	}
-	stats.Dropped = len(records) - len(ops) - len(bad)
 	if w.cfg.ErrorsTolerance == ToleranceNone && len(bad) > 0 {
-		// Nothing at or after the first bad offset matters.
+		// Nothing at or after the first bad offset matters, but a record
+		// before it that the database rejects comes first.
 		first := bad[0].Offset
-		ops = slices.DeleteFunc(ops, func(o *op) bool { return o.rec.Offset >= first })
-	}
-
-	var dbBad []*record.Error
-	if w.cfg.InsertMode == InsertModeUpsert {
-		dbBad, err = w.applyKeyed(ctx, tx, p, ops, &stats)
-	} else {
-		dbBad, err = w.applyOrdered(ctx, tx, p, ops, &stats)
-	}
-	if err != nil {
-		if code := pgCode(err); code == "42P01" || code == "42703" || code == "42804" {
-			w.tables.forget(p.t.Ident) // the table changed under the cache
+		for _, tg := range ws.order {
+			tg.ops = slices.DeleteFunc(tg.ops, func(o *op) bool { return o.rec.Offset >= first })
 		}
-		return WriteStats{}, err
 	}
-	bad = append(bad, dbBad...)
+	for _, tg := range ws.order {
+		dbBad, err := w.apply(ctx, tx, tg, &stats)
+		if err != nil {
+			if code := pgCode(err); tg.p != nil && (code == "42P01" || code == "42703" || code == "42804") {
+				w.tables.forget(tg.p.t.Ident) // the table changed under the cache
+			}
+			return WriteStats{}, err
+		}
+		bad = append(bad, dbBad...)
+	}
+	for _, tg := range ws.order {
+		if tg.fresh && !tg.changed && tg.p != nil {
+			w.tables.put(tg.p.t.Ident, tg.p.t)
+		}
+	}
 	if len(bad) == 0 {
 		return stats, nil
 	}
-	sort.Slice(bad, func(i, j int) bool { return bad[i].Offset < bad[j].Offset })
+	sort.SliceStable(bad, func(i, j int) bool { return bad[i].Offset < bad[j].Offset })
 	if w.cfg.ErrorsTolerance == ToleranceNone {
 		return WriteStats{}, bad[0]
 	}
+	// A record with two ops (a moved key) may have failed twice.
+	bad = slices.CompactFunc(bad, func(a, b *record.Error) bool { return a.Offset == b.Offset })
 	if w.cfg.DLQTable != "" {
 		byOffset := make(map[int64]*kgo.Record, len(records))
 		for _, r := range records {
 			byOffset[r.Offset] = r
 		}
-		if err := w.deadLetter(ctx, tx, byOffset, bad); err != nil {
+		if err := w.deadLetter(ctx, tx, byOffset, bad, schemaChanges); err != nil {
 			return WriteStats{}, err
 		}
 	}
@@ -314,28 +392,177 @@ func (w *Writer) Write(ctx context.Context, tx pgx.Tx, records []*kgo.Record) (W
 	return stats, nil
 }
 
-func hasUnknownField(bad []*record.Error) bool {
-	for _, b := range bad {
-		if errors.Is(b.Err, record.ErrUnknownField) {
-			return true
+// mapAll converts every record through the pipeline and maps it to its
+// table's ops. Bad records come back as record errors in offset order
+// (with errors.tolerance=none only the first: nothing after it matters);
+// err is for problems that are not a record's fault (an unsupported column
+// type, an unavailable schema registry, a needed schema change, an
+// incompatible one), and errRemap when a table changed and mapping must
+// start over.
+func (ws *writeState) mapAll(ctx context.Context, records []*kgo.Record) (bad []*record.Error, err error) {
+	for _, tg := range ws.order {
+		tg.ops = tg.ops[:0]
+	}
+	ws.noopDeletes, ws.noopTruncates = 0, 0
+	dropped := 0
+	for _, r := range records {
+		ops, err := ws.mapOne(ctx, r)
+		if errors.Is(err, errRemap) || errors.Is(err, ErrUnsupportedColumn) || errors.Is(err, ErrSchemaChange) {
+			return nil, err
+		}
+		if err != nil {
+			if !record.IsCause(err) {
+				return nil, err
+			}
+			re := badRecord(r, err)
+			if errors.Is(re, record.ErrIncompatible) {
+				return nil, re // never dead-lettered: the partition stops here
+			}
+			bad = append(bad, re)
+			if ws.w.cfg.ErrorsTolerance == ToleranceNone {
+				break
+			}
+			continue
+		}
+		if ops == nil {
+			dropped++
 		}
 	}
-	return false
+	ws.stats.Dropped = dropped
+	ws.stats.Deleted, ws.stats.Truncated = ws.noopDeletes, ws.noopTruncates
+	return bad, nil
 }
 
-// plan loads (or takes from the cache) the table and resolves the pk
-// columns. fresh reports whether the table was read from the catalog now.
-func (w *Writer) plan(ctx context.Context, tx pgx.Tx, name string) (*plan, bool, error) {
-	ident := pgx.Identifier{w.cfg.Schema, name}.Sanitize()
-	t := w.tables.get(ident)
-	fresh := false
-	if t == nil {
-		var err error
-		if t, err = loadTable(ctx, tx, w.cfg.Schema, name); err != nil {
-			return nil, false, err
-		}
-		fresh = true
+// mapOne converts r and appends its ops to its table's. It returns the
+// ops (nil when r was dropped; an empty non-nil slice for a no-op).
+func (ws *writeState) mapOne(ctx context.Context, r *kgo.Record) ([]*op, error) {
+	w := ws.w
+	rec, err := w.pipe.Convert(ctx, r, &ws.conv, w.cfg.PKMode == PKModeRecordKey)
+	if err != nil || rec == nil {
+		return nil, err // rec == nil: dropped by a transform or the change-event stage
 	}
+	name, err := rec.TableName(w.cfg.TableNameFormat)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkIdent("table.name.format", name); err != nil {
+		return nil, record.Errorf(record.ErrDecode, "target table of the record: %v", err)
+	}
+	tg, err := ws.target(ctx, name, rec)
+	if err != nil {
+		return nil, err
+	}
+	if tg.missing {
+		// A delete or truncate of a table that does not exist yet.
+		if rec.Op == record.OpTruncate {
+			ws.noopTruncates++
+		} else {
+			ws.noopDeletes++
+		}
+		return []*op{}, nil
+	}
+	ops, err := w.prepareOne(ctx, ws, tg, rec)
+	if errors.Is(err, ErrUnsupportedColumn) {
+		return nil, fmt.Errorf("postgres: table %s: %w", tg.p.t.Ident, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	tg.ops = append(tg.ops, ops...)
+	return ops, nil
+}
+
+// target returns the table name, loading it (or, with auto.create and a
+// record that has columns, creating it) on first use in this Write.
+func (ws *writeState) target(ctx context.Context, name string, rec *record.Record) (*target, error) {
+	w := ws.w
+	tg := ws.targets[name]
+	if tg == nil {
+		t, fresh, err := w.table(ctx, ws.tx, name)
+		switch {
+		case errors.Is(err, ErrTableNotFound) && w.cfg.AutoCreate:
+			tg = &target{name: name, missing: true}
+		case err != nil:
+			return nil, err
+		default:
+			tg = &target{name: name, p: w.newPlan(t), sc: newScratch(t), fresh: fresh}
+		}
+		ws.targets[name] = tg
+		ws.order = append(ws.order, tg)
+	}
+	if !tg.missing || rec.Op != record.OpUpsert || rec.Value.IsNull() {
+		return tg, nil
+	}
+	if !ws.ddl {
+		return nil, schemaChangeNeeded(name, "auto.create")
+	}
+	if rec.Value.Kind() != record.KindStruct {
+		return nil, record.Errorf(record.ErrDecode, "auto.create: value must be a struct (a JSON object), got %s", rec.Value.Describe())
+	}
+	sql, err := w.createTable(ctx, ws.tx, name, rec)
+	if err != nil {
+		return nil, err
+	}
+	if sql != "" {
+		ws.schemaChanged(sql)
+	}
+	t, err := loadTable(ctx, ws.tx, w.cfg.Schema, name)
+	if err != nil {
+		return nil, err
+	}
+	tg.p, tg.sc, tg.fresh, tg.changed, tg.missing = w.newPlan(t), newScratch(t), true, sql != "", false
+	return nil, errRemap
+}
+
+// schemaChanged counts and logs a schema change made in the transaction.
+func (ws *writeState) schemaChanged(sql string) {
+	ws.stats.SchemaChanges++
+	ws.w.log.Info("schema change in the batch's transaction; it commits or rolls back with the batch", "sql", sql)
+}
+
+// reload reads tg's table from the catalog again (it may have gained
+// columns since it was cached) and restarts the mapping.
+func (ws *writeState) reload(ctx context.Context, tg *target) error {
+	t, err := loadTable(ctx, ws.tx, ws.w.cfg.Schema, tg.name)
+	if err != nil {
+		return err
+	}
+	ws.w.tables.forget(t.Ident)
+	tg.p, tg.sc, tg.fresh = ws.w.newPlan(t), newScratch(t), true
+	return errRemap
+}
+
+// evolve adds the columns of value's fields names (auto.evolve) and
+// restarts the mapping.
+func (ws *writeState) evolve(ctx context.Context, tg *target, value record.Value, names []string) error {
+	if !ws.ddl {
+		return schemaChangeNeeded(tg.name, "auto.evolve")
+	}
+	names = slices.Compact(slices.Clone(names))
+	done, err := ws.w.addColumns(ctx, ws.tx, tg.p.t, value, names)
+	if err != nil {
+		return err
+	}
+	for _, sql := range done {
+		ws.schemaChanged(sql)
+	}
+	tg.changed = true
+	ws.w.tables.forget(tg.p.t.Ident)
+	return ws.reload(ctx, tg)
+}
+
+// table returns the description of a table, from the cache or, when it is
+// not there, from the catalog (fresh).
+func (w *Writer) table(ctx context.Context, tx pgx.Tx, name string) (*table, bool, error) {
+	if t := w.tables.get(pgx.Identifier{w.cfg.Schema, name}.Sanitize()); t != nil {
+		return t, false, nil
+	}
+	t, err := loadTable(ctx, tx, w.cfg.Schema, name)
+	return t, err == nil, err
+}
+
+// newPlan resolves pk.mode's columns in t.
+func (w *Writer) newPlan(t *table) *plan {
 	p := &plan{t: t}
 	var names []string
 	switch w.cfg.PKMode {
@@ -351,52 +578,69 @@ func (w *Writer) plan(ctx context.Context, tx pgx.Tx, name string) (*plan, bool,
 			names = t.PrimaryKey
 		}
 		if len(names) == 0 {
-			return nil, false, fmt.Errorf("pk.fields: empty and table %s has no primary key: list the key columns in pk.fields", t.Ident)
+			p.pkErr = fmt.Errorf("pk.fields: empty and table %s has no primary key: list the key columns in pk.fields", t.Ident)
+			return p
 		}
 	}
 	for _, n := range names {
 		c := t.column(n)
 		if c == nil {
-			return nil, false, fmt.Errorf("pk.fields: table %s has no column %q", t.Ident, n)
+			p.pkErr = fmt.Errorf("pk.fields: table %s has no column %q", t.Ident, n)
+			return p
 		}
 		p.pkCols = append(p.pkCols, c)
 	}
 	if w.cfg.InsertMode == InsertModeUpsert && !t.hasUnique(names) {
-		return nil, false, fmt.Errorf("postgres: upsert into %s on (%s): %w", t.Ident, strings.Join(names, ", "), ErrNoConflictTarget)
+		p.pkErr = fmt.Errorf("postgres: upsert into %s on (%s): %w", t.Ident, strings.Join(names, ", "), ErrNoConflictTarget)
 	}
-	if fresh {
-		w.tables.put(ident, t)
-	}
-	return p, fresh, nil
+	return p
 }
 
-// prepare converts every record through the pipeline and maps it to its
-// columns. Bad records come back as record errors in offset order; err is
-// only for problems that are not a record's fault (an unsupported column
-// type, an unavailable schema registry).
-func (w *Writer) prepare(ctx context.Context, p *plan, records []*kgo.Record) (ops []*op, bad []*record.Error, err error) {
-	ops = make([]*op, 0, len(records))
-	sc := newScratch(p.t)
-	for _, r := range records {
-		o, err := w.prepareOne(ctx, p, r, sc)
-		if errors.Is(err, ErrUnsupportedColumn) {
-			return nil, nil, fmt.Errorf("postgres: table %s: %w", p.t.Ident, err)
-		}
+// cdcKey returns the key columns of a change event's key: the fields of a
+// struct key, or the table's one-column primary key for a primitive key.
+// They must be the table's primary key (or a unique index): a key that
+// changed is an incompatible change.
+func (p *plan) cdcKey(key record.Value) ([]*column, error) {
+	var names []string
+	if key.Kind() == record.KindStruct {
+		err := key.Range(func(name []byte, _ record.Value) error {
+			names = append(names, string(name))
+			return nil
+		})
 		if err != nil {
-			if !record.IsCause(err) {
-				return nil, nil, err
-			}
-			bad = append(bad, badRecord(r, err))
-			continue
+			return nil, err
 		}
-		if o == nil {
-			continue // dropped by a transform
-		}
-		ops = append(ops, o)
+	} else if len(p.t.PrimaryKey) == 1 {
+		names = p.t.PrimaryKey
 	}
-	return ops, bad, nil
+	sig := strings.Join(names, "\x00")
+	if cols, ok := p.cdcKeys[sig]; ok {
+		return cols, nil
+	}
+	what := "(" + strings.Join(names, ", ") + ")"
+	if len(names) == 0 {
+		return nil, record.Errorf(record.ErrIncompatible, "the change event's key is %s but table %s has no one-column primary key to apply it to", key.Describe(), p.t.Ident)
+	}
+	var cols []*column
+	for _, n := range names {
+		c := p.t.column(n)
+		if c == nil {
+			return nil, record.FieldErrorf(n, record.ErrIncompatible, "the change event's key %s has a field %q that table %s has no column for: the source's key changed; give the table that primary key (or recreate it with auto.create), then restart the task", what, n, p.t.Ident)
+		}
+		cols = append(cols, c)
+	}
+	if !p.t.hasUnique(names) {
+		return nil, record.Errorf(record.ErrIncompatible, "the change event's key %s is not the primary key (nor a unique index) of table %s (primary key (%s)): the source's key changed; change the table's primary key to %s, then restart the task", what, p.t.Ident, strings.Join(p.t.PrimaryKey, ", "), what)
+	}
+	if p.cdcKeys == nil {
+		p.cdcKeys = map[string][]*column{}
+	}
+	p.cdcKeys[sig] = cols
+	return cols, nil
 }
 
+// badRecord is the bad-record error of r for cause err; a database
+// rejection names the column the server reported.
 func badRecord(r *kgo.Record, err error) *record.Error {
 	re := record.Locate(r, err)
 	var pe *pgconn.PgError
@@ -408,7 +652,6 @@ func badRecord(r *kgo.Record, err error) *record.Error {
 
 // scratch is what prepare reuses from one record to the next.
 type scratch struct {
-	conv   convert.Scratch
 	slots  []record.Value // the value's field per column (t.Columns order)
 	set    []bool         // whether the value sets the column
 	shape  []byte
@@ -453,7 +696,8 @@ func (sc *scratch) intern() (string, []*column) {
 
 // fill maps the fields of a struct value onto sc.slots by column name,
 // the last of duplicate names winning. A field without a column is an
-// error naming the first unknown field in sorted order.
+// error naming the first unknown field in sorted order (sc.unknown lists
+// them all).
 func (sc *scratch) fill(t *table, value record.Value) error {
 	clear(sc.set)
 	sc.unknown = sc.unknown[:0]
@@ -472,27 +716,28 @@ func (sc *scratch) fill(t *table, value record.Value) error {
 	if len(sc.unknown) == 0 {
 		return nil
 	}
-	slices.Sort(sc.unknown)
-	first := sc.unknown[0]
-	return record.FieldErrorf(first, record.ErrUnknownField, "table %s has no column %q (txsink does not add columns; %d unknown field(s))",
-		t.Ident, record.Truncate(first, 63), len(slices.Compact(sc.unknown)))
+	sorted := slices.Clone(sc.unknown)
+	slices.Sort(sorted)
+	first := sorted[0]
+	return record.FieldErrorf(first, record.ErrUnknownField, "table %s has no column %q (%d unknown field(s); auto.evolve=true adds them)",
+		t.Ident, record.Truncate(first, 63), len(slices.Compact(sorted)))
 }
 
-// keyColumns reads the pk columns a record key supplies: the fields of a
-// struct key, or a primitive key for a single pk column.
-func keyColumns(p *plan, key record.Value) (map[string]record.Value, error) {
+// keyColumns reads the key columns a record key supplies: the fields of a
+// struct key, or a primitive key for a single key column.
+func keyColumns(pk []*column, key record.Value) (map[string]record.Value, error) {
 	if key.IsNull() {
-		return nil, record.Errorf(record.ErrMissingKey, "pk.mode=record_key but the record has no key")
+		return nil, record.Errorf(record.ErrMissingKey, "the record has no key (pk.mode=record_key, or a change event)")
 	}
-	out := make(map[string]record.Value, len(p.pkCols))
+	out := make(map[string]record.Value, len(pk))
 	if key.Kind() != record.KindStruct {
-		if len(p.pkCols) != 1 {
-			return nil, record.Errorf(record.ErrMissingKey, "primitive key but %d pk columns (%s): use a struct (JSON object) key", len(p.pkCols), pkNames(p))
+		if len(pk) != 1 {
+			return nil, record.Errorf(record.ErrMissingKey, "primitive key but %d pk columns (%s): use a struct (JSON object) key", len(pk), pkNames(pk))
 		}
-		out[p.pkCols[0].Name] = key
+		out[pk[0].Name] = key
 		return out, nil
 	}
-	for _, c := range p.pkCols {
+	for _, c := range pk {
 		v, ok := key.Get(c.Name)
 		if !ok {
 			return nil, record.FieldErrorf(c.Name, record.ErrMissingKey, "the key has no field %q", c.Name)
@@ -502,55 +747,95 @@ func keyColumns(p *plan, key record.Value) (map[string]record.Value, error) {
 	return out, nil
 }
 
-func (w *Writer) prepareOne(ctx context.Context, p *plan, r *kgo.Record, sc *scratch) (*op, error) {
+// prepareOne maps a converted record to its ops in tg: usually one; two
+// for an update that moved its key (a delete of the old key first).
+func (w *Writer) prepareOne(ctx context.Context, ws *writeState, tg *target, rec *record.Record) ([]*op, error) {
+	p, sc, r := tg.p, tg.sc, rec.Raw
 	t := p.t
-	rec, err := w.pipe.Convert(ctx, r, &sc.conv, w.cfg.PKMode == PKModeRecordKey)
-	if err != nil || rec == nil {
-		return nil, err // rec == nil: a transform dropped r
+	if rec.Op == record.OpTruncate {
+		if !ws.ddl {
+			return nil, schemaChangeNeeded(tg.name, "a TRUNCATE")
+		}
+		return []*op{{rec: r, trunc: true}}, nil
 	}
-	o := &op{rec: r}
+	o := &op{rec: r, keyed: w.cfg.InsertMode == InsertModeUpsert}
 
-	// The pk columns that do not come from the value.
+	// The key columns and the values that come from the key.
 	var fromKey map[string]record.Value
-	switch w.cfg.PKMode {
-	case PKModeRecordKey:
-		if fromKey, err = keyColumns(p, rec.Key); err != nil {
+	var err error
+	switch {
+	case rec.Change != nil && rec.Key.IsNull():
+		if rec.Op == record.OpDelete || rec.Change.Op == 'u' {
+			return nil, record.Errorf(record.ErrMissingKey, "a change event with op %q and a null key: the source table has no primary key (Debezium sends a null key); give it one, or set the source connector's message.key.columns", rec.Change.OpText())
+		}
+		o.keyed = false // a keyless source table: inserts only
+	case rec.Change != nil:
+		if o.pk, err = p.cdcKey(rec.Key); err != nil {
 			return nil, err
 		}
-	case PKModeKafka:
-		fromKey = map[string]record.Value{
-			p.pkCols[0].Name: record.String(r.Topic),
-			p.pkCols[1].Name: record.Int(int64(r.Partition)),
-			p.pkCols[2].Name: record.Int(r.Offset),
+		if fromKey, err = keyColumns(o.pk, rec.Key); err != nil {
+			return nil, err
+		}
+		o.keyed = true
+	default:
+		if p.pkErr != nil {
+			return nil, p.pkErr
+		}
+		o.pk = p.pkCols
+		switch w.cfg.PKMode {
+		case PKModeRecordKey:
+			if fromKey, err = keyColumns(o.pk, rec.Key); err != nil {
+				return nil, err
+			}
+		case PKModeKafka:
+			fromKey = map[string]record.Value{
+				o.pk[0].Name: record.String(r.Topic),
+				o.pk[1].Name: record.Int(int64(r.Partition)),
+				o.pk[2].Name: record.Int(r.Offset),
+			}
 		}
 	}
 
 	value := rec.Value
-	if value.IsNull() {
-		if !w.cfg.DeleteEnabled {
+	if rec.Op == record.OpDelete || value.IsNull() {
+		if rec.Op != record.OpDelete && !w.cfg.DeleteEnabled {
 			return nil, record.ErrTombstone
 		}
-		o.del = true
-		for _, c := range p.pkCols {
-			kv := fromKey[c.Name]
-			v, err := coerce(c, &kv)
-			if err != nil {
-				return nil, err
-			}
-			if v == nil {
-				return nil, record.FieldErrorf(c.Name, record.ErrMissingKey, "null key column")
-			}
-			o.cols = append(o.cols, c)
-			o.vals = append(o.vals, v)
+		if err := o.setKey(fromKey); err != nil {
+			return nil, err
 		}
-		o.key = keyString(o.vals)
-		return o, nil
+		o.del = true
+		return []*op{o}, nil
 	}
 	if value.Kind() != record.KindStruct {
 		return nil, record.Errorf(record.ErrDecode, "value must be a struct (a JSON object), got %s", value.Describe())
 	}
 	if err := sc.fill(t, value); err != nil {
+		if !errors.Is(err, record.ErrUnknownField) {
+			return nil, err
+		}
+		if !tg.fresh {
+			return nil, ws.reload(ctx, tg) // the table may have gained columns since it was cached
+		}
+		if w.cfg.AutoEvolve {
+			return nil, ws.evolve(ctx, tg, value, sc.unknown)
+		}
 		return nil, err
+	}
+	if w.cfg.AutoEvolve {
+		if s := value.Schema(); s != nil {
+			cerr, ok := p.checked[s]
+			if !ok {
+				cerr = checkNarrowing(t, s)
+				if p.checked == nil {
+					p.checked = map[*record.Schema]error{}
+				}
+				p.checked[s] = cerr
+			}
+			if cerr != nil {
+				return nil, cerr
+			}
+		}
 	}
 
 	sc.shape = sc.shape[:0]
@@ -565,6 +850,11 @@ func (w *Writer) prepareOne(ctx context.Context, p *plan, r *kgo.Record, sc *scr
 		}
 		if v == nil && sc.set[c.Index] {
 			v = &sc.slots[c.Index]
+		}
+		if v == nil && rec.Change != nil {
+			if cv, ok := convert.ChangeColumn(c.Name, rec.Change); ok {
+				v = &cv
+			}
 		}
 		if v == nil {
 			if c.NotNull && !c.HasDef {
@@ -587,24 +877,127 @@ func (w *Writer) prepareOne(ctx context.Context, p *plan, r *kgo.Record, sc *scr
 	if len(sc.cols) == 0 {
 		return nil, record.Errorf(record.ErrDecode, "the value sets no column")
 	}
+	if o.keyed {
+		sc.shape = append(sc.shape, '|')
+		for _, c := range o.pk {
+			sc.shape = strconv.AppendInt(sc.shape, int64(c.Index), 10)
+			sc.shape = append(sc.shape, ',')
+		}
+	}
 	o.shape, o.cols = sc.intern()
-	if p.pkCols != nil && w.cfg.InsertMode == InsertModeUpsert {
-		keyVals := make([]any, 0, len(p.pkCols))
-		for _, c := range p.pkCols {
+	if o.keyed {
+		keyVals := make([]any, 0, len(o.pk))
+		for _, c := range o.pk {
 			i := slices.Index(o.cols, c)
 			if i < 0 || o.vals[i] == nil {
 				return nil, record.FieldErrorf(c.Name, record.ErrMissingKey, "no value for pk column %q", c.Name)
 			}
 			keyVals = append(keyVals, o.vals[i])
 		}
-		o.key = keyString(keyVals)
+		o.key = keySignature(o.pk) + keyString(keyVals)
 	}
-	return o, nil
+	if rec.OldKey.IsNull() || !o.keyed {
+		return []*op{o}, nil
+	}
+	// An update that moved its row to another key: delete the old one.
+	oldKey, err := keyColumns(o.pk, rec.OldKey)
+	if err != nil {
+		return nil, err
+	}
+	moved := &op{rec: r, del: true, keyed: true, extra: true, pk: o.pk}
+	if err := moved.setKey(oldKey); err != nil {
+		return nil, err
+	}
+	return []*op{moved, o}, nil
 }
 
-func pkNames(p *plan) string {
-	names := make([]string, len(p.pkCols))
-	for i, c := range p.pkCols {
+// setKey makes o a delete of the row whose key columns hold fromKey.
+func (o *op) setKey(fromKey map[string]record.Value) error {
+	for _, c := range o.pk {
+		kv := fromKey[c.Name]
+		v, err := coerce(c, &kv)
+		if err != nil {
+			return err
+		}
+		if v == nil {
+			return record.FieldErrorf(c.Name, record.ErrMissingKey, "null key column")
+		}
+		o.cols = append(o.cols, c)
+		o.vals = append(o.vals, v)
+	}
+	o.shape = "d" + keySignature(o.pk)
+	if o.keyed {
+		o.key = keySignature(o.pk) + keyString(o.vals)
+	}
+	return nil
+}
+
+// keySignature names a key's column set, so that keys of different
+// column sets never collide.
+func keySignature(pk []*column) string {
+	var b strings.Builder
+	for _, c := range pk {
+		b.WriteString(strconv.Itoa(c.Index))
+		b.WriteByte(',')
+	}
+	b.WriteByte('|')
+	return b.String()
+}
+
+// apply writes a table's ops: a truncate first (the last one; what came
+// before it is moot), then runs of ordered ops (COPY and tombstone
+// deletes in insert mode) and keyed ops (upserts, change events) in
+// record order.
+func (w *Writer) apply(ctx context.Context, tx pgx.Tx, tg *target, stats *WriteStats) ([]*record.Error, error) {
+	ops := tg.ops
+	if len(ops) == 0 || tg.p == nil {
+		return nil, nil
+	}
+	for i := len(ops) - 1; i >= 0; i-- {
+		if !ops[i].trunc {
+			continue
+		}
+		for _, o := range ops[:i] {
+			if o.trunc {
+				stats.Truncated++
+			} else if !o.extra {
+				stats.Superseded++
+			}
+		}
+		sql := "TRUNCATE TABLE " + tg.p.t.Ident
+		if _, err := tx.Exec(ctx, sql); err != nil {
+			return nil, ddlErr(sql, err)
+		}
+		stats.Truncated++
+		ops = ops[i+1:]
+		break
+	}
+	var bad []*record.Error
+	for len(ops) > 0 {
+		n := 1
+		for n < len(ops) && ops[n].keyed == ops[0].keyed {
+			n++
+		}
+		run := ops[:n]
+		ops = ops[n:]
+		var b []*record.Error
+		var err error
+		if run[0].keyed {
+			b, err = w.applyKeyed(ctx, tx, tg.p, run, stats)
+		} else {
+			b, err = w.applyOrdered(ctx, tx, tg.p, run, stats)
+		}
+		if err != nil {
+			return nil, err
+		}
+		bad = append(bad, b...)
+	}
+	return bad, nil
+}
+
+func pkNames(pk []*column) string {
+	names := make([]string, len(pk))
+	for i, c := range pk {
 		names[i] = c.Name
 	}
 	return strings.Join(names, ", ")
@@ -681,7 +1074,7 @@ func (w *Writer) applyOrdered(ctx context.Context, tx pgx.Tx, p *plan, ops []*op
 				return nil, err
 			}
 			bad = append(bad, failureErrors(b)...)
-			stats.Deleted += len(run) - len(b)
+			stats.Deleted += counted(run) - counted(failedOps(b))
 			continue
 		}
 		for _, group := range groupByShape(run) {
@@ -691,7 +1084,7 @@ func (w *Writer) applyOrdered(ctx context.Context, tx pgx.Tx, p *plan, ops []*op
 				return nil, err
 			}
 			bad = append(bad, failureErrors(b)...)
-			stats.Written += len(group) - len(b)
+			stats.Written += counted(group) - counted(failedOps(b))
 		}
 	}
 	return bad, nil
@@ -724,13 +1117,13 @@ func (w *Writer) applyKeyed(ctx context.Context, tx pgx.Tx, p *plan, ops []*op, 
 			}
 		}
 		var failed []failure
-		if len(dels) > 0 {
-			b, err := w.bisect(ctx, tx, dels, func(ops []*op) error { return w.execDelete(ctx, tx, p, ops) })
+		for _, group := range groupByShape(dels) {
+			b, err := w.bisect(ctx, tx, group, func(ops []*op) error { return w.execDelete(ctx, tx, p, ops) })
 			if err != nil {
 				return nil, err
 			}
 			failed = append(failed, b...)
-			stats.Deleted += len(dels) - len(b)
+			stats.Deleted += counted(group) - counted(failedOps(b))
 		}
 		for _, group := range groupByShape(ups) {
 			cols := group[0].cols
@@ -739,7 +1132,7 @@ func (w *Writer) applyKeyed(ctx context.Context, tx pgx.Tx, p *plan, ops []*op, 
 				return nil, err
 			}
 			failed = append(failed, b...)
-			stats.Written += len(group) - len(b)
+			stats.Written += counted(group) - counted(failedOps(b))
 		}
 		bad = append(bad, failureErrors(failed)...)
 		// Retry the keys whose last op failed with their previous op.
@@ -760,10 +1153,30 @@ func (w *Writer) applyKeyed(ctx context.Context, tx pgx.Tx, p *plan, ops []*op, 
 	}
 	for _, h := range history {
 		if len(h) > 1 {
-			stats.Superseded += len(h) - 1
+			stats.Superseded += counted(h[:len(h)-1])
 		}
 	}
 	return bad, nil
+}
+
+// counted is the number of ops that stand for a record of their own (not
+// the extra delete of a moved key).
+func counted(ops []*op) int {
+	n := 0
+	for _, o := range ops {
+		if !o.extra {
+			n++
+		}
+	}
+	return n
+}
+
+func failedOps(fs []failure) []*op {
+	out := make([]*op, len(fs))
+	for i, f := range fs {
+		out[i] = f.op
+	}
+	return out
 }
 
 // groupByShape splits ops by column set, keeping offset order inside each
@@ -913,7 +1326,8 @@ func arrayText(c *column, v any) (string, error) {
 // INSERT … SELECT FROM unnest(…) ON CONFLICT (pk) DO UPDATE.
 func (w *Writer) execUpsert(ctx context.Context, tx pgx.Tx, p *plan, cols []*column, ops []*op) error {
 	var sel, params, names, set strings.Builder
-	isPK := func(c *column) bool { return slices.Contains(p.pkCols, c) }
+	pk := ops[0].pk
+	isPK := func(c *column) bool { return slices.Contains(pk, c) }
 	for j, c := range cols {
 		if j > 0 {
 			sel.WriteString(", ")
@@ -936,8 +1350,8 @@ func (w *Writer) execUpsert(ctx context.Context, tx pgx.Tx, p *plan, cols []*col
 	for j := range cols {
 		alias[j] = "c" + strconv.Itoa(j)
 	}
-	target := make([]string, len(p.pkCols))
-	for i, c := range p.pkCols {
+	target := make([]string, len(pk))
+	for i, c := range pk {
 		target[i] = pgx.Identifier{c.Name}.Sanitize()
 	}
 	action := "DO NOTHING"
@@ -954,11 +1368,13 @@ func (w *Writer) execUpsert(ctx context.Context, tx pgx.Tx, p *plan, cols []*col
 	return err
 }
 
-// execDelete deletes the rows of ops' keys with one DELETE … USING unnest.
+// execDelete deletes the rows of ops' keys (all of the same key columns)
+// with one DELETE … USING unnest.
 func (w *Writer) execDelete(ctx context.Context, tx pgx.Tx, p *plan, ops []*op) error {
 	var params, where strings.Builder
-	alias := make([]string, len(p.pkCols))
-	for j, c := range p.pkCols {
+	pk := ops[0].pk
+	alias := make([]string, len(pk))
+	for j, c := range pk {
 		if j > 0 {
 			params.WriteString(", ")
 			where.WriteString(" AND ")
@@ -970,7 +1386,7 @@ func (w *Writer) execDelete(ctx context.Context, tx pgx.Tx, p *plan, ops []*op) 
 	}
 	sql := fmt.Sprintf("DELETE FROM %s AS t USING unnest(%s) AS d(%s) WHERE %s",
 		p.t.Ident, params.String(), strings.Join(alias, ", "), where.String())
-	args, err := columnArrays(p.pkCols, ops)
+	args, err := columnArrays(pk, ops)
 	if err != nil {
 		return err
 	}

@@ -552,9 +552,12 @@ func BenchmarkWrite(b *testing.B) {
 }
 
 // statCounts are WriteStats's counts, comparable.
-type statCounts struct{ Written, Deleted, DeadLettered, Superseded, Dropped int }
+type statCounts struct {
+	Written, Deleted, Truncated, DeadLettered, Superseded, Dropped, SchemaChanges int
+}
 
 // counts returns stats's counts.
 func counts(s WriteStats) statCounts {
-	return statCounts{s.Written, s.Deleted, s.DeadLettered, s.Superseded, s.Dropped}
+	return statCounts{Written: s.Written, Deleted: s.Deleted, Truncated: s.Truncated, DeadLettered: s.DeadLettered,
+		Superseded: s.Superseded, Dropped: s.Dropped, SchemaChanges: s.SchemaChanges}
 }

@@ -29,6 +29,16 @@ var (
 	// ErrTransform: a transform cannot apply to the record (a field it
 	// reads is missing or of the wrong type).
 	ErrTransform = errors.New("cannot transform record")
+	// ErrTruncate: a change event truncates its table while
+	// cdc.truncate=refuse (or on a sink that cannot apply it).
+	ErrTruncate = errors.New("truncate event refused")
+	// ErrIncompatible: the record's schema cannot be written to its table
+	// without narrowing a column or changing the key (auto.evolve only adds
+	// columns). Unlike the other bad records it is never dead-lettered:
+	// the stream and the table disagree, and every following record would
+	// go to the dead-letter table too; the partition stops at the record
+	// until an operator changes the table.
+	ErrIncompatible = errors.New("incompatible schema change")
 )
 
 // ErrUnavailable marks failures of the environment the pipeline depends
@@ -130,7 +140,7 @@ func IsCause(err error) bool {
 	if IsBadRecord(err) {
 		return true
 	}
-	for _, s := range []error{ErrDecode, ErrCoerce, ErrUnknownField, ErrMissingKey, ErrTombstone, ErrTransform} {
+	for _, s := range []error{ErrDecode, ErrCoerce, ErrUnknownField, ErrMissingKey, ErrTombstone, ErrTransform, ErrTruncate, ErrIncompatible, ErrNotChange} {
 		if errors.Is(err, s) {
 			return true
 		}

@@ -31,6 +31,16 @@ type Record struct {
 	// Raw is the Kafka record as read: its topic, partition and offset
 	// identify the record in batches, errors and dead letters.
 	Raw *kgo.Record
+	// Op is what the sink does with the record: OpUpsert for every record
+	// that is not a change event.
+	Op Op
+	// OldKey, when not null, is the key of a row a change moved away from
+	// (an update whose before and after differ in a key field): the sink
+	// deletes that row before it writes Value.
+	OldKey Value
+	// Change describes the change event the record came from; nil for
+	// records that are not change events.
+	Change *Change
 }
 
 // Tombstone reports whether the record's value is null.

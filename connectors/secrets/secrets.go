@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/txsink/txsink/config"
+	"github.com/txsink/txsink/config/providers"
 )
 
 // Hidden replaces every secret in what the worker shows: API responses,
@@ -314,7 +315,7 @@ func RedactConfig(l Lookup, raw map[string]string) map[string]string {
 	secrets := Of(l, raw)
 	out := make(map[string]string, len(raw))
 	for k, v := range raw {
-		if isSecretKey(defs, k) {
+		if isSecretKey(defs, k) && !providers.IsReference(v) {
 			out[k] = Hidden
 			continue
 		}
@@ -331,16 +332,22 @@ func redactSetting(v string, secrets []string) string {
 
 // Of returns the secret strings of a configuration, longest first: the
 // values of secret settings and the passwords inside URL values, raw and
-// decoded. ScrubString removes them from free text (error traces).
+// decoded. ScrubString removes them from free text (error traces). A
+// value that is a config provider reference (${file:…}, see
+// config/providers) is not a secret: it only says where the secret is,
+// and RedactConfig shows it.
 func Of(l Lookup, raw map[string]string) []string {
 	defs := defsFor(l, raw)
 	seen := map[string]bool{}
 	add := func(s string) {
-		if len(s) >= 3 && s != Hidden { // shorter strings would mangle unrelated text
+		if len(s) >= 3 && s != Hidden && !providers.IsReference(s) { // shorter strings would mangle unrelated text
 			seen[s] = true
 		}
 	}
 	for k, v := range raw {
+		if providers.IsReference(v) {
+			continue
+		}
 		if isSecretKey(defs, k) {
 			add(v)
 			add(url.QueryEscape(v))
@@ -361,6 +368,33 @@ func Of(l Lookup, raw map[string]string) []string {
 		}
 		return out[i] < out[j]
 	})
+	return out
+}
+
+// InClear returns the settings of raw, sorted, that hold a secret in clear
+// rather than as a config provider reference: a secret setting with a
+// value that is not a reference, or a URL with a password in it. (In
+// distributed mode configurations are stored in a Kafka topic, where
+// secrets must not go in clear.)
+func InClear(l Lookup, raw map[string]string) []string {
+	defs := defsFor(l, raw)
+	var out []string
+	for k, v := range raw {
+		switch {
+		case isSecretKey(defs, k):
+			if v != "" && v != Hidden && !providers.IsReference(v) {
+				out = append(out, k)
+			}
+		default:
+			for _, s := range urlSecrets(v) {
+				if !providers.IsReference(s) {
+					out = append(out, k)
+					break
+				}
+			}
+		}
+	}
+	sort.Strings(out)
 	return out
 }
 

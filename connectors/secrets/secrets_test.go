@@ -111,3 +111,31 @@ func TestRedaction(t *testing.T) {
 		}
 	}
 }
+
+// TestProviderReferences: a config provider reference in a secret setting
+// is shown (it is where the secret is, not the secret), is not scrubbed
+// from text, and is not a secret in clear; a literal password is.
+func TestProviderReferences(t *testing.T) {
+	raw := map[string]string{
+		"name":                "c",
+		"connection.url":      "postgres://u@h:5432/db",
+		"connection.password": "${file:/etc/txsink/secrets.properties:pg}",
+		"my.api.token":        "${env:API_TOKEN}",
+	}
+	got := RedactConfig(nil, raw)
+	if got["connection.password"] != raw["connection.password"] || got["my.api.token"] != raw["my.api.token"] {
+		t.Errorf("references hidden: %v", got)
+	}
+	if secs := Of(nil, raw); len(secs) != 0 {
+		t.Errorf("references counted as secrets: %q", secs)
+	}
+	if c := InClear(nil, raw); len(c) != 0 {
+		t.Errorf("references counted as secrets in clear: %v", c)
+	}
+	raw["connection.password"] = "Pa55word"
+	raw["connection.url"] = "postgres://u:pw123@h:5432/db"
+	raw["other.url"] = "http://x/?token=abc123"
+	if c := InClear(nil, raw); !reflect.DeepEqual(c, []string{"connection.password", "connection.url", "other.url"}) {
+		t.Errorf("InClear = %v", c)
+	}
+}

@@ -164,13 +164,13 @@ type Env struct {
 	REST RESTDriver
 	// ClickHouse is required by ClickHouse lanes.
 	ClickHouse *ClickHouseEnv
-	// Cluster, when set, is the multi-broker Kafka cluster at Bootstrap:
+	// KafkaCluster, when set, is the multi-broker Kafka cluster at Bootstrap:
 	// the broker faults (BrokerLeader, BrokerGroupCoordinator,
 	// BrokerTxnCoordinator, ControllerFailover, RollingRestart) are
 	// planned, and the workers reach it through its fault proxies
 	// (ProxiedBootstrap), so the network faults reach Kafka too.
-	Cluster Cluster
-	// ProxiedBootstrap is Cluster's bootstrap list through its proxies.
+	KafkaCluster KafkaCluster
+	// ProxiedBootstrap is KafkaCluster's bootstrap list through its proxies.
 	ProxiedBootstrap string
 	// Failover, when set, is a PostgreSQL primary with a streaming
 	// standby (the lanes' databases live there), for PostgresFailover.
@@ -201,10 +201,10 @@ type Failover interface {
 	Failover(ctx context.Context) error
 }
 
-// Cluster is a Kafka cluster whose brokers the run may kill and whose
+// KafkaCluster is a Kafka cluster whose brokers the run may kill and whose
 // clients' connections go through fault proxies
 // (harness.KafkaClusterService satisfies it).
-type Cluster interface {
+type KafkaCluster interface {
 	// Brokers lists the node ids.
 	Brokers() []int32
 	// Proxies are the brokers' fault proxies.
@@ -270,7 +270,14 @@ type Profile struct {
 	// Plan, when set, is the schedule itself (focused tests of one
 	// fault), instead of one drawn from Seed, Faults and Weights.
 	Plan []Fault
-	Env  Env
+	// Cluster runs every lane's connector on one cluster of Workers
+	// "txsink serve" workers in distributed mode instead of "txsink run"
+	// processes per lane (see cluster.go): a worker fault hits one worker
+	// and so every lane's tasks on it, each connector has tasks.max =
+	// Workers, and WorkerJoin and WorkerLeave may be planned. Its lanes
+	// all use Env's Kafka (no Lane.Bootstrap).
+	Cluster bool
+	Env     Env
 }
 
 func (p *Profile) defaults() error {
@@ -328,6 +335,9 @@ func (p *Profile) defaults() error {
 			return fmt.Errorf("lanes: empty or repeated name %q", l.Name)
 		}
 		seen[l.Name] = true
+		if p.Cluster && l.Bootstrap != "" {
+			return fmt.Errorf("lane %s: bootstrap: the lanes of a cluster profile share the cluster's Kafka (Env.Bootstrap)", l.Name)
+		}
 		switch l.Sink {
 		case "", SinkPostgres:
 			if p.Env.NewDatabase == nil {
@@ -388,13 +398,13 @@ func (p *Profile) weights() map[Kind]int {
 	if p.Env.ClickHouse == nil || p.Env.ClickHouse.Server == nil || !p.hasSink(SinkClickHouse) {
 		delete(w, ClickHouseRestart)
 	}
-	if p.Env.Cluster == nil {
-		for k := range ClusterWeights {
+	if p.Env.KafkaCluster == nil {
+		for k := range BrokerWeights {
 			delete(w, k)
 		}
 		delete(w, RollingRestart)
 	}
-	if p.Env.Cluster == nil || p.Env.ProxiedBootstrap == "" || !p.hasExactlyOnce() {
+	if p.Env.KafkaCluster == nil || p.Env.ProxiedBootstrap == "" || !p.hasExactlyOnce() {
 		delete(w, CutEndTxn)
 		delete(w, CutTxnOffsets)
 	}
@@ -412,6 +422,10 @@ func (p *Profile) weights() map[Kind]int {
 		for k := range RESTWeights {
 			delete(w, k)
 		}
+	}
+	if !p.Cluster {
+		delete(w, WorkerJoin)
+		delete(w, WorkerLeave)
 	}
 	return w
 }
@@ -449,7 +463,7 @@ func (p *Profile) netTargets() []string {
 	if p.hasSink(SinkClickHouse) {
 		out = append(out, TargetClickHouse)
 	}
-	if p.Env.Cluster != nil && p.Env.ProxiedBootstrap != "" {
+	if p.Env.KafkaCluster != nil && p.Env.ProxiedBootstrap != "" {
 		out = append(out, TargetKafka)
 	}
 	return out
@@ -488,6 +502,7 @@ func needsSinkProxy(plan []Fault) bool {
 type lane struct {
 	Lane
 	connector, topic, db, cfgPath string
+	conf                          map[string]string // the connector's configuration
 	prod                          *upstream.Producer
 	prodLog                       *os.File
 	workers                       []*worker
@@ -523,7 +538,7 @@ func Run(ctx context.Context, p Profile) (Summary, error) {
 	env := p.Env
 	logf := env.Logf
 	start := time.Now()
-	sum := Summary{Profile: p.Name, Seed: p.Seed, Workers: p.Workers, Partitions: p.Partitions, Plan: plan, Faults: map[Kind]int{}}
+	sum := Summary{Profile: p.Name, Seed: p.Seed, Workers: p.Workers, Cluster: p.Cluster, Partitions: p.Partitions, Plan: plan, Faults: map[Kind]int{}}
 	logf("chaos: profile %s, seed %d (replay with TXSINK_CHAOS_SEED=%d), %d faults planned, %d workers, %d lanes, work dir %s",
 		p.Name, p.Seed, p.Seed, len(plan), p.Workers, len(p.Lanes), env.Dir)
 	logf("chaos: schedule:\n%s", FormatPlan(plan))
@@ -533,11 +548,22 @@ func Run(ctx context.Context, p Profile) (Summary, error) {
 
 	nonce := rand.Uint32()
 	var lanes []*lane
-	defer func() {
+	var cl *cluster
+	workers := func() []*worker { // every worker the run may have started
+		if cl != nil {
+			return cl.all()
+		}
+		var out []*worker
 		for _, l := range lanes {
-			for _, w := range l.workers {
-				w.hold().Kill()
-			}
+			out = append(out, l.workers...)
+		}
+		return out
+	}
+	defer func() {
+		for _, w := range workers() {
+			w.hold().Kill()
+		}
+		for _, l := range lanes {
 			if l.pool != nil {
 				l.pool.Close()
 			}
@@ -559,6 +585,12 @@ func Run(ctx context.Context, p Profile) (Summary, error) {
 		}
 		lanes = append(lanes, l)
 	}
+	if p.Cluster {
+		var err error
+		if cl, err = newCluster(&p, nonce); err != nil {
+			return sum, err
+		}
+	}
 
 	// Traffic.
 	prodCtx, stopProducers := context.WithCancel(ctx)
@@ -572,6 +604,22 @@ func Run(ctx context.Context, p Profile) (Summary, error) {
 				return sum, fmt.Errorf("lane %s: start %s: %w", l.Name, w.id, err)
 			}
 		}
+	}
+	if cl != nil {
+		if err := cl.start(ctx); err != nil {
+			return sum, err
+		}
+		for _, l := range lanes {
+			if err := cl.createConnector(ctx, l, l.conf); err != nil {
+				return sum, fmt.Errorf("lane %s: %w", l.Name, err)
+			}
+		}
+	}
+	supervised := func() []*worker {
+		if cl != nil {
+			return cl.active()
+		}
+		return workers()
 	}
 
 	// Sampler and supervisor.
@@ -590,9 +638,9 @@ func Run(ctx context.Context, p Profile) (Summary, error) {
 			}
 			for _, l := range lanes {
 				l.sample(bgCtx)
-				for _, w := range l.workers {
-					w.supervise()
-				}
+			}
+			for _, w := range supervised() {
+				w.supervise()
 			}
 		}
 	}()
@@ -636,7 +684,7 @@ func Run(ctx context.Context, p Profile) (Summary, error) {
 			}
 			l.mu.Unlock()
 		}
-		err := apply(ctx, p, lanes, f)
+		err := apply(ctx, p, lanes, cl, f)
 		now := time.Now()
 		for _, l := range lanes {
 			fr, _ := l.prod.Snapshot()
@@ -657,11 +705,9 @@ func Run(ctx context.Context, p Profile) (Summary, error) {
 	sleep(ctx, p.Cooldown)
 
 	// Heal: every worker running, none stopped.
-	for _, l := range lanes {
-		for _, w := range l.workers {
-			w.signal(syscall.SIGCONT)
-			w.release()
-		}
+	for _, w := range supervised() {
+		w.signal(syscall.SIGCONT)
+		w.release()
 	}
 	logf("chaos: schedule done in %v; stopping producers and draining", sum.ScheduleTime.Round(time.Second))
 	stopProducers()
@@ -681,15 +727,15 @@ func Run(ctx context.Context, p Profile) (Summary, error) {
 	for _, l := range lanes {
 		l.sample(ctx) // the drained state closes the last recoveries
 	}
-	for _, l := range lanes {
-		for _, w := range l.workers {
-			p := w.hold()
-			p.Stop(30 * time.Second)
-		}
+	for _, w := range workers() {
+		w.hold().Stop(30 * time.Second)
 	}
 
 	// Check.
 	for _, l := range lanes {
+		if cl != nil {
+			l.workers = cl.all() // its exits are the cluster's
+		}
 		ls, err := l.check(ctx, p)
 		if err != nil {
 			return sum, fmt.Errorf("lane %s: %w", l.Name, err)
@@ -741,6 +787,7 @@ func setupLane(ctx context.Context, p Profile, lc Lane, i int, nonce uint32, pla
 	if lc.UnsafeNoRecovery {
 		conf["txsink.test.unsafe.disable.recovery"] = "true"
 	}
+	l.conf = conf
 	b, _ := json.MarshalIndent(map[string]any{"name": l.connector, "config": conf}, "", "  ")
 	l.cfgPath = filepath.Join(env.Dir, lc.Name+"-connector.json")
 	if err := os.WriteFile(l.cfgPath, b, 0o600); err != nil {
@@ -760,13 +807,16 @@ func setupLane(ctx context.Context, p Profile, lc Lane, i int, nonce uint32, pla
 		workerBootstrap = env.ProxiedBootstrap
 	}
 	for w := range p.Workers {
+		if p.Cluster {
+			break // the cluster's workers serve every lane
+		}
 		id := fmt.Sprintf("w%d", w+1)
 		args := []string{"run", "-bootstrap", workerBootstrap, "-config", l.cfgPath, "-worker-id", id, "-log-level", "info"}
 		if lc.UnsafeNoFencing || lc.UnsafeNoRecovery {
 			args = append(args, "-allow-unsafe-test-settings") // txsink refuses the switches otherwise
 		}
 		l.workers = append(l.workers, &worker{
-			lane: l, idx: w, id: id, binary: env.Binary, logDir: env.Dir, exits: map[string]int{},
+			logName: lc.Name + "-" + id, idx: w, id: id, binary: env.Binary, logDir: env.Dir, exits: map[string]int{},
 			args: args,
 		})
 	}

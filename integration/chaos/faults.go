@@ -27,7 +27,7 @@ const (
 
 // apply injects one fault and returns once it is healed (the worker is
 // running again, the service is back).
-func apply(ctx context.Context, p Profile, lanes []*lane, f Fault) error {
+func apply(ctx context.Context, p Profile, lanes []*lane, cl *cluster, f Fault) error {
 	if len(f.Lanes) > 0 {
 		var only []*lane
 		for _, l := range lanes {
@@ -39,7 +39,27 @@ func apply(ctx context.Context, p Profile, lanes []*lane, f Fault) error {
 	}
 	switch f.Kind {
 	case KillWorker, TermWorker, FailpointKill, Zombie, ZombieFailpoint:
-		return forLanes(lanes, func(l *lane) error { return applyWorker(ctx, l, l.workers[f.Worker], f) })
+		if cl != nil {
+			// One process runs every lane's tasks: its failpoints fire in
+			// whichever lane passes them first.
+			return applyWorker(ctx, cl.all()[f.Worker], f, f.Point, f.Point)
+		}
+		return forLanes(lanes, func(l *lane) error {
+			return applyWorker(ctx, l.workers[f.Worker], f, pointFor(l.sink(), l.Delivery, f.Point), stopPointFor(l.sink(), l.Delivery, f.Point))
+		})
+	case WorkerJoin, WorkerLeave:
+		if cl == nil {
+			return errors.New("worker joins and leaves need a cluster profile")
+		}
+		if f.Kind == WorkerJoin {
+			jctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+			defer cancel()
+			return cl.join(jctx)
+		}
+		if err := cl.leave(); !errors.Is(err, errNothingToLeave) {
+			return err
+		}
+		return nil
 	case PostgresCrash:
 		if p.Env.Postgres == nil {
 			return errors.New("no PostgreSQL controller")
@@ -123,7 +143,9 @@ func parallel(n int, fn func(i int) error) error {
 	return errors.Join(errs...)
 }
 
-func applyWorker(ctx context.Context, l *lane, w *worker, f Fault) error {
+// applyWorker injects a worker fault; killPoint and stopPoint are the
+// failpoints its FailpointKill and ZombieFailpoint arm.
+func applyWorker(ctx context.Context, w *worker, f Fault, killPoint, stopPoint string) error {
 	cur := w.hold()
 	defer w.release()
 	switch f.Kind {
@@ -144,7 +166,7 @@ func applyWorker(ctx context.Context, l *lane, w *worker, f Fault) error {
 		return nil
 	case FailpointKill:
 		cur.Stop(termWait)
-		spec := fmt.Sprintf("%s:%d", pointFor(l.sink(), l.Delivery, f.Point), f.Hit)
+		spec := fmt.Sprintf("%s:%d", killPoint, f.Hit)
 		armed, err := w.start(spec)
 		if err != nil {
 			return err
@@ -173,7 +195,7 @@ func applyWorker(ctx context.Context, l *lane, w *worker, f Fault) error {
 		return nil
 	case ZombieFailpoint:
 		cur.Stop(termWait)
-		spec := fmt.Sprintf("%s:%d:stop", stopPointFor(l.sink(), l.Delivery, f.Point), f.Hit)
+		spec := fmt.Sprintf("%s:%d:stop", stopPoint, f.Hit)
 		armed, err := w.start(spec)
 		if err != nil {
 			return err
@@ -270,7 +292,7 @@ func cutKafka(ctx context.Context, p Profile, l *lane, f Fault) error {
 	if l.Delivery != "exactly_once" || l.Bootstrap != "" {
 		return nil // no Kafka transaction, or not behind the proxies
 	}
-	if p.Env.Cluster == nil {
+	if p.Env.KafkaCluster == nil {
 		return errors.New("no Kafka cluster with fault proxies")
 	}
 	key := faultnet.APIKeyEndTxn
@@ -278,7 +300,7 @@ func cutKafka(ctx context.Context, p Profile, l *lane, f Fault) error {
 		key = faultnet.APIKeyTxnOffsetCommit
 	}
 	// Transactional ids are txsink-<connector>-<task>-<worker id>.
-	return awaitCut(ctx, p.CutWait, newCut(faultnet.KafkaRequest(key, "txsink-"+l.connector+"-"), f), p.Env.Cluster.Proxies()...)
+	return awaitCut(ctx, p.CutWait, newCut(faultnet.KafkaRequest(key, "txsink-"+l.connector+"-"), f), p.Env.KafkaCluster.Proxies()...)
 }
 
 // awaitCut arms c on the proxies and waits up to wait until it happened.
@@ -309,8 +331,8 @@ func netFault(ctx context.Context, p Profile, lanes []*lane, f Fault) error {
 	var proxies []*faultnet.Proxy
 	switch f.Target {
 	case TargetKafka:
-		if p.Env.Cluster != nil {
-			proxies = p.Env.Cluster.Proxies()
+		if p.Env.KafkaCluster != nil {
+			proxies = p.Env.KafkaCluster.Proxies()
 		}
 	case TargetPostgres, TargetClickHouse:
 		for _, l := range lanes {
@@ -343,7 +365,7 @@ func netFault(ctx context.Context, p Profile, lanes []*lane, f Fault) error {
 // brokerFault kills the broker a cluster fault aims at (or restarts them
 // all in turn) and returns once the cluster is in sync again.
 func brokerFault(ctx context.Context, p Profile, lanes []*lane, f Fault) error {
-	c := p.Env.Cluster
+	c := p.Env.KafkaCluster
 	if c == nil {
 		return errors.New("no Kafka cluster")
 	}

@@ -56,11 +56,11 @@ const (
 	CutCommit Kind = "cut-commit"
 	// CutEndTxn loses the answer to an exactly_once lane's EndTxn (the
 	// Kafka decision), executed by the transaction coordinator. Needs
-	// Env.Cluster (its proxies).
+	// Env.KafkaCluster (its proxies).
 	CutEndTxn Kind = "cut-endtxn"
 	// CutTxnOffsets loses the answer to an exactly_once lane's
 	// TxnOffsetCommit (the group offsets inside the decision). Needs
-	// Env.Cluster.
+	// Env.KafkaCluster.
 	CutTxnOffsets Kind = "cut-txn-offsets"
 	// NetLatency delays every byte between the workers and one service
 	// (Target: postgres, clickhouse or kafka) by Latency, past the
@@ -73,7 +73,7 @@ const (
 	// KB/s for Hold.
 	NetBandwidth Kind = "net-bandwidth"
 	// BrokerLeader kills (SIGKILL) the broker leading a partition of the
-	// first lane's topic, down for Hold. Needs Env.Cluster.
+	// first lane's topic, down for Hold. Needs Env.KafkaCluster.
 	BrokerLeader Kind = "broker-leader"
 	// BrokerGroupCoordinator kills the leader of the first lane's
 	// __consumer_offsets partition (its group coordinator).
@@ -102,6 +102,13 @@ const (
 	// of fixed size, Env.Disk) for Hold, then frees it: writes fail with
 	// SQLSTATE 53100 meanwhile. Planned only explicitly.
 	DiskFull Kind = "disk-full"
+
+	// WorkerJoin: a cluster profile starts one more worker, which takes
+	// over some tasks. WorkerLeave: it stops (SIGTERM) the last worker a
+	// join added, for good (nothing when none is up). Planned only with
+	// Profile.Cluster.
+	WorkerJoin  Kind = "join"
+	WorkerLeave Kind = "leave"
 
 	// REST faults: planned only when Env.REST is set (the REST API is being
 	// built; see Env.REST).
@@ -155,16 +162,16 @@ const (
 	PointCHAfterInsert = "ch-after-insert"
 )
 
-// NetWeights are the network faults (fault proxies), ClusterWeights the
-// broker faults of a three-broker cluster (a rolling restart, which takes
+// NetWeights are the network faults (fault proxies), BrokerWeights the
+// broker faults of a three-broker Kafka cluster (a rolling restart, which takes
 // minutes, only in the soak: SoakWeights); CIWeights is the CI profile's
 // mix: DefaultWeights with both.
 var (
 	NetWeights = map[Kind]int{CutCommit: 3, CutEndTxn: 2, CutTxnOffsets: 1, NetLatency: 2, NetHalfOpen: 2, NetBandwidth: 1}
 
-	ClusterWeights = map[Kind]int{BrokerLeader: 2, BrokerGroupCoordinator: 1, BrokerTxnCoordinator: 1, ControllerFailover: 1}
+	BrokerWeights = map[Kind]int{BrokerLeader: 2, BrokerGroupCoordinator: 1, BrokerTxnCoordinator: 1, ControllerFailover: 1}
 
-	CIWeights = merge(DefaultWeights, NetWeights, ClusterWeights)
+	CIWeights = merge(DefaultWeights, NetWeights, BrokerWeights)
 
 	SoakWeights = merge(CIWeights, map[Kind]int{RollingRestart: 1, ClickHouseRestart: 3, FailpointKill: 3, ZombieFailpoint: 1})
 )
@@ -186,6 +193,24 @@ const (
 	TargetClickHouse = "clickhouse"
 	TargetKafka      = "kafka"
 )
+
+// ClusterWeights is the mix of the cluster profiles: worker faults on
+// the shared workers, joins and leaves, killed producers, and broker
+// faults: a lone broker's restart, or on a three-broker cluster
+// (Env.KafkaCluster) killed partition leaders and group coordinators.
+var ClusterWeights = map[Kind]int{
+	KillWorker:             4,
+	FailpointKill:          4,
+	TermWorker:             2,
+	Zombie:                 2,
+	ZombieFailpoint:        3,
+	WorkerJoin:             2,
+	WorkerLeave:            2,
+	KafkaRestart:           1,
+	BrokerLeader:           1,
+	BrokerGroupCoordinator: 1,
+	ProducerKill:           1,
+}
 
 // RESTWeights is added to the mix when Env.REST is set.
 var RESTWeights = map[Kind]int{RESTPause: 2, RESTStop: 1, RESTRestart: 1, RESTConfig: 1}

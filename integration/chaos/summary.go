@@ -14,9 +14,12 @@ import (
 
 // Summary is the outcome of a run.
 type Summary struct {
-	Profile    string
-	Seed       uint64
-	Workers    int
+	Profile string
+	Seed    uint64
+	Workers int
+	// Cluster: the workers were one cluster shared by every lane
+	// (Profile.Cluster); per-lane worker counts are the cluster's.
+	Cluster    bool
 	Partitions int32
 	Plan       []Fault
 	// Injected counts the faults applied, Faults the same by kind.
@@ -118,8 +121,12 @@ func (r *Recovery) Max() time.Duration {
 
 // WriteText prints the summary tables.
 func (s *Summary) WriteText(w io.Writer) {
-	fmt.Fprintf(w, "chaos summary: profile %s, seed %d, %d workers/lane, %d partitions, %d faults of %d kinds in %v (wall %v)\n\n",
-		s.Profile, s.Seed, s.Workers, s.Partitions, s.Injected, s.Kinds(), s.ScheduleTime.Round(time.Second), s.Wall.Round(time.Second))
+	workers := fmt.Sprintf("%d workers/lane", s.Workers)
+	if s.Cluster {
+		workers = fmt.Sprintf("a cluster of %d workers shared by the lanes", s.Workers)
+	}
+	fmt.Fprintf(w, "chaos summary: profile %s, seed %d, %s, %d partitions, %d faults of %d kinds in %v (wall %v)\n\n",
+		s.Profile, s.Seed, workers, s.Partitions, s.Injected, s.Kinds(), s.ScheduleTime.Round(time.Second), s.Wall.Round(time.Second))
 	if s.Skipped > 0 {
 		fmt.Fprintf(w, "(%d more planned faults did not fit in the duration)\n\n", s.Skipped)
 	}

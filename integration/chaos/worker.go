@@ -12,17 +12,18 @@ import (
 	"github.com/txsink/txsink/internal/failpoint"
 )
 
-// worker is one "txsink run" process slot of a lane: the runner starts,
-// signals and restarts its incarnations. While the fault executor holds it,
-// the supervisor leaves it alone; otherwise an incarnation that exits is
+// worker is one process slot of a lane ("txsink run"), or of the cluster
+// of a cluster profile ("txsink serve"): the runner starts, signals and
+// restarts its incarnations. While the fault executor holds it, the
+// supervisor leaves it alone; otherwise an incarnation that exits is
 // restarted (as a service manager would) and the exit is counted.
 type worker struct {
-	lane   *lane
-	idx    int
-	id     string // -worker-id
-	binary string
-	args   []string
-	logDir string
+	logName string // <logName>.log in logDir
+	idx     int
+	id      string // -worker-id
+	binary  string
+	args    []string
+	logDir  string
 
 	mu          sync.Mutex
 	cur         *harness.Process
@@ -46,7 +47,7 @@ func (w *worker) start(failpointSpec string) (*harness.Process, error) {
 
 func (w *worker) startLocked(failpointSpec string) error {
 	w.incarnation++
-	logPath := filepath.Join(w.logDir, fmt.Sprintf("%s-%s.log", w.lane.Name, w.id))
+	logPath := filepath.Join(w.logDir, w.logName+".log")
 	out, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err

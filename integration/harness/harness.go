@@ -6,7 +6,7 @@
 //
 //  1. An already running service named by an environment variable
 //     (TXSINK_TEST_KAFKA_BOOTSTRAP, TXSINK_TEST_POSTGRES_URL,
-//     TXSINK_TEST_CLICKHOUSE_ADDR). No Docker is needed; fault-injection
+//     TXSINK_TEST_POSTGRES_SOURCE_URL, TXSINK_TEST_CLICKHOUSE_ADDR). No Docker is needed; fault-injection
 //     methods (Stop, Start, Restart) skip the calling test.
 //  2. A container started through testcontainers-go from the image named by
 //     TXSINK_TEST_KAFKA_IMAGE, TXSINK_TEST_POSTGRES_IMAGE,
@@ -136,8 +136,9 @@ type sharedService struct {
 	err  error
 }
 
-// Main runs the tests and terminates every container the harness started.
-// Use it in TestMain: os.Exit(harness.Main(m)).
+// Main runs the tests and terminates every container the harness started
+// (and removes the binary TxsinkBinary built). Use it in TestMain:
+// os.Exit(harness.Main(m)).
 func Main(m *testing.M) int {
 	if !flag.Parsed() {
 		flag.Parse()

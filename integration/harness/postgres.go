@@ -43,12 +43,37 @@ type postgresShared struct {
 // TXSINK_TEST_POSTGRES_URL is unset.
 func Postgres(t testing.TB) *PostgresService {
 	t.Helper()
-	if u := os.Getenv(EnvPostgresURL); u != "" {
+	return postgresService(t, EnvPostgresURL, "postgres")
+}
+
+// postgresService returns the server of envVar, or the container named
+// name (started once per test binary with the server options extra).
+func postgresService(t testing.TB, envVar, name string, extra ...string) *PostgresService {
+	t.Helper()
+	if u := os.Getenv(envVar); u != "" {
 		return &PostgresService{URL: u, tb: t, p: &postgresShared{url: u}}
 	}
-	requireDocker(t, EnvPostgresURL)
-	p := service(t, "postgres", startPostgres)
+	requireDocker(t, envVar)
+	p := service(t, name, func(tb testing.TB, sharedMode bool) (*postgresShared, error) {
+		return startPostgres(tb, sharedMode, name, extra...)
+	})
 	return &PostgresService{URL: p.url, tb: t, p: p}
+}
+
+// EnvPostgresSourceURL names a running PostgreSQL server with
+// wal_level=logical to use as PostgresSource instead of a container.
+const EnvPostgresSourceURL = "TXSINK_TEST_POSTGRES_SOURCE_URL"
+
+// PostgresSource returns a second server, shared by the test binary, that
+// plays the source database of change data capture: wal_level=logical
+// (Debezium's pgoutput replication slots), its own server so that the
+// source and the targets are apart. The superuser of URL may replicate.
+// It skips the test like Postgres, with TXSINK_TEST_POSTGRES_SOURCE_URL
+// instead.
+func PostgresSource(t testing.TB) *PostgresService {
+	t.Helper()
+	return postgresService(t, EnvPostgresSourceURL, "postgres-source",
+		"-c", "wal_level=logical", "-c", "max_replication_slots=20", "-c", "max_wal_senders=20")
 }
 
 // External reports whether the server was not started by the harness (then
@@ -91,8 +116,9 @@ func (s *PostgresService) NewDatabase(t testing.TB) string {
 	return dbURL
 }
 
-// dropDatabase rolls back the database's prepared transactions (which would
-// block DROP DATABASE) and drops it.
+// dropDatabase rolls back the database's prepared transactions and drops
+// its inactive logical replication slots (both would block DROP DATABASE),
+// then drops it.
 func (s *PostgresService) dropDatabase(ctx context.Context, name, dbURL string) error {
 	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
@@ -107,6 +133,9 @@ func (s *PostgresService) dropDatabase(ctx context.Context, name, dbURL string) 
 				err = rerr
 			}
 		}
+	}
+	if err == nil {
+		_, err = conn.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = current_database() AND NOT active")
 	}
 	conn.Close(ctx)
 	if err != nil {
@@ -141,11 +170,15 @@ func (s *PostgresService) Restart(ctx context.Context, immediate bool) error {
 	return waitReady(ctx, s.p.ctr, "PostgreSQL", func(ctx context.Context) error { return postgresReady(ctx, s.URL) })
 }
 
-func startPostgres(tb testing.TB, sharedMode bool) (*postgresShared, error) {
-	return startPostgresWith(tb, sharedMode, "", nil)
+// startPostgres starts a server container named name, with the server
+// options of every harness server and extra.
+func startPostgres(tb testing.TB, sharedMode bool, name string, extra ...string) (*postgresShared, error) {
+	return startPostgresWith(tb, sharedMode, name, "", nil, extra...)
 }
 
-func startPostgresWith(tb testing.TB, sharedMode bool, tmpfsSize string, extra map[string]string) (*postgresShared, error) {
+// startPostgresWith is startPostgres with the data directory on a tmpfs of
+// tmpfsSize (when not "") and env added to the container's environment.
+func startPostgresWith(tb testing.TB, sharedMode bool, name, tmpfsSize string, env map[string]string, extra ...string) (*postgresShared, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	image := envOr(EnvPostgresImage, DefaultPostgresImage)
@@ -157,13 +190,13 @@ func startPostgresWith(tb testing.TB, sharedMode bool, tmpfsSize string, extra m
 		}
 		u := postgresURL(port)
 		spec := containerSpec{
-			name:  "postgres",
+			name:  name,
 			image: image,
 			env:   postgresEnv(),
-			cmd:   postgresArgs(),
+			cmd:   append(postgresArgs(), extra...),
 			ports: map[string]int{"5432/tcp": port},
 		}
-		for k, v := range extra {
+		for k, v := range env {
 			spec.env[k] = v
 		}
 		if tmpfsSize != "" {

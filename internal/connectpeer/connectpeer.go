@@ -1,8 +1,13 @@
 // Package connectpeer prepares and starts a real Apache Kafka Connect
 // worker: Connect 4.1.1 with Debezium's JDBC sink and Connect's own
 // FileStreamSink, its class path resolved by Maven from bench/peer/pom.xml
-// and cached. The benchmark runs it as its peer; the API differential test
-// (integration/connectdiff_test.go) compares txsink's REST API with it.
+// and cached; or a plain worker (worker/pom.xml) with plugins resolved the
+// same way into a plugin.path directory (Debezium's PostgreSQL source
+// connector, deploy/debezium). The
+// benchmark runs it as its peer; the API differential test
+// (integration/connectdiff_test.go) compares txsink's REST API with it;
+// the replication test (integration/replication_test.go) runs Debezium's
+// source connector on it.
 package connectpeer
 
 import (
@@ -40,9 +45,46 @@ func Prepare(ctx context.Context, repo string) (*Peer, error) {
 		return nil, fmt.Errorf("%w: no java on PATH (Kafka Connect needs Java 17)", ErrUnavailable)
 	}
 	pom := filepath.Join(repo, "bench", "peer", "pom.xml")
-	b, err := os.ReadFile(pom)
+	libs, err := resolve(ctx, pom, "peer", "")
 	if err != nil {
 		return nil, err
+	}
+	return &Peer{Libs: libs, Java: java}, nil
+}
+
+// PrepareWorker is Prepare for a plain Connect worker, with no connector
+// on its class path (internal/connectpeer/worker/pom.xml): connectors run
+// on it as plugins (ResolvePlugin), isolated from each other.
+func PrepareWorker(ctx context.Context, repo string) (*Peer, error) {
+	java, err := exec.LookPath("java")
+	if err != nil {
+		return nil, fmt.Errorf("%w: no java on PATH (Kafka Connect needs Java 17)", ErrUnavailable)
+	}
+	libs, err := resolve(ctx, filepath.Join(repo, "internal", "connectpeer", "worker", "pom.xml"), "worker", "")
+	if err != nil {
+		return nil, err
+	}
+	return &Peer{Libs: libs, Java: java}, nil
+}
+
+// ResolvePlugin resolves a Connect plugin (a connector and its runtime
+// dependencies, as pom lists them) into its own directory, cached like
+// Prepare's class path, and returns the directory to put in the worker's
+// plugin.path: it holds one plugin directory, name, with the jars. The
+// worker loads the plugin in isolation (its own class loader), so its
+// dependencies may differ in version from the worker's class path.
+// Cancelling ctx stops Maven; nothing half-written is kept.
+func ResolvePlugin(ctx context.Context, pom, name string) (string, error) {
+	return resolve(ctx, pom, "plugin-"+name, name)
+}
+
+// resolve copies pom's runtime dependencies into
+// <cache>/<prefix>-<hash of pom>[/sub] once and returns that directory
+// (without sub).
+func resolve(ctx context.Context, pom, prefix, sub string) (string, error) {
+	b, err := os.ReadFile(pom)
+	if err != nil {
+		return "", err
 	}
 	sum := sha256.Sum256(b)
 	cache := os.Getenv("TXSINK_BENCH_CACHE")
@@ -50,33 +92,34 @@ func Prepare(ctx context.Context, repo string) (*Peer, error) {
 		home, _ := os.UserHomeDir()
 		cache = filepath.Join(home, ".cache", "txsink-bench")
 	}
-	libs := filepath.Join(cache, "peer-"+hex.EncodeToString(sum[:6]))
-	if _, err := os.Stat(filepath.Join(libs, ".complete")); err == nil {
-		return &Peer{Libs: libs, Java: java}, nil
+	dir := filepath.Join(cache, prefix+"-"+hex.EncodeToString(sum[:6]))
+	if _, err := os.Stat(filepath.Join(dir, ".complete")); err == nil {
+		return dir, nil
 	}
 	mvn, err := exec.LookPath("mvn")
 	if err != nil {
-		return nil, fmt.Errorf("%w: no mvn on PATH (needed once to fetch Kafka Connect and Debezium from Maven Central)", ErrUnavailable)
+		return "", fmt.Errorf("%w: no mvn on PATH (needed once to fetch Kafka Connect and Debezium from Maven Central)", ErrUnavailable)
 	}
-	tmp := libs + ".tmp"
+	tmp := dir + ".tmp"
 	_ = os.RemoveAll(tmp)
-	if err := os.MkdirAll(tmp, 0o755); err != nil {
-		return nil, err
+	out := filepath.Join(tmp, sub)
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return "", err
 	}
 	cmd := exec.CommandContext(ctx, mvn, "-B", "-q", "-Dstyle.color=never", "-f", pom,
-		"dependency:copy-dependencies", "-DincludeScope=runtime", "-DoutputDirectory="+tmp)
-	if out, err := cmd.CombinedOutput(); err != nil {
+		"dependency:copy-dependencies", "-DincludeScope=runtime", "-DoutputDirectory="+out)
+	if outb, err := cmd.CombinedOutput(); err != nil {
 		_ = os.RemoveAll(tmp)
-		return nil, fmt.Errorf("mvn dependency:copy-dependencies on bench/peer/pom.xml failed: %v\n%s", err, LastLines(string(out), 15))
+		return "", fmt.Errorf("mvn dependency:copy-dependencies on %s failed: %v\n%s", pom, err, LastLines(string(outb), 15))
 	}
 	if err := os.WriteFile(filepath.Join(tmp, ".complete"), nil, 0o644); err != nil {
-		return nil, err
+		return "", err
 	}
-	_ = os.RemoveAll(libs)
-	if err := os.Rename(tmp, libs); err != nil {
-		return nil, err
+	_ = os.RemoveAll(dir)
+	if err := os.Rename(tmp, dir); err != nil {
+		return "", err
 	}
-	return &Peer{Libs: libs, Java: java}, nil
+	return dir, nil
 }
 
 // Log4j is the workers' Log4j 2 configuration: warnings to standard

@@ -112,32 +112,14 @@ func readClickHouse(ctx context.Context, o SinkOptions, topics []string) ([]Part
 	inTopics := "(" + strings.Join(topicLits, ", ") + ")"
 
 	// Offsets.
-	if ok, err := chTableExists(ctx, conn, db, o.OffsetsTable); err != nil {
+	offs, err := chStoredOffsets(ctx, conn, db, o.OffsetsTable, o.Connector)
+	if err != nil {
 		return nil, nil, fmt.Errorf("sink: read offsets: %w", err)
-	} else if ok {
-		rows, err := conn.Query(ctx, "SELECT topic, `partition`, argMax(next_offset, (fence, next_offset)), max(fence) FROM "+qual(o.OffsetsTable)+
-			" WHERE connector = "+chLiteral(o.Connector)+" GROUP BY topic, `partition`")
-		if err != nil {
-			return nil, nil, fmt.Errorf("sink: read offsets: %w", err)
-		}
-		for rows.Next() {
-			var topic string
-			var p int32
-			var next int64
-			var fence uint64
-			if err := rows.Scan(&topic, &p, &next, &fence); err != nil {
-				rows.Close()
-				return nil, nil, fmt.Errorf("sink: read offsets: %w", err)
-			}
-			if !want[topic] {
-				continue
-			}
-			ps := get(topic, p)
-			ps.HasOffsets, ps.Fence, ps.Next = true, int64(fence), next
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, nil, fmt.Errorf("sink: read offsets: %w", err)
+	}
+	for _, so := range offs {
+		if want[so.topic] {
+			ps := get(so.topic, so.partition)
+			ps.HasOffsets, ps.Fence, ps.Next = true, so.fence, so.next
 		}
 	}
 
@@ -306,6 +288,33 @@ func chUnfinishedIntents(ctx context.Context, conn driver.Conn, table, connector
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Age > out[j].Age })
 	return out, nil
+}
+
+// chStoredOffsets reads a connector's stored offsets from a ClickHouse
+// offsets table: per partition the row with the greatest (fence,
+// next_offset), as the connector reads them (none when the table does not
+// exist).
+func chStoredOffsets(ctx context.Context, conn driver.Conn, db, table, connector string) ([]storedOffset, error) {
+	if ok, err := chTableExists(ctx, conn, db, table); err != nil || !ok {
+		return nil, err
+	}
+	rows, err := conn.Query(ctx, "SELECT topic, `partition`, argMax(next_offset, (fence, next_offset)), max(fence) FROM "+
+		chIdent(db)+"."+chIdent(table)+" WHERE connector = "+chLiteral(connector)+" GROUP BY topic, `partition`")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []storedOffset
+	for rows.Next() {
+		var o storedOffset
+		var fence uint64
+		if err := rows.Scan(&o.topic, &o.partition, &o.next, &fence); err != nil {
+			return nil, err
+		}
+		o.fence = int64(fence)
+		out = append(out, o)
+	}
+	return out, rows.Err()
 }
 
 func chTableExists(ctx context.Context, conn driver.Conn, db, table string) (bool, error) {

@@ -265,3 +265,23 @@ func Scan(ctx context.Context, o ScanOptions) ([]PartitionTruth, error) {
 	})
 	return out, nil
 }
+
+// stableEnds lists the last stable offsets (the end of what read_committed
+// consumers see) of the topics' partitions.
+func stableEnds(ctx context.Context, bootstrap []string, opts []kgo.Opt, topics []string) (map[tp]int64, error) {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(bootstrap...)}, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	stable, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, topics...)
+	if err == nil {
+		err = stable.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list last stable offsets: %w", err)
+	}
+	out := map[tp]int64{}
+	stable.Each(func(o kadm.ListedOffset) { out[tp{o.Topic, o.Partition}] = o.Offset })
+	return out, nil
+}

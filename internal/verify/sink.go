@@ -129,33 +129,14 @@ func ReadSink(ctx context.Context, o SinkOptions, topics []string) ([]PartitionS
 	}
 
 	// Offsets.
-	offTable := pgx.Identifier{o.Schema, o.OffsetsTable}.Sanitize()
-	if ok, err := tableExists(ctx, tx, offTable); err != nil {
+	offs, err := pgStoredOffsets(ctx, tx, pgx.Identifier{o.Schema, o.OffsetsTable}.Sanitize(), o.Connector)
+	if err != nil {
 		return nil, nil, fmt.Errorf("sink: read offsets: %w", err)
-	} else if ok {
-		rows, err := tx.Query(ctx, `SELECT topic, partition, next_offset, fence FROM `+offTable+` WHERE connector = $1`, o.Connector)
-		if err != nil {
-			return nil, nil, fmt.Errorf("sink: read offsets: %w", err)
-		}
-		for rows.Next() {
-			var topic string
-			var p int32
-			var next *int64
-			var fence int64
-			if err := rows.Scan(&topic, &p, &next, &fence); err != nil {
-				return nil, nil, fmt.Errorf("sink: read offsets: %w", err)
-			}
-			if !want[topic] {
-				continue
-			}
-			ps := get(topic, p)
-			ps.HasOffsets, ps.Fence = true, fence
-			if next != nil {
-				ps.Next = *next
-			}
-		}
-		if err := rows.Err(); err != nil {
-			return nil, nil, fmt.Errorf("sink: read offsets: %w", err)
+	}
+	for _, so := range offs {
+		if want[so.topic] {
+			ps := get(so.topic, so.partition)
+			ps.HasOffsets, ps.Fence, ps.Next = true, so.fence, so.next
 		}
 	}
 
