@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -42,25 +41,8 @@ func cliServe(t testing.TB, bootstrap, workerID string, env ...string) (*proc, s
 		"-bootstrap", bootstrap,
 		"-worker-id", workerID,
 		"-data-dir", filepath.Join(t.TempDir(), "data"))
-	p := &proc{cmd: cmd, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p, p
 	cmd.Env = append(os.Environ(), env...)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.err = cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		if ok, _ := p.exited(); !ok {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			if !p.wait(20 * time.Second) {
-				_ = cmd.Process.Kill()
-				<-p.done
-			}
-		}
-		if t.Failed() || os.Getenv("TXSINK_TEST_VERBOSE") != "" {
-			t.Logf("txsink serve %s output (tail):\n%s", workerID, tail(p.output(), 6000))
-		}
-	})
+	p := startProcStop(t, cmd, "txsink serve "+workerID, 20*time.Second)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := http.Get(url + "/health")

@@ -17,7 +17,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -115,24 +114,10 @@ func startDebezium(t *testing.T, k *harness.KafkaService, o debeziumOptions) *de
 	if err := os.WriteFile(filepath.Join(dir, "log4j2.properties"), []byte(log4j), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{cmd: cmd, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p, p
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.err = cmd.Wait(); close(p.done) }()
+	p := startProcStop(t, cmd, "Kafka Connect (Debezium)", 30*time.Second)
 	d := &debeziumSource{name: name, rest: fmt.Sprintf("http://127.0.0.1:%d", port), proc: p}
 	t.Cleanup(func() {
-		if ok, _ := p.exited(); !ok {
-			p.signal(syscall.SIGTERM)
-			if !p.wait(30 * time.Second) {
-				_ = cmd.Process.Kill()
-				<-p.done
-			}
-		}
-		if t.Failed() || os.Getenv("TXSINK_TEST_VERBOSE") != "" {
-			t.Logf("Kafka Connect (Debezium) output (tail):\n%s", tail(p.output(), 6000))
-		}
+		p.Stop(30 * time.Second) // first: an active slot cannot be dropped
 		// The slot would keep WAL and block dropping the database.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

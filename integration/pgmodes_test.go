@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -87,24 +86,10 @@ func TestPostgresModes(t *testing.T) {
 	}
 }
 
-// procState reads the state letter of a process from /proc (T = stopped).
-func procState(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return ""
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 >= len(s) {
-		return ""
-	}
-	return s[i+2 : i+3]
-}
-
 func waitStopped(t *testing.T, p *proc, d time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(d)
-	for procState(p.cmd.Process.Pid) != "T" {
+	for p.State() != "T" {
 		if ok, code := p.exited(); ok {
 			t.Fatalf("process exited (%d) instead of stopping:\n%s", code, tail(p.output(), 3000))
 		}

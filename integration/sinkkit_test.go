@@ -189,51 +189,43 @@ func createTopic(t testing.TB, k *harness.KafkaService, topic string, partitions
 // txsinkBinary builds cmd/txsink once per test binary.
 func txsinkBinary(t testing.TB) string { return harness.TxsinkBinary(t) }
 
-// proc is a txsink process the test started.
+// proc is a process the test started (harness.Process), its output
+// collected.
 type proc struct {
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	out  bytes.Buffer
-	done chan struct{}
-	err  error
+	*harness.Process
+	out *syncBuffer
 }
 
-func (p *proc) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.Write(b)
+// syncBuffer is a bytes.Buffer safe for concurrent writes and reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(b)
 }
 
 func (p *proc) output() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.String()
+	p.out.mu.Lock()
+	defer p.out.mu.Unlock()
+	return p.out.b.String()
 }
 
 // exited reports whether the process ended, and its exit code (-1 when
 // killed by a signal).
 func (p *proc) exited() (bool, int) {
-	select {
-	case <-p.done:
-		if p.cmd.ProcessState == nil {
-			return true, -1
-		}
-		return true, p.cmd.ProcessState.ExitCode()
-	default:
+	if !p.Exited() {
 		return false, 0
 	}
+	return true, p.ExitCode()
 }
 
-func (p *proc) wait(d time.Duration) bool {
-	select {
-	case <-p.done:
-		return true
-	case <-time.After(d):
-		return false
-	}
-}
+func (p *proc) wait(d time.Duration) bool { return p.Wait(d) }
 
-func (p *proc) signal(sig syscall.Signal) { _ = p.cmd.Process.Signal(sig) }
+func (p *proc) signal(sig syscall.Signal) { p.Signal(sig) }
 
 // writeConnector writes a connector config file and returns its path.
 func writeConnector(t testing.TB, cfg map[string]string) string {
@@ -270,23 +262,30 @@ func runTxsink(t testing.TB, args []string, workerID string, env []string) *proc
 	return startProc(t, cmd, "txsink "+workerID)
 }
 
-// startProc starts cmd, collecting its output; at cleanup the process is
-// killed if still running (a stopped one is continued first), and its
-// output's tail is logged when the test failed (or TXSINK_TEST_VERBOSE is
-// set).
+// startProc starts cmd, collecting its output; at cleanup the process
+// ends if still running (stop: SIGTERM, then SIGKILL after stop; zero:
+// SIGKILL at once, a stopped one continued first), and its output's tail
+// is logged when the test failed (or TXSINK_TEST_VERBOSE is set).
 func startProc(t testing.TB, cmd *exec.Cmd, label string) *proc {
 	t.Helper()
-	p := &proc{cmd: cmd, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p, p
-	if err := cmd.Start(); err != nil {
+	return startProcStop(t, cmd, label, 0)
+}
+
+// startProcStop is startProc ending the process at cleanup with SIGTERM,
+// waiting up to stop before it kills it.
+func startProcStop(t testing.TB, cmd *exec.Cmd, label string, stop time.Duration) *proc {
+	t.Helper()
+	out := &syncBuffer{}
+	hp, err := harness.StartCommand(cmd, out)
+	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { p.err = cmd.Wait(); close(p.done) }()
+	p := &proc{Process: hp, out: out}
 	t.Cleanup(func() {
-		if ok, _ := p.exited(); !ok {
-			_ = cmd.Process.Signal(syscall.SIGCONT)
-			_ = cmd.Process.Kill()
-			<-p.done
+		if stop > 0 {
+			p.Stop(stop)
+		} else {
+			p.Kill()
 		}
 		if t.Failed() || os.Getenv("TXSINK_TEST_VERBOSE") != "" {
 			t.Logf("%s output (tail):\n%s", label, tail(p.output(), 6000))

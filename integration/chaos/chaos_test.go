@@ -176,15 +176,22 @@ func TestChaos(t *testing.T) {
 func runCI(t *testing.T, s uint64, p Profile) Summary {
 	t.Helper()
 	t.Logf("chaos seed %d (replay: %s=%d)", s, EnvSeed, s)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	return runProfile(t, p, 20*time.Minute)
+}
+
+// runProfile runs p within timeout and logs its summary and wall time;
+// the run must not fail.
+func runProfile(t *testing.T, p Profile, timeout time.Duration) Summary {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	start := time.Now()
 	sum, err := Run(ctx, p)
 	var buf bytes.Buffer
 	sum.WriteText(&buf)
-	t.Logf("seed %d\n%s", s, buf.String())
+	t.Logf("%s, seed %d\n%s", p.Name, p.Seed, buf.String())
 	if err != nil {
-		t.Fatalf("seed %d: run failed: %v", s, err)
+		t.Fatalf("%s, seed %d: run failed: %v", p.Name, p.Seed, err)
 	}
 	t.Logf("wall time %v", time.Since(start).Round(time.Second))
 	return sum

@@ -1,8 +1,6 @@
 package chaos
 
 import (
-	"bytes"
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -38,17 +36,7 @@ func focused(name string, e Env, gap time.Duration, plan []Fault, lanes ...Lane)
 // lane not in mayFail could not be applied.
 func runFocused(t *testing.T, p Profile, mayFail ...string) Summary {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	start := time.Now()
-	sum, err := Run(ctx, p)
-	var buf bytes.Buffer
-	sum.WriteText(&buf)
-	t.Logf("%s\n%s", p.Name, buf.String())
-	if err != nil {
-		t.Fatalf("run failed: %v", err)
-	}
-	t.Logf("wall time %v", time.Since(start).Round(time.Second))
+	sum := runProfile(t, p, 15*time.Minute)
 	if sum.Injected != len(p.Plan) {
 		t.Errorf("%d of %d planned faults applied", sum.Injected, len(p.Plan))
 	}

@@ -26,8 +26,15 @@ type Process struct {
 // discarded). It does not stop the process: the caller does (Stop, Kill).
 func StartProcess(binary string, args, env []string, out io.Writer) (*Process, error) {
 	cmd := exec.Command(binary, args...)
-	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = append(os.Environ(), env...)
+	return StartCommand(cmd, out)
+}
+
+// StartCommand starts cmd as prepared by the caller (arguments,
+// environment, directory); out receives stdout and stderr (nil:
+// discarded). The caller stops the process (Stop, Kill).
+func StartCommand(cmd *exec.Cmd, out io.Writer) (*Process, error) {
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
