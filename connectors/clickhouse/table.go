@@ -435,6 +435,9 @@ func rowsOf(t *table, m mapping, rec *record.Record, sc *slots) ([]row, error) {
 		} else if err := checkChangeTable(t, m, rec); err != nil {
 			return nil, err
 		}
+		if u := rec.Change.Unavailable; len(u) > 0 {
+			return nil, record.FieldErrorf(u[0], record.ErrCoerce, "the update carries the source's placeholder for an unchanged value it could not read (a TOASTed column of a table with REPLICA IDENTITY DEFAULT; %d such field(s)), and a ClickHouse row is replaced whole, so the copy would lose the value: set ALTER TABLE … REPLICA IDENTITY FULL on the source table %s", len(u), rec.Change.Table)
+		}
 	}
 	var keyFields []string
 	if cdc && rec.Key.Kind() == record.KindStruct {
