@@ -657,18 +657,15 @@ func badRecord(r *kgo.Record, err error) *record.Error {
 
 // scratch is what prepare reuses from one record to the next.
 type scratch struct {
-	slots  []record.Value // the value's field per column (t.Columns order)
-	set    []bool         // whether the value sets the column
-	shape  []byte
-	cols   []*column
-	shapes map[string]shape // interned shapes: most batches have one
-	vals   []any            // carved into ops' vals
-	// unknown collects field names without a column.
-	unknown []string
+	record.Slots // the value's fields per column (t.Columns order)
+	shape        []byte
+	cols         []*column
+	shapes       map[string]shape // interned shapes: most batches have one
+	vals         []any            // carved into ops' vals
 }
 
 func newScratch(t *table) *scratch {
-	return &scratch{slots: make([]record.Value, len(t.Columns)), set: make([]bool, len(t.Columns)), shapes: map[string]shape{}}
+	return &scratch{Slots: record.NewSlots(len(t.Columns)), shapes: map[string]shape{}}
 }
 
 // shape is a column set: its key and its columns (shared by the ops).
@@ -699,33 +696,27 @@ func (sc *scratch) intern() (string, []*column) {
 	return s.key, s.cols
 }
 
-// fill maps the fields of a struct value onto sc.slots by column name,
+// fill maps the fields of a struct value onto sc's slots by column name,
 // the last of duplicate names winning. A field without a column is an
-// error naming the first unknown field in sorted order (sc.unknown lists
+// error naming the first unknown field in sorted order (sc.Unknown lists
 // them all).
 func (sc *scratch) fill(t *table, value record.Value) error {
-	clear(sc.set)
-	sc.unknown = sc.unknown[:0]
-	err := value.Range(func(name []byte, fv record.Value) error {
-		c := t.byName[string(name)]
-		if c == nil {
-			sc.unknown = append(sc.unknown, string(name))
-			return nil
+	clear(sc.Set)
+	err := sc.Fill(value, nil, func(name []byte) (int, bool) {
+		if c := t.byName[string(name)]; c != nil {
+			return c.Index, true
 		}
-		sc.slots[c.Index], sc.set[c.Index] = fv, true
-		return nil
+		return 0, false
 	})
 	if err != nil {
 		return err
 	}
-	if len(sc.unknown) == 0 {
+	first, n := sc.FirstUnknown()
+	if n == 0 {
 		return nil
 	}
-	sorted := slices.Clone(sc.unknown)
-	slices.Sort(sorted)
-	first := sorted[0]
 	return record.FieldErrorf(first, record.ErrUnknownField, "table %s has no column %q (%d unknown field(s); auto.evolve=true adds them)",
-		t.Ident, record.Truncate(first, 63), len(slices.Compact(sorted)))
+		t.Ident, record.Truncate(first, 63), n)
 }
 
 // keyColumns reads the key columns a record key supplies: the fields of a
@@ -823,7 +814,7 @@ func (w *Writer) prepareOne(ctx context.Context, ws *writeState, tg *target, rec
 			return nil, ws.reload(ctx, tg) // the table may have gained columns since it was cached
 		}
 		if w.cfg.AutoEvolve {
-			return nil, ws.evolve(ctx, tg, value, sc.unknown)
+			return nil, ws.evolve(ctx, tg, value, sc.Unknown)
 		}
 		return nil, err
 	}
@@ -847,8 +838,8 @@ func (w *Writer) prepareOne(ctx context.Context, ws *writeState, tg *target, rec
 	// could not read carry none: the row keeps its own.
 	if rec.Change != nil {
 		for _, name := range rec.Change.Unavailable {
-			if c := t.byName[name]; c != nil && sc.set[c.Index] && !c.Generated {
-				sc.set[c.Index] = false
+			if c := t.byName[name]; c != nil && sc.Set[c.Index] && !c.Generated {
+				sc.Set[c.Index] = false
 				o.keep = append(o.keep, c)
 			}
 		}
@@ -864,8 +855,8 @@ func (w *Writer) prepareOne(ctx context.Context, ws *writeState, tg *target, rec
 				v = &kv
 			}
 		}
-		if v == nil && sc.set[c.Index] {
-			v = &sc.slots[c.Index]
+		if v == nil && sc.Set[c.Index] {
+			v = &sc.Vals[c.Index]
 		}
 		if v == nil && rec.Change != nil {
 			if cv, ok := convert.ChangeColumn(c.Name, rec.Change); ok {
