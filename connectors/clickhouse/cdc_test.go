@@ -97,6 +97,36 @@ func TestMapChangeEvents(t *testing.T) {
 	}
 }
 
+// TestUnavailableValueRefused: an update carrying Debezium's placeholder
+// for an unchanged TOASTed value would replace the row whole without it,
+// so it is a bad record naming the field and REPLICA IDENTITY FULL.
+func TestUnavailableValueRefused(t *testing.T) {
+	tb := testTable(t, [2]string{"id", "Int32"}, [2]string{"name", "String"}, [2]string{"qty", "Nullable(Int32)"},
+		[2]string{"ver", "UInt64"}, [2]string{"is_deleted", "UInt8"})
+	tb.Engine = parseEngine("ReplacingMergeTree", "ReplacingMergeTree(ver, is_deleted) ORDER BY id", Features{})
+	m := mapping{VersionColumn: "ver", DeletedColumn: "is_deleted"}
+	pipe := cdcPipeline(t, map[string]string{convert.KeyCDCFormat: "debezium"})
+	recs := cdcRecords(
+		dbztest.Event{Op: 'c', After: dbztest.Row{"id": 1, "name": convert.DefaultUnavailable, "qty": 1}, LSN: 100}, // an insert's text is a value
+		dbztest.Event{Op: 'u', Before: dbztest.Row{"id": 1, "name": "a", "qty": 1}, After: dbztest.Row{"id": 1, "name": convert.DefaultUnavailable, "qty": 2}, LSN: 200},
+		dbztest.Event{Op: 'u', Before: dbztest.Row{"id": 1, "name": "a", "qty": 2}, After: dbztest.Row{"id": 1, "name": "b", "qty": 3}, LSN: 300},
+	)
+	groups, bad, err := mapRecords(context.Background(), pipe, m, fixedTable{tb}, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bad) != 1 || bad[0].Offset != 1 || !errors.Is(bad[0], record.ErrCoerce) || bad[0].Field != "name" || !strings.Contains(bad[0].Error(), "REPLICA IDENTITY FULL") {
+		t.Errorf("bad records %v, want the update at 1, field name", bad)
+	}
+	n := 0
+	for _, g := range groups {
+		n += len(g.rows)
+	}
+	if n != 2 {
+		t.Errorf("%d rows, want the insert and the last update", n)
+	}
+}
+
 // fmtRow renders a row's values, pointers dereferenced, nil as <nil>.
 func fmtRow(r []any) string {
 	parts := make([]string, len(r))

@@ -277,10 +277,10 @@ func mapOne(ctx context.Context, pipe *convert.Pipeline, m mapping, res resolver
 		if errors.Is(err, ErrUnsupportedColumn) {
 			return nil, fmt.Errorf("clickhouse: table %s: %w", t.Ident, err)
 		}
-		if attempt == 2 || !errors.Is(err, record.ErrUnknownField) || len(sc.unknown) == 0 {
+		if attempt == 2 || !errors.Is(err, record.ErrUnknownField) || len(sc.Unknown) == 0 {
 			return rows, err
 		}
-		nt, eerr := res.evolve(ctx, t, rec.Value, slices.Clone(sc.unknown))
+		nt, eerr := res.evolve(ctx, t, rec.Value, slices.Clone(sc.Unknown))
 		if eerr != nil {
 			return nil, eerr
 		}
@@ -293,45 +293,25 @@ func mapOne(ctx context.Context, pipe *convert.Pipeline, m mapping, res resolver
 
 // slots hold a record's fields by column position, reused from one record
 // to the next.
-type slots struct {
-	vals    []record.Value
-	set     []bool
-	unknown []string
-}
+type slots struct{ record.Slots }
 
-func newSlots(t *table) *slots {
-	return &slots{vals: make([]record.Value, len(t.Columns)), set: make([]bool, len(t.Columns))}
-}
+func newSlots(t *table) *slots { return &slots{record.NewSlots(len(t.Columns))} }
 
 // fill maps the fields of a struct onto the insertable columns of t, the
 // last of duplicate names winning; only names in keep, when set, are
 // taken. A field without an insertable column is an error naming the first
-// such field in sorted order (sc.unknown lists them in the value's order).
+// such field in sorted order (sc.Unknown lists them in the value's order).
 func (sc *slots) fill(t *table, v record.Value, keep []string) error {
-	sc.unknown = sc.unknown[:0]
-	err := v.Range(func(name []byte, fv record.Value) error {
-		if len(keep) > 0 && !slices.Contains(keep, string(name)) {
-			return nil
-		}
-		i, ok := t.pos[string(name)]
-		if !ok {
-			sc.unknown = append(sc.unknown, string(name))
-			return nil
-		}
-		sc.vals[i], sc.set[i] = fv, true
-		return nil
-	})
+	err := sc.Fill(v, keep, func(name []byte) (int, bool) { i, ok := t.pos[string(name)]; return i, ok })
 	if err != nil {
 		return err
 	}
-	if len(sc.unknown) == 0 {
+	first, n := sc.FirstUnknown()
+	if n == 0 {
 		return nil
 	}
-	sorted := slices.Clone(sc.unknown)
-	slices.Sort(sorted)
-	first := sorted[0]
 	return record.FieldErrorf(first, record.ErrUnknownField, "table %s has no insertable column %q (%d unknown field(s))",
-		t.Ident, record.Truncate(first, 63), len(slices.Compact(sorted)))
+		t.Ident, record.Truncate(first, 63), n)
 }
 
 // fillKey maps a deletion row's key onto the key columns: a struct key's
@@ -351,7 +331,7 @@ func (sc *slots) fillKey(t *table, keyFields []string, key record.Value) error {
 		if !ok {
 			return record.FieldErrorf(keyFields[0], record.ErrUnknownField, "table %s has no insertable column %q", t.Ident, keyFields[0])
 		}
-		sc.vals[i], sc.set[i] = key, true
+		sc.Vals[i], sc.Set[i] = key, true
 		return nil
 	}
 	return record.Errorf(record.ErrMissingKey, "a deletion needs a key (a struct, or a primitive with pk.fields)")
@@ -435,6 +415,9 @@ func rowsOf(t *table, m mapping, rec *record.Record, sc *slots) ([]row, error) {
 		} else if err := checkChangeTable(t, m, rec); err != nil {
 			return nil, err
 		}
+		if u := rec.Change.Unavailable; len(u) > 0 {
+			return nil, record.FieldErrorf(u[0], record.ErrCoerce, "the update carries the source's placeholder for an unchanged value it could not read (a TOASTed column of a table with REPLICA IDENTITY DEFAULT; %d such field(s)), and a ClickHouse row is replaced whole, so the copy would lose the value: set ALTER TABLE … REPLICA IDENTITY FULL on the source table %s", len(u), rec.Change.Table)
+		}
 	}
 	var keyFields []string
 	if cdc && rec.Key.Kind() == record.KindStruct {
@@ -444,7 +427,7 @@ func rowsOf(t *table, m mapping, rec *record.Record, sc *slots) ([]row, error) {
 	}
 	var out []row
 	if !rec.OldKey.IsNull() {
-		clear(sc.set)
+		clear(sc.Set)
 		if err := sc.fillKey(t, keyFields, rec.OldKey); err != nil {
 			return nil, err
 		}
@@ -454,7 +437,7 @@ func rowsOf(t *table, m mapping, rec *record.Record, sc *slots) ([]row, error) {
 		}
 		out = append(out, rw)
 	}
-	clear(sc.set)
+	clear(sc.Set)
 	deleted := false
 	switch value := rec.Value; {
 	case rec.Op == record.OpDelete || value.IsNull():
@@ -513,8 +496,8 @@ func (sc *slots) row(t *table, m mapping, rec *record.Record, deleted bool) (row
 			}
 			fallthrough
 		default:
-			if sc.set[i] {
-				v = &sc.vals[i]
+			if sc.Set[i] {
+				v = &sc.Vals[i]
 			} else if rec.Change != nil {
 				if cv, ok := convert.ChangeColumn(c.Name, rec.Change); ok {
 					fixed, v = cv, &fixed

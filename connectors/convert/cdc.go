@@ -2,6 +2,7 @@ package convert
 
 import (
 	"bytes"
+	"encoding/base64"
 	"fmt"
 	"slices"
 	"strings"
@@ -12,10 +13,13 @@ import (
 
 // Change data capture setting names.
 const (
-	KeyCDCFormat       = "cdc.format"
-	KeyCDCDeleteMode   = "cdc.delete.handling.mode"
-	KeyCDCTruncate     = "cdc.truncate"
-	KeyCDCColumns      = "cdc.columns"
+	KeyCDCFormat      = "cdc.format"
+	KeyCDCDeleteMode  = "cdc.delete.handling.mode"
+	KeyCDCTruncate    = "cdc.truncate"
+	KeyCDCColumns     = "cdc.columns"
+	KeyCDCUnavailable = "cdc.unavailable.value.placeholder"
+	// DefaultUnavailable is Debezium's unavailable.value.placeholder.
+	DefaultUnavailable = "__debezium_unavailable_value"
 	CDCFormatAuto      = "auto"
 	CDCFormatDebezium  = "debezium"
 	CDCFormatNone      = "none"
@@ -45,6 +49,8 @@ var CDCDefs = config.Defs{
 		Doc: "What a truncate event (op t) does: refuse makes it a bad record naming it (errors.tolerance applies: the partition stops there, or it is dead-lettered); apply empties the target table inside the batch's transaction (PostgreSQL only)."},
 	{Name: KeyCDCColumns, Type: config.List, Group: "Change data capture", Check: checkCDCColumns,
 		Doc: "Change columns that auto.create adds to the tables it creates: any of __op (the event's op: c, r, u, d), __source_ts_ms (source.ts_ms), __lsn (source.lsn), __deleted (true for a rewritten delete). A table that has such a column gets it filled whatever this setting says."},
+	{Name: KeyCDCUnavailable, Type: config.String, Default: DefaultUnavailable, Group: "Change data capture",
+		Doc: "The source connector's unavailable.value.placeholder: what Debezium sends, in an update, for a value stored out of line (PostgreSQL TOAST) that the update left unchanged and the WAL does not carry (REPLICA IDENTITY DEFAULT). An update field holding it (as text, or as the bytes of a bytea column) is not a value: PostgreSQL keeps the copy's value of that column; ClickHouse, which replaces rows whole, refuses the record naming the field. Set REPLICA IDENTITY FULL on such source tables (docs/cdc.md)."},
 }
 
 func checkCDCColumns(v string) error {
@@ -98,6 +104,9 @@ type cdcStage struct {
 	format     string
 	deleteMode string
 	truncate   string
+	// unavailable is Debezium's placeholder for an unchanged TOASTed
+	// value, as text and as the base64 text a schemaless bytea has.
+	unavailable, unavailable64 string
 }
 
 func newCDCStage(v config.Values) *cdcStage {
@@ -111,6 +120,11 @@ func newCDCStage(v config.Values) *cdcStage {
 	if s.truncate == "" {
 		s.truncate = CDCTruncateRefuse
 	}
+	s.unavailable = v[KeyCDCUnavailable]
+	if s.unavailable == "" {
+		s.unavailable = DefaultUnavailable
+	}
+	s.unavailable64 = base64.StdEncoding.EncodeToString([]byte(s.unavailable))
 	return s
 }
 
@@ -224,10 +238,40 @@ func (s *cdcStage) apply(r *record.Record, ch *record.Change, key func() error) 
 		return false, err
 	}
 	r.Op, r.Value = record.OpUpsert, e.after
-	if ch.Op == 'u' && e.hasBefore && !e.before.IsNull() {
-		r.OldKey = movedKey(r.Key, e.before, e.after)
+	if ch.Op == 'u' {
+		if ch.Unavailable, err = s.unavailableFields(e.after); err != nil {
+			return false, err
+		}
+		if e.hasBefore && !e.before.IsNull() {
+			r.OldKey = movedKey(r.Key, e.before, e.after)
+		}
 	}
 	return true, nil
+}
+
+// unavailableFields lists the fields of an update's after that hold
+// Debezium's placeholder for an unchanged value it could not read (a
+// TOASTed column under REPLICA IDENTITY DEFAULT): the text itself, the
+// bytes of a bytea, or, without a schema, the base64 text a bytea
+// becomes in JSON.
+func (s *cdcStage) unavailableFields(after record.Value) ([]string, error) {
+	var names []string
+	err := after.Range(func(name []byte, fv record.Value) error {
+		var hit bool
+		switch fv.Kind() {
+		case record.KindString:
+			t, _ := fv.AsString()
+			hit = t == s.unavailable || after.Schema() == nil && t == s.unavailable64
+		case record.KindBytes:
+			b, _ := fv.AsBytes()
+			hit = string(b) == s.unavailable
+		}
+		if hit {
+			names = append(names, string(name))
+		}
+		return nil
+	})
+	return names, err
 }
 
 // readSource copies the routing and position fields of a Debezium source

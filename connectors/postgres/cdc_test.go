@@ -28,6 +28,7 @@ func TestChangeWriter(t *testing.T) {
 	t.Run("change events", func(t *testing.T) { t.Parallel(); testChangeEvents(t, newTestDB(t, srv)) })
 	t.Run("delete handling and change columns", func(t *testing.T) { t.Parallel(); testDeleteHandling(t, newTestDB(t, srv)) })
 	t.Run("truncate", func(t *testing.T) { t.Parallel(); testTruncate(t, newTestDB(t, srv)) })
+	t.Run("unavailable values", func(t *testing.T) { t.Parallel(); testUnavailable(t, newTestDB(t, srv)) })
 	t.Run("auto.create", func(t *testing.T) { t.Parallel(); testAutoCreate(t, newTestDB(t, srv)) })
 	t.Run("auto.create avro", func(t *testing.T) { t.Parallel(); testAutoCreateAvro(t, newTestDB(t, srv)) })
 	t.Run("auto.evolve", func(t *testing.T) { t.Parallel(); testAutoEvolve(t, newTestDB(t, srv)) })
@@ -156,6 +157,76 @@ func testChangeEvents(t *testing.T, d *testDB) {
 	var re *record.Error
 	if !errors.As(err, &re) || re.Offset != 200 || !errors.Is(err, record.ErrMissingKey) {
 		t.Errorf("update without a key: %v", err)
+	}
+}
+
+// testUnavailable: an update's field holding Debezium's placeholder for an
+// unchanged TOASTed value (text, bytea with and without a schema) keeps
+// the copy's value, also across the records of a key in one batch and
+// after a delete and create; an insert's text equal to the placeholder
+// is a value.
+func testUnavailable(t *testing.T, d *testDB) {
+	docs := &dbztest.Table{
+		Server: "src", DB: "shop", Schema: "public", Name: "docs",
+		Columns: []dbztest.Column{{Name: "id", Type: "int32"}, {Name: "title", Type: "string"}, {Name: "body", Type: "string"}, {Name: "blob", Type: "bytes", Optional: true}},
+		Key:     []string{"id"},
+	}
+	d.exec(`CREATE TABLE docs (id int4 PRIMARY KEY, title text NOT NULL, body text NOT NULL, blob bytea)`)
+	const ph = convert.DefaultUnavailable
+	doc := func(id int, title, body string, blob any) dbztest.Row {
+		return dbztest.Row{"id": id, "title": title, "body": body, "blob": blob}
+	}
+	lsn := int64(0)
+	ev := func(op byte, after dbztest.Row) *dbztest.Event {
+		lsn += 10
+		return &dbztest.Event{Op: op, After: after, LSN: lsn}
+	}
+	w := cdcWriter(t, WriterConfig{TableNameFormat: "docs"}, map[string]string{convert.KeyCDCFormat: "debezium"})
+	if _, err := d.write(w, events(docs, 0,
+		ev('c', doc(1, "a", "B1", []byte("X1"))),
+		ev('c', doc(2, "b", "B2", []byte("X2"))),
+		ev('c', doc(4, "d", ph, nil)), // an insert's text is a value
+	)); err != nil {
+		t.Fatal(err)
+	}
+	batch := events(docs, 10,
+		ev('u', doc(1, "a2", ph, []byte(ph))),
+		ev('u', doc(2, "b2", "B2new", []byte("X2new"))),
+		ev('u', doc(2, "b3", ph, []byte(ph))),
+		ev('c', doc(3, "c", "B3", []byte("X3"))),
+		&dbztest.Event{Op: 'd', Before: doc(3, "c", "B3", []byte("X3")), LSN: 200}, nil,
+		ev('c', doc(3, "c2", "B3b", nil)),
+		ev('u', doc(3, "c3", ph, []byte(ph))),
+	)
+	want := `(1,a2,B1,"\\x5831") (2,b3,B2new,"\\x58326e6577") (3,c3,B3b,) (4,d,` + ph + `,)`
+	for range 2 { // a redo leaves the same table
+		if _, err := d.write(w, batch); err != nil {
+			t.Fatal(err)
+		}
+		if got := d.rows("docs"); got != want {
+			t.Errorf("docs: %s\nwant  %s", got, want)
+		}
+	}
+	// Without a schema a bytea is base64 text; an update's placeholder in
+	// that form is recognised too.
+	k, v := docs.SchemalessJSON(*ev('u', doc(1, "a3", "B1new", []byte(ph))))
+	sw := cdcWriter(t, WriterConfig{TableNameFormat: "docs"}, map[string]string{convert.KeyCDCFormat: "debezium", "value.converter.schemas.enable": "false", "key.converter.schemas.enable": "false"})
+	if _, err := d.write(sw, []*kgo.Record{{Topic: docs.Topic(), Offset: 300, Key: k, Value: v}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := d.strings(`SELECT d::text FROM docs d WHERE id = 1`)[0], `(1,a3,B1new,"\\x5831")`; got != want {
+		t.Errorf("schemaless: %s, want %s", got, want)
+	}
+	// An update of a row the copy does not have cannot keep its value: a
+	// NOT NULL column without it is a bad record at its offset, never an
+	// empty value.
+	_, err := d.write(w, events(docs, 400, ev('u', doc(9, "z", ph, nil))))
+	var re *record.Error
+	if !errors.As(err, &re) || re.Offset != 400 || !strings.Contains(err.Error(), `"body"`) {
+		t.Errorf("update of a missing row with an unavailable value: %v", err)
+	}
+	if n := d.count("docs"); n != 4 {
+		t.Errorf("docs has %d rows after the refused update, want 4", n)
 	}
 }
 

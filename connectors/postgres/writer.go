@@ -235,6 +235,11 @@ type op struct {
 	pk    []*column // key columns: the conflict target of an upsert, the WHERE of a delete
 	cols  []*column // value columns in table order (inserts), pk columns (deletes)
 	vals  []any
+	// keep are columns of an upsert whose value the source could not
+	// send (record.Change.Unavailable): the row keeps its own, and a new
+	// row reads it from the row of its key, if any (so a NOT NULL column
+	// without it is refused, never written empty).
+	keep  []*column
 	shape string // the column set and key, groups ops into one statement
 	key   string // de-duplication key (keyed ops)
 }
@@ -652,18 +657,15 @@ func badRecord(r *kgo.Record, err error) *record.Error {
 
 // scratch is what prepare reuses from one record to the next.
 type scratch struct {
-	slots  []record.Value // the value's field per column (t.Columns order)
-	set    []bool         // whether the value sets the column
-	shape  []byte
-	cols   []*column
-	shapes map[string]shape // interned shapes: most batches have one
-	vals   []any            // carved into ops' vals
-	// unknown collects field names without a column.
-	unknown []string
+	record.Slots // the value's fields per column (t.Columns order)
+	shape        []byte
+	cols         []*column
+	shapes       map[string]shape // interned shapes: most batches have one
+	vals         []any            // carved into ops' vals
 }
 
 func newScratch(t *table) *scratch {
-	return &scratch{slots: make([]record.Value, len(t.Columns)), set: make([]bool, len(t.Columns)), shapes: map[string]shape{}}
+	return &scratch{Slots: record.NewSlots(len(t.Columns)), shapes: map[string]shape{}}
 }
 
 // shape is a column set: its key and its columns (shared by the ops).
@@ -694,33 +696,27 @@ func (sc *scratch) intern() (string, []*column) {
 	return s.key, s.cols
 }
 
-// fill maps the fields of a struct value onto sc.slots by column name,
+// fill maps the fields of a struct value onto sc's slots by column name,
 // the last of duplicate names winning. A field without a column is an
-// error naming the first unknown field in sorted order (sc.unknown lists
+// error naming the first unknown field in sorted order (sc.Unknown lists
 // them all).
 func (sc *scratch) fill(t *table, value record.Value) error {
-	clear(sc.set)
-	sc.unknown = sc.unknown[:0]
-	err := value.Range(func(name []byte, fv record.Value) error {
-		c := t.byName[string(name)]
-		if c == nil {
-			sc.unknown = append(sc.unknown, string(name))
-			return nil
+	clear(sc.Set)
+	err := sc.Fill(value, nil, func(name []byte) (int, bool) {
+		if c := t.byName[string(name)]; c != nil {
+			return c.Index, true
 		}
-		sc.slots[c.Index], sc.set[c.Index] = fv, true
-		return nil
+		return 0, false
 	})
 	if err != nil {
 		return err
 	}
-	if len(sc.unknown) == 0 {
+	first, n := sc.FirstUnknown()
+	if n == 0 {
 		return nil
 	}
-	sorted := slices.Clone(sc.unknown)
-	slices.Sort(sorted)
-	first := sorted[0]
 	return record.FieldErrorf(first, record.ErrUnknownField, "table %s has no column %q (%d unknown field(s); auto.evolve=true adds them)",
-		t.Ident, record.Truncate(first, 63), len(slices.Compact(sorted)))
+		t.Ident, record.Truncate(first, 63), n)
 }
 
 // keyColumns reads the key columns a record key supplies: the fields of a
@@ -818,7 +814,7 @@ func (w *Writer) prepareOne(ctx context.Context, ws *writeState, tg *target, rec
 			return nil, ws.reload(ctx, tg) // the table may have gained columns since it was cached
 		}
 		if w.cfg.AutoEvolve {
-			return nil, ws.evolve(ctx, tg, value, sc.unknown)
+			return nil, ws.evolve(ctx, tg, value, sc.Unknown)
 		}
 		return nil, err
 	}
@@ -838,6 +834,17 @@ func (w *Writer) prepareOne(ctx context.Context, ws *writeState, tg *target, rec
 		}
 	}
 
+	// Fields holding the source's placeholder for an unchanged value it
+	// could not read carry none: the row keeps its own.
+	if rec.Change != nil {
+		for _, name := range rec.Change.Unavailable {
+			if c := t.byName[name]; c != nil && sc.Set[c.Index] && !c.Generated {
+				sc.Set[c.Index] = false
+				o.keep = append(o.keep, c)
+			}
+		}
+	}
+
 	sc.shape = sc.shape[:0]
 	sc.cols = sc.cols[:0]
 	o.vals = sc.valSlice(len(t.Columns))
@@ -848,8 +855,8 @@ func (w *Writer) prepareOne(ctx context.Context, ws *writeState, tg *target, rec
 				v = &kv
 			}
 		}
-		if v == nil && sc.set[c.Index] {
-			v = &sc.slots[c.Index]
+		if v == nil && sc.Set[c.Index] {
+			v = &sc.Vals[c.Index]
 		}
 		if v == nil && rec.Change != nil {
 			if cv, ok := convert.ChangeColumn(c.Name, rec.Change); ok {
@@ -857,7 +864,7 @@ func (w *Writer) prepareOne(ctx context.Context, ws *writeState, tg *target, rec
 			}
 		}
 		if v == nil {
-			if c.NotNull && !c.HasDef {
+			if c.NotNull && !c.HasDef && !slices.Contains(o.keep, c) {
 				return nil, record.FieldErrorf(c.Name, record.ErrCoerce, "no value for NOT NULL column %q, which has no default", c.Name)
 			}
 			continue
@@ -876,6 +883,10 @@ func (w *Writer) prepareOne(ctx context.Context, ws *writeState, tg *target, rec
 	}
 	if len(sc.cols) == 0 {
 		return nil, record.Errorf(record.ErrDecode, "the value sets no column")
+	}
+	if len(o.keep) > 0 {
+		slices.SortFunc(o.keep, func(a, b *column) int { return a.Index - b.Index })
+		sc.shape = appendKeep(sc.shape, o.keep)
 	}
 	if o.keyed {
 		sc.shape = append(sc.shape, '|')
@@ -1108,12 +1119,12 @@ func (w *Writer) applyKeyed(ctx context.Context, tx pgx.Tx, p *plan, ops []*op, 
 	for len(pending) > 0 {
 		var dels, ups []*op
 		for _, k := range pending {
-			h := history[k]
-			o := h[len(h)-1]
-			if o.del {
-				dels = append(dels, o)
-			} else {
-				ups = append(ups, o)
+			up, del := collapse(p.t, history[k])
+			if del != nil {
+				dels = append(dels, del)
+			}
+			if up != nil {
+				ups = append(ups, up)
 			}
 		}
 		var failed []failure
@@ -1157,6 +1168,88 @@ func (w *Writer) applyKeyed(ctx context.Context, tx pgx.Tx, p *plan, ops []*op, 
 		}
 	}
 	return bad, nil
+}
+
+// collapse returns the statements that leave a key's row as applying its
+// ops h (in offset order) one by one would: the last op, when it is an
+// upsert that sets fewer columns than the upserts of the key before it
+// (a partial record, or an update whose unchanged values the source
+// could not send), completed with their latest values of those columns;
+// and when a delete of the key precedes those upserts and they do not
+// set every column, that delete too, run first, so the other columns
+// start from their defaults again.
+func collapse(t *table, h []*op) (up, del *op) {
+	last := h[len(h)-1]
+	if last.del {
+		return nil, last
+	}
+	var extraCols []*column
+	var extraVals []any
+	for i := len(h) - 2; i >= 0; i-- {
+		o := h[i]
+		if o.del {
+			del = o
+			break
+		}
+		if o.shape == last.shape {
+			continue
+		}
+		for j, c := range o.cols {
+			if !slices.Contains(last.cols, c) && !slices.Contains(extraCols, c) {
+				extraCols = append(extraCols, c)
+				extraVals = append(extraVals, o.vals[j])
+			}
+		}
+	}
+	if del != nil {
+		if len(last.cols)+len(extraCols) == len(t.Columns) {
+			del = nil
+		} else {
+			d := *del
+			d.extra = true // run for the upsert that follows, counted with it
+			del = &d
+		}
+	}
+	if len(extraCols) == 0 {
+		return last, del
+	}
+	m := &op{rec: last.rec, keyed: true, pk: last.pk, key: last.key}
+	all := append(slices.Clone(last.cols), extraCols...)
+	allVals := append(slices.Clone(last.vals), extraVals...)
+	order := make([]int, len(all))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return all[a].Index - all[b].Index })
+	var shape []byte
+	for _, j := range order {
+		m.cols, m.vals = append(m.cols, all[j]), append(m.vals, allVals[j])
+		shape = strconv.AppendInt(shape, int64(all[j].Index), 10)
+		shape = append(shape, ',')
+	}
+	for _, c := range last.keep {
+		if !slices.Contains(extraCols, c) {
+			m.keep = append(m.keep, c)
+		}
+	}
+	shape = appendKeep(shape, m.keep)
+	shape = append(shape, '|')
+	for _, c := range m.pk {
+		shape = strconv.AppendInt(shape, int64(c.Index), 10)
+		shape = append(shape, ',')
+	}
+	m.shape = string(shape)
+	return m, del
+}
+
+// appendKeep appends the keep columns to a shape.
+func appendKeep(shape []byte, keep []*column) []byte {
+	for _, c := range keep {
+		shape = append(shape, 'k')
+		shape = strconv.AppendInt(shape, int64(c.Index), 10)
+		shape = append(shape, ',')
+	}
+	return shape
 }
 
 // counted is the number of ops that stand for a record of their own (not
@@ -1353,6 +1446,25 @@ func (w *Writer) execUpsert(ctx context.Context, tx pgx.Tx, p *plan, cols []*col
 	target := make([]string, len(pk))
 	for i, c := range pk {
 		target[i] = pgx.Identifier{c.Name}.Sanitize()
+	}
+	if keep := ops[0].keep; len(keep) > 0 {
+		// The row of the key keeps these columns (not in SET); a new
+		// row reads them from the row of its key, which a statement
+		// before may have written or deleted.
+		var where strings.Builder
+		for i, c := range pk {
+			if i > 0 {
+				where.WriteString(" AND ")
+			}
+			j := slices.Index(cols, c)
+			_, cast := paramType(c)
+			fmt.Fprintf(&where, "k.%s = u.c%d%s", target[i], j, cast)
+		}
+		for _, c := range keep {
+			q := pgx.Identifier{c.Name}.Sanitize()
+			fmt.Fprintf(&names, ", %s", q)
+			fmt.Fprintf(&sel, ", (SELECT k.%s FROM %s k WHERE %s)", q, p.t.Ident, where.String())
+		}
 	}
 	action := "DO NOTHING"
 	if set.Len() > 0 {

@@ -26,6 +26,7 @@ func TestWriter(t *testing.T) {
 	t.Run("envelope", func(t *testing.T) { t.Parallel(); testEnvelope(t, newTestDB(t, srv)) })
 	t.Run("copy insert", func(t *testing.T) { t.Parallel(); testCopyInsert(t, newTestDB(t, srv)) })
 	t.Run("upsert keys and tombstones", func(t *testing.T) { t.Parallel(); testUpsert(t, newTestDB(t, srv)) })
+	t.Run("upsert of partial records", func(t *testing.T) { t.Parallel(); testUpsertPartial(t, newTestDB(t, srv)) })
 	t.Run("insert mode deletes in order", func(t *testing.T) { t.Parallel(); testInsertDeletes(t, newTestDB(t, srv)) })
 	t.Run("kafka pk", func(t *testing.T) { t.Parallel(); testKafkaPK(t, newTestDB(t, srv)) })
 	t.Run("tolerance all insert", func(t *testing.T) { t.Parallel(); testPoison(t, newTestDB(t, srv), InsertModeInsert) })
@@ -198,6 +199,39 @@ func testUpsert(t *testing.T, d *testDB) {
 	}
 	if n := d.count("pairs"); n != 2 {
 		t.Errorf("pairs: %d rows", n)
+	}
+}
+
+// testUpsertPartial: records of one key that set different columns in one
+// batch leave what applying them one by one leaves: the last record's
+// columns, the earlier records' values of the others, and after a
+// tombstone the defaults again.
+func testUpsertPartial(t *testing.T, d *testDB) {
+	d.exec(`CREATE TABLE p (id int4 PRIMARY KEY, a text, b text DEFAULT 'dflt', c int4)`)
+	d.exec(`INSERT INTO p VALUES (1, 'a0', 'b0', 0), (2, 'a0', 'b0', 0)`)
+	w := mustWriter(t, WriterConfig{InsertMode: "upsert", PKMode: "record_key", DeleteEnabled: true})
+	k := func(id int) []byte { return js(`{"id":%d}`, id) }
+	recs := []*kgo.Record{
+		rec("p", 0, k(1), js(`{"a":"a1","b":"b1"}`)),
+		rec("p", 1, k(2), js(`{"b":"b2","c":5}`)),
+		rec("p", 2, k(3), js(`{"a":"x","c":3}`)),
+		rec("p", 3, k(1), js(`{"a":"a2"}`)), // b stays b1
+		rec("p", 4, k(2), nil),
+		rec("p", 5, k(2), js(`{"a":"a3"}`)), // after the delete: b and c start again
+		rec("p", 6, k(3), js(`{"b":"y"}`)),
+	}
+	for range 2 { // a redo leaves the same table
+		stats, err := d.write(w, recs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if counts(stats) != (statCounts{Written: 3, Superseded: 4}) {
+			t.Errorf("stats = %+v", stats)
+		}
+		got := strings.Join(d.strings(`SELECT p::text FROM p ORDER BY id`), " ")
+		if want := "(1,a2,b1,0) (2,a3,dflt,) (3,x,y,3)"; got != want {
+			t.Errorf("table = %s, want %s", got, want)
+		}
 	}
 }
 

@@ -55,6 +55,11 @@ type Change struct {
 	// Deleted is true for a delete written as a row with __deleted = true
 	// (cdc.delete.handling.mode=rewrite).
 	Deleted bool
+	// Unavailable names the fields of an update's value that hold the
+	// source connector's placeholder for an unchanged value it could not
+	// read (PostgreSQL TOAST under REPLICA IDENTITY DEFAULT): they carry
+	// no value, and a sink keeps the row's own or refuses the record.
+	Unavailable []string
 }
 
 // OpText returns the change's op as Debezium writes it ("c", "u", …).
