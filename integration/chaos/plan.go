@@ -195,21 +195,18 @@ const (
 )
 
 // ClusterWeights is the mix of the cluster profiles: worker faults on
-// the shared workers, joins and leaves, killed producers, and broker
-// faults: a lone broker's restart, or on a three-broker cluster
-// (Env.KafkaCluster) killed partition leaders and group coordinators.
+// the shared workers, joins and leaves, broker restarts and killed
+// producers.
 var ClusterWeights = map[Kind]int{
-	KillWorker:             4,
-	FailpointKill:          4,
-	TermWorker:             2,
-	Zombie:                 2,
-	ZombieFailpoint:        3,
-	WorkerJoin:             2,
-	WorkerLeave:            2,
-	KafkaRestart:           1,
-	BrokerLeader:           1,
-	BrokerGroupCoordinator: 1,
-	ProducerKill:           1,
+	KillWorker:      4,
+	FailpointKill:   4,
+	TermWorker:      2,
+	Zombie:          2,
+	ZombieFailpoint: 3,
+	WorkerJoin:      2,
+	WorkerLeave:     2,
+	KafkaRestart:    1,
+	ProducerKill:    1,
 }
 
 // RESTWeights is added to the mix when Env.REST is set.
