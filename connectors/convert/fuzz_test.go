@@ -393,10 +393,10 @@ func FuzzProtobuf(f *testing.F) {
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		lib := dynamicpb.NewMessage(plan.md)
-		libErr := unmarshalProto(payload, lib) // the library, its panics caught
+		libErr := unmarshalProto(payload, lib, false) // the library, strict, its panics caught
 		mine := dynamicpb.NewMessage(plan.md)
 		var got record.Value
-		err := unmarshalProto(payload, mine)
+		err := unmarshalProto(payload, mine, plan.noRequired)
 		if err == nil {
 			got, err = plan.value(mine.ProtoReflect())
 		}

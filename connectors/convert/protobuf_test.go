@@ -207,3 +207,40 @@ func TestProtobufBadRecords(t *testing.T) {
 		})
 	}
 }
+
+// TestProtoRequiredFields: the check of required fields is skipped only
+// for messages that have none anywhere; a proto2 message missing a
+// required field (directly or in a nested message) is still refused.
+func TestProtoRequiredFields(t *testing.T) {
+	const text = `syntax = "proto2";
+message Outer { optional string b = 2; optional Inner in = 3; }
+message Inner { required int32 a = 1; }
+message Plain { optional string b = 2; }`
+	ps, err := compileProto(&regSchema{ID: 7, Type: sr.TypeProtobuf, Text: text})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		idx        []int
+		payload    []byte
+		noRequired bool
+		wantErr    bool
+	}{
+		{[]int{0}, []byte{0x12, 1, 'x'}, false, false},         // Outer without Inner: nothing required is missing
+		{[]int{0}, []byte{0x12, 1, 'x', 0x1a, 0}, false, true}, // Outer with an empty Inner: Inner.a missing
+		{[]int{1}, []byte{}, false, true},                      // Inner without a
+		{[]int{2}, []byte{0x12, 1, 'x'}, true, false},          // Plain: no required field anywhere
+	} {
+		plan, err := ps.message(c.idx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if plan.noRequired != c.noRequired {
+			t.Errorf("%s: noRequired %v, want %v", plan.md.FullName(), plan.noRequired, c.noRequired)
+		}
+		err = unmarshalProto(c.payload, dynamicpb.NewMessage(plan.md), plan.noRequired)
+		if (err != nil) != c.wantErr {
+			t.Errorf("%s % x: error %v, want an error %v", plan.md.FullName(), c.payload, err, c.wantErr)
+		}
+	}
+}
