@@ -252,8 +252,9 @@ func checkExact(t *testing.T, s uint64, l *LaneSummary) {
 // The CI mix plus ClickHouse's restarts and crash windows, on the
 // three-broker cluster, across both sinks: exactly_once and
 // exactly_once_sink into PostgreSQL, exactly_once into ClickHouse and
-// exactly_once on the previous Kafka release must stay exact; ClickHouse
-// exactly_once with fencing off (its negative control) must fail.
+// exactly_once on the previous Kafka release must stay exact; the negative
+// controls with fencing off, PostgreSQL exactly_once_sink and ClickHouse
+// exactly_once, must fail.
 func TestChaosSoak(t *testing.T) {
 	ds := os.Getenv(EnvDuration)
 	if ds == "" {
@@ -281,6 +282,7 @@ func TestChaosSoak(t *testing.T) {
 			checkExact(t, s, l)
 		}
 	}
+	checkUnfenced(t, s, sum.Lane("unfenced"), "PostgreSQL exactly_once_sink without fencing: zombies must break it")
 	checkUnfenced(t, s, sum.Lane("chunfenced"), "ClickHouse exactly_once without fencing: zombies and redos must break it")
 }
 
@@ -300,6 +302,7 @@ func SoakProfile(seed uint64, d time.Duration, e Env, more ...Lane) Profile {
 	p.Lanes = append([]Lane{
 		{Name: "eo", Delivery: "exactly_once"},
 		{Name: "eos", Delivery: "exactly_once_sink"},
+		{Name: "unfenced", Delivery: "exactly_once_sink", UnsafeNoFencing: true},
 		{Name: "cheo", Sink: SinkClickHouse, Delivery: "exactly_once"},
 		{Name: "chunfenced", Sink: SinkClickHouse, Delivery: "exactly_once", UnsafeNoFencing: true},
 	}, more...)
