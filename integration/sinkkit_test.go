@@ -530,25 +530,11 @@ func logShowsRejection(out, marker string) bool {
 	return strings.Contains(out, "INVALID_PRODUCER_EPOCH") || strings.Contains(out, "PRODUCER_FENCED")
 }
 
-// restOffsets is the body of GET /connectors/{name}/offsets (and of "txsink
-// offsets -output json"), in Kafka Connect's shape.
-type restOffsets struct {
-	Offsets []struct {
-		Partition struct {
-			Topic     string `json:"kafka_topic"`
-			Partition int32  `json:"kafka_partition"`
-		} `json:"partition"`
-		Offset struct {
-			Offset int64 `json:"kafka_offset"`
-		} `json:"offset"`
-	} `json:"offsets"`
-}
-
 // decodeOffsets decodes an offsets body, failing the test when it is not
 // one.
-func decodeOffsets(t *testing.T, body string) restOffsets {
+func decodeOffsets(t *testing.T, body string) harness.ConnectOffsets {
 	t.Helper()
-	var offs restOffsets
+	var offs harness.ConnectOffsets
 	if err := json.Unmarshal([]byte(body), &offs); err != nil {
 		t.Fatalf("offsets body %q: %v", body, err)
 	}

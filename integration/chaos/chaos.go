@@ -66,13 +66,13 @@ type Database interface {
 	Restart(ctx context.Context, immediate bool) error
 }
 
-// RESTDriver injects the REST faults (pause/resume, stop/start, restart,
-// config update) through the worker's REST API.
-//
-// HOOK: the Kafka Connect REST API is being built in parallel; until a
-// driver is given (Env.REST), REST fault kinds are not planned. A driver
-// gets the lane's connector and worker endpoints and must leave the
-// connector running when Inject returns.
+// RESTDriver injects the REST faults (pause/resume, stop/resume, restarts,
+// config update, offsets edit, delete and re-create) through the workers'
+// REST API (ConnectREST is the one for cluster profiles). Without a
+// driver (Env.REST), REST fault kinds are not planned. A driver gets the
+// lane's connector and worker endpoints and must leave the connector
+// running when Inject returns; an error says what the API answered that it
+// should not have.
 type RESTDriver interface {
 	Inject(ctx context.Context, lane LaneInfo, f Fault) error
 }
@@ -82,6 +82,11 @@ type LaneInfo struct {
 	Name, Connector, Topic, DatabaseURL string
 	ConfigPath                          string
 	WorkerIDs                           []string
+	// URLs are the REST API's base URLs of the workers running the
+	// connector (cluster profiles; empty for "txsink run" lanes).
+	URLs []string
+	// Tasks is the connector's tasks.max.
+	Tasks int
 }
 
 // Sinks a lane can write to.

@@ -98,7 +98,8 @@ func withSinks(t *testing.T, e Env, pg, ch bool) Env {
 	e.Binary = harness.TxsinkBinary(t)
 	e.Dir = runDir(t)
 	e.Logf = func(f string, a ...any) { t.Logf(f, a...) }
-	// e.REST: nil until the REST API exists (see RESTDriver).
+	// e.REST: nil (the seeded profiles plan no REST faults; TestFaultREST
+	// sets ConnectREST).
 	if pg {
 		s := harness.Postgres(t)
 		if s.External() {

@@ -175,6 +175,24 @@ func (c *cluster) call(ctx context.Context, w *worker, method, path string, body
 	c.mu.Lock()
 	base := c.urls[w]
 	c.mu.Unlock()
+	return callJSON(ctx, method, base+path, body)
+}
+
+// restURLs returns the REST base URLs of the workers that should be
+// running.
+func (c *cluster) restURLs() []string {
+	var out []string
+	for _, w := range c.active() {
+		c.mu.Lock()
+		out = append(out, c.urls[w])
+		c.mu.Unlock()
+	}
+	return out
+}
+
+// callJSON sends body (nil: none) as JSON and returns the status and the
+// answer's body.
+func callJSON(ctx context.Context, method, u string, body any) (int, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -183,7 +201,7 @@ func (c *cluster) call(ctx context.Context, w *worker, method, path string, body
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -107,14 +107,18 @@ func apply(ctx context.Context, p Profile, lanes []*lane, cl *cluster, f Fault) 
 			l.prod.Kill()
 		}
 		return nil
-	case RESTPause, RESTStop, RESTRestart, RESTConfig:
+	case RESTPause, RESTStop, RESTRestart, RESTConfig, RESTOffsets, RESTRecreate:
 		if p.Env.REST == nil {
 			return errors.New("REST fault planned without a REST driver")
 		}
 		return forLanes(lanes, func(l *lane) error {
-			info := LaneInfo{Name: l.Name, Connector: l.connector, Topic: l.topic, DatabaseURL: l.db, ConfigPath: l.cfgPath}
+			info := LaneInfo{Name: l.Name, Connector: l.connector, Topic: l.topic, DatabaseURL: l.db, ConfigPath: l.cfgPath,
+				Tasks: p.Workers}
 			for _, w := range l.workers {
 				info.WorkerIDs = append(info.WorkerIDs, w.id)
+			}
+			if cl != nil {
+				info.URLs = cl.restURLs()
 			}
 			return p.Env.REST.Inject(ctx, info, f)
 		})

@@ -281,3 +281,32 @@ func TestFaultDiskFull(t *testing.T) {
 		t.Errorf("no worker reported waiting on the full disk (SQLSTATE 53100): the fault did not happen")
 	}
 }
+
+// TestFaultREST drives a connector through the REST API while its
+// producer writes transactions (with aborts) the whole time: pause and
+// resume, stop and resume, restarts (the connector with
+// includeTasks=true&onlyFailed=false, the connector, a task), a config
+// update, an offsets edit on the stopped connector (PATCH to the stored
+// positions: see ConnectREST), delete and re-create with the same name.
+// One PostgreSQL exactly_once lane on a cluster of two "txsink serve"
+// workers (the lone broker). Every call must get Connect's status and the
+// status endpoint must show the states Connect's would after each action
+// (ConnectREST fails the fault otherwise), and the lane ends exact.
+func TestFaultREST(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos: not in -short")
+	}
+	e := loneBrokerEnv(t, true, false)
+	e.REST = &ConnectREST{Logf: e.Logf}
+	p := focused("rest", e, 2*time.Second, []Fault{
+		{Kind: RESTPause, Hold: 3 * time.Second},
+		{Kind: RESTStop, Hold: 3 * time.Second},
+		{Kind: RESTRestart},
+		{Kind: RESTConfig},
+		{Kind: RESTOffsets, Hold: time.Second},
+		{Kind: RESTRecreate, Hold: 3 * time.Second},
+	}, Lane{Name: "eo", Delivery: "exactly_once"})
+	p.Cluster = true
+	sum := runFocused(t, p)
+	checkExact(t, 1, sum.Lane("eo"))
+}

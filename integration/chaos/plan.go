@@ -110,12 +110,16 @@ const (
 	WorkerJoin  Kind = "join"
 	WorkerLeave Kind = "leave"
 
-	// REST faults: planned only when Env.REST is set (the REST API is being
-	// built; see Env.REST).
-	RESTPause   Kind = "rest-pause"
-	RESTStop    Kind = "rest-stop"
-	RESTRestart Kind = "rest-restart"
-	RESTConfig  Kind = "rest-config"
+	// REST faults: actions on a lane's connector through the workers' REST
+	// API while records flow (Env.REST, cluster profiles; see rest.go).
+	// The first four are planned when Env.REST is set and the profile has
+	// no weights of its own; RESTOffsets and RESTRecreate only explicitly.
+	RESTPause    Kind = "rest-pause"
+	RESTStop     Kind = "rest-stop"
+	RESTRestart  Kind = "rest-restart"
+	RESTConfig   Kind = "rest-config"
+	RESTOffsets  Kind = "rest-offsets"
+	RESTRecreate Kind = "rest-recreate"
 )
 
 // DefaultWeights is the mix of fault kinds per deck of 32 faults (see
@@ -284,7 +288,7 @@ func (f Fault) String() string {
 		s += fmt.Sprintf(" %s hold=%v", f.Target, f.Hold)
 	case NetBandwidth:
 		s += fmt.Sprintf(" %s rate=%dKB/s hold=%v", f.Target, f.Rate, f.Hold)
-	case RESTPause, RESTStop, RESTRestart, RESTConfig:
+	case RESTPause, RESTStop, RESTRestart, RESTConfig, RESTOffsets, RESTRecreate:
 		s += fmt.Sprintf(" hold=%v", f.Hold)
 	}
 	if len(f.Lanes) > 0 {

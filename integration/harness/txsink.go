@@ -299,3 +299,18 @@ func lastBytes(s string, n int) string {
 	}
 	return s
 }
+
+// ConnectOffsets is the body of GET and PATCH /connectors/{name}/offsets
+// (and of "txsink offsets -output json"), in Kafka Connect's shape
+// (KIP-875).
+type ConnectOffsets struct {
+	Offsets []struct {
+		Partition struct {
+			Topic     string `json:"kafka_topic"`
+			Partition int32  `json:"kafka_partition"`
+		} `json:"partition"`
+		Offset struct {
+			Offset int64 `json:"kafka_offset"`
+		} `json:"offset"`
+	} `json:"offsets"`
+}
