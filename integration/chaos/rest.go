@@ -23,7 +23,8 @@ import (
 // go to the workers in turn (a write on a follower is forwarded to the
 // leader). A 409 (a rebalance under way; an offsets edit while the stopped
 // connector's consumer group still has members) is retried, as Connect's
-// clients do, for up to restRetry.
+// clients do, for up to restRetry, and so is a 404 on a GET (a follower
+// that has not read the re-created connector from the config topic yet).
 //
 //   - RESTPause: PUT …/pause (202), PAUSED with every task PAUSED, the
 //     stored offsets stand still (5 s to let a round in flight end, then
@@ -34,7 +35,10 @@ import (
 //     the connector and every task RESTARTING in the answer), POST
 //     …/restart (204), POST …/tasks/0/restart (204).
 //   - RESTConfig: PUT …/config with batch.max.records changed (200, the
-//     new value in the answer and in GET …/config).
+//     new value in the answer, at once in GET …/config on the worker that
+//     took the PUT, and soon on every worker: a follower that did not
+//     forward the change reads it from the config topic a moment later,
+//     as in Connect).
 //   - RESTOffsets: PATCH …/offsets while RUNNING (400, as Connect), PUT
 //     …/stop, PATCH …/offsets to the positions GET …/offsets shows (200,
 //     the offsets unchanged afterwards), PUT …/resume. The edit bumps the
@@ -60,7 +64,9 @@ const (
 type restConn struct {
 	d    *ConnectREST
 	lane LaneInfo
-	n    int // requests sent, to spread them over the workers
+	n    int    // requests sent, to spread them over the workers
+	last string // the worker that answered the last request
+	pin  string // when set, the worker every request goes to
 }
 
 // Inject applies f to the lane's connector; it returns once the connector
@@ -160,13 +166,10 @@ func (c *restConn) act(ctx context.Context, f Fault) error {
 		if err := json.Unmarshal(body, &info); err != nil || info.Config["batch.max.records"] != v {
 			return fmt.Errorf("PUT …/config: answer %s (%v): want batch.max.records %s", body, err, v)
 		}
-		if conf, err = c.config(ctx); err != nil {
-			return err
-		}
-		if conf["batch.max.records"] != v {
-			return fmt.Errorf("GET …/config after the update: batch.max.records %q, want %s", conf["batch.max.records"], v)
-		}
-		return nil
+		// The worker that took the PUT (or forwarded it to the leader)
+		// shows the change at once; the others once they read the config
+		// topic up to it (as in Connect).
+		return c.waitConfig(ctx, "batch.max.records", v, c.last)
 	case RESTOffsets:
 		cur, err := c.offsetsBody(ctx)
 		if err != nil {
@@ -259,14 +262,21 @@ func (c *restConn) doAt(ctx context.Context, method, path string, body any, want
 	for {
 		base := c.lane.URLs[c.n%len(c.lane.URLs)]
 		c.n++
+		if c.pin != "" {
+			base = c.pin
+		}
 		code, out, err := callJSON(ctx, method, base+path, body)
+		c.last = base
 		if err == nil && code == want {
 			if method != http.MethodGet {
 				c.logf("%s %s: %d", method, path, code)
 			}
 			return out, nil
 		}
-		if err == nil && code != http.StatusConflict && !slices.Contains(retry, code) || time.Now().After(deadline) || ctx.Err() != nil {
+		// A GET on a follower that has not read the config topic up to a
+		// create yet gets 404 for a moment: retried too.
+		retried := code == http.StatusConflict || slices.Contains(retry, code) || method == http.MethodGet && code == http.StatusNotFound
+		if err == nil && !retried || time.Now().After(deadline) || ctx.Err() != nil {
 			return nil, fmt.Errorf("%s %s on %s: %d %s (%v), want %d", method, path, base, code, out, err, want)
 		}
 		c.logf("%s %s: %d %s (%v), retrying", method, path, code, out, err)
@@ -334,6 +344,30 @@ func (c *restConn) waitGone(ctx context.Context) error {
 			}
 			if time.Now().After(deadline) || ctx.Err() != nil {
 				return fmt.Errorf("status of the deleted connector on %s: %d %s (%v), want 404", base, code, out, err)
+			}
+			sleep(ctx, 300*time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// waitConfig checks GET …/config on worker first shows key = v, then waits
+// until every worker does.
+func (c *restConn) waitConfig(ctx context.Context, key, v, first string) error {
+	defer func() { c.pin = "" }()
+	deadline := time.Now().Add(restWait)
+	for i, base := range append([]string{first}, c.lane.URLs...) {
+		c.pin = base
+		for {
+			conf, err := c.config(ctx)
+			if err != nil {
+				return err
+			}
+			if conf[key] == v {
+				break
+			}
+			if i == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+				return fmt.Errorf("GET …/config on %s after the update: %s %q, want %s", base, key, conf[key], v)
 			}
 			sleep(ctx, 300*time.Millisecond)
 		}
