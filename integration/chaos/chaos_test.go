@@ -243,8 +243,10 @@ func checkExact(t *testing.T, s uint64, l *LaneSummary) {
 		t.Errorf("seed %d: lane %s: %d committed records, %d rows", s, l.Name, l.Report.Committed, l.Report.Rows)
 	}
 	// The abort share is only meaningful over enough transactions.
-	if p := l.Producer; p.Acknowledged+p.Failed >= 100 && p.Failed*10 < p.Acknowledged+p.Failed {
-		t.Errorf("seed %d: lane %s: upstream aborted %d of %d transactions, want >= 10 %%", s, l.Name, p.Failed, p.Acknowledged+p.Failed)
+	// Lanes abort 15 %; >= 5 % over >= 100 transactions fails about once in
+	// a thousand runs by chance (binomial), where >= 10 % failed 6 % of them.
+	if p := l.Producer; p.Acknowledged+p.Failed >= 100 && p.Failed*20 < p.Acknowledged+p.Failed {
+		t.Errorf("seed %d: lane %s: upstream aborted %d of %d transactions, want >= 5 %%", s, l.Name, p.Failed, p.Acknowledged+p.Failed)
 	}
 }
 
@@ -444,6 +446,12 @@ func ClusterCIProfile(seed uint64, e Env) Profile {
 // and ClickHouse: both exactly_once lanes must pass the checker with no
 // anomaly of any kind, and the three negative controls, living through the
 // same faults on the same workers, must fail it.
+//
+// With five lanes on three shared workers, whether a fault lands in a
+// control's window depends on timing as well as on the seed: seed 11's
+// controls failed in most runs, not all. So a control that passed is given
+// up to two more runs (the next seeds) to fail; the exactly_once lanes must
+// be exact in every run, and a control that never fails fails the test.
 func TestChaosCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos: not in -short")
@@ -452,15 +460,36 @@ func TestChaosCluster(t *testing.T) {
 	// faults of the three-broker cluster run in the other profiles.
 	e := loneBrokerEnv(t, true, true)
 	s := seedFor(t, clusterCISeed)
-	p := ClusterCIProfile(s, e)
-	sum := runCI(t, s, p)
-	if sum.Injected < p.Faults || sum.Kinds() < 5 || sum.Faults[WorkerJoin] == 0 || sum.Faults[WorkerLeave] == 0 {
-		t.Errorf("seed %d: %d faults of %d kinds injected (joins %d, leaves %d), want %d of >= 5 with joins and leaves",
-			s, sum.Injected, sum.Kinds(), sum.Faults[WorkerJoin], sum.Faults[WorkerLeave], p.Faults)
+	dup := func(l *LaneSummary) (bool, string) {
+		return l != nil && l.Report != nil && l.VerifyExit == 1 && l.Report.Counts[verify.Duplicate] > 0, "duplicates"
 	}
-	checkExact(t, s, sum.Lane("eo"))
-	checkExact(t, s, sum.Lane("cheo"))
-	checkDuplicates(t, s, sum, "alo")
-	checkDuplicates(t, s, sum, "chalo")
-	checkUnfenced(t, s, sum.Lane("unfenced"), "exactly_once_sink without fencing: zombies must break it")
+	faults := func(l *LaneSummary) (bool, string) {
+		return l != nil && l.Report != nil && l.VerifyExit == 1 && l.Report.SinkFaults > 0, "sink faults (zombies must break it without fencing)"
+	}
+	controls := map[string]func(*LaneSummary) (bool, string){"alo": dup, "chalo": dup, "unfenced": faults}
+	const runs = 3
+	for i := uint64(0); i < runs && len(controls) > 0; i++ {
+		seed := s + i
+		p := ClusterCIProfile(seed, e)
+		sum := runCI(t, seed, p)
+		if sum.Injected < p.Faults || sum.Kinds() < 5 || sum.Faults[WorkerJoin] == 0 || sum.Faults[WorkerLeave] == 0 {
+			t.Errorf("seed %d: %d faults of %d kinds injected (joins %d, leaves %d), want %d of >= 5 with joins and leaves",
+				seed, sum.Injected, sum.Kinds(), sum.Faults[WorkerJoin], sum.Faults[WorkerLeave], p.Faults)
+		}
+		checkExact(t, seed, sum.Lane("eo"))
+		checkExact(t, seed, sum.Lane("cheo"))
+		for name, failed := range controls {
+			l := sum.Lane(name)
+			if ok, _ := failed(l); ok {
+				t.Logf("seed %d: negative control %s failed as it must: %s", seed, name, countList(l.Report.Counts))
+				delete(controls, name)
+			} else {
+				t.Logf("seed %d: negative control %s passed this run; it gets another", seed, name)
+			}
+		}
+	}
+	for name, failed := range controls {
+		_, want := failed(nil)
+		t.Errorf("negative control %s did not fail in %d runs (seeds %d to %d): it must report %s, or the check proves nothing", name, runs, s, s+runs-1, want)
+	}
 }
