@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -471,9 +472,23 @@ func failover(ctx context.Context, p Profile, lanes []*lane, f Fault) error {
 			if !waitStopped(ctx, fw.p, failpointWait) {
 				continue
 			}
-			if fw.gids, err = fo.PreparedOnPrimary(ctx, fw.db); err != nil {
+			// Only the frozen worker's batches: the lane's other workers
+			// go on, and a transaction of theirs can be listed prepared
+			// while PREPARE still waits for the standby, before the
+			// client knows it (CI once saw two such, from the other
+			// worker's partitions, missing on the new primary).
+			all, err := fo.PreparedOnPrimary(ctx, fw.db)
+			if err != nil {
 				return err
 			}
+			owned, err := fw.w.owned()
+			if err != nil {
+				return err
+			}
+			fw.gids = slices.DeleteFunc(all, func(g string) bool {
+				p, ok := gidPartition(g)
+				return !ok || !owned[p]
+			})
 		}
 		if len(fw.gids) == 0 {
 			errs = append(errs, fmt.Errorf("lane %s: %s never stopped after a decision with batches prepared", l.Name, fw.w.id))
@@ -518,4 +533,15 @@ func waitStopped(ctx context.Context, p *harness.Process, d time.Duration) bool 
 		sleep(ctx, 100*time.Millisecond)
 	}
 	return true
+}
+
+// gidPartition is the partition of a PostgreSQL sink's prepared transaction
+// id, txsink1_<connector hash>_<topic hash>_<partition>_<first>_<last>.
+func gidPartition(gid string) (int32, bool) {
+	f := strings.Split(gid, "_")
+	if len(f) != 6 || f[0] != "txsink1" {
+		return 0, false
+	}
+	p, err := strconv.ParseInt(f[3], 10, 32)
+	return int32(p), err == nil
 }

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -67,6 +70,45 @@ func (w *worker) startLocked(failpointSpec string) error {
 	w.started = time.Now()
 	return nil
 }
+
+// owned returns the partitions the current incarnation holds, from its
+// log: those of its "partitions assigned and fenced" lines less those of
+// its "partitions revoked" lines. Read it while the process is stopped.
+func (w *worker) owned() (map[int32]bool, error) {
+	b, err := os.ReadFile(filepath.Join(w.logDir, w.logName+".log"))
+	if err != nil {
+		return nil, err
+	}
+	s := string(b)
+	if i := strings.LastIndex(s, "\n=== incarnation "); i >= 0 {
+		s = s[i:]
+	}
+	owned := map[int32]bool{}
+	for _, line := range strings.Split(s, "\n") {
+		switch {
+		case strings.Contains(line, `msg="partitions assigned and fenced"`):
+			for _, m := range assignedPartRE.FindAllStringSubmatch(line, -1) {
+				if p, err := strconv.ParseInt(m[1], 10, 32); err == nil {
+					owned[int32(p)] = true
+				}
+			}
+		case strings.Contains(line, `msg="partitions revoked"`):
+			if m := revokedPartsRE.FindStringSubmatch(line); m != nil {
+				for _, f := range strings.Fields(m[1]) {
+					if p, err := strconv.ParseInt(f, 10, 32); err == nil {
+						delete(owned, int32(p))
+					}
+				}
+			}
+		}
+	}
+	return owned, nil
+}
+
+var (
+	assignedPartRE = regexp.MustCompile(`\[(\d+)\]=`)
+	revokedPartsRE = regexp.MustCompile(`partitions="?\[([\d ]*)\]`)
+)
 
 // hold stops supervision and returns the current incarnation.
 func (w *worker) hold() *harness.Process {
