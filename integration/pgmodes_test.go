@@ -247,7 +247,7 @@ func TestPostgresZombieFrozenInFence(t *testing.T) {
 			// Past A's session timeout and several of B's fence attempts,
 			// nothing may have been written.
 			time.Sleep(25 * time.Second)
-			rows := countRows(t, pool, f.topic)
+			rows := rowCount(t, pool, f.topic)
 			still := f.holder != 0 && holdsOffsets(t, pool, f.holder)
 			f.a.signal(syscall.SIGKILL)
 			f.b.signal(syscall.SIGTERM)
@@ -330,16 +330,6 @@ func holdsOffsets(t *testing.T, pool *pgxpool.Pool, pid int32) bool {
 		t.Fatal(err)
 	}
 	return n > 0
-}
-
-// countRows counts the rows of table.
-func countRows(t *testing.T, pool *pgxpool.Pool, table string) int {
-	t.Helper()
-	var rows int
-	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize()).Scan(&rows); err != nil {
-		t.Fatal(err)
-	}
-	return rows
 }
 
 func rewind(t *testing.T, pool *pgxpool.Pool, conn string, ps []offsets.Position) {
