@@ -67,10 +67,16 @@ func TestPostgresExactlyOnceDrain(t *testing.T) {
 // TestPostgresCrashPoints kills the txsink process (SIGKILL, from a
 // failpoint inside the process) at each point of the protocol, five times
 // each, restarting it every time, while the producer keeps writing. The
-// result stays exact and no prepared transaction of ours is left.
+// result stays exact and no prepared transaction of ours is left. The two
+// ahead-* points are the windows of pipelined rounds (the default): round
+// N prepared and undecided with round N+1 written ahead, and round N
+// committed with round N+1 written ahead and not prepared; the producer's
+// backlog makes the task write ahead, and a point that never fires fails
+// the test.
 func TestPostgresCrashPoints(t *testing.T) {
 	k, _ := sinkEnv(t)
-	points := []string{failpoint.AfterPoll, failpoint.AfterWrite, failpoint.AfterPrepare, failpoint.AfterDecide, failpoint.AfterCommit}
+	points := []string{failpoint.AfterPoll, failpoint.AfterWrite, failpoint.AfterPrepare, failpoint.AfterDecide, failpoint.AfterCommit,
+		failpoint.AheadBeforeDecide, failpoint.AheadAfterCommit}
 	for i, point := range points {
 		t.Run(point, func(t *testing.T) {
 			t.Parallel()

@@ -110,6 +110,28 @@ type Participant interface {
 	InDoubt(ctx context.Context, connector string) ([]BatchID, error)
 }
 
+// Stager is a [Participant] that can write a batch ahead of its round, for
+// pipelined rounds: while round N is prepared and decided, the runtime
+// stages round N+1's batches, and round N+1's Prepare then only adds the
+// offsets' compare-and-set and the PREPARE to the staged write.
+//
+// A staged batch is not prepared: nothing of it is durable or visible, it
+// holds no lock on the partition's offsets, and it vanishes with its
+// process or connection. Recovery never sees it. Prepare, Commit and Abort
+// keep their contracts; Prepare of a batch that was not staged (or whose
+// staging failed) does the whole write itself, as without a Stager.
+type Stager interface {
+	// Stage writes b's rows (and dead letters) in a transaction the
+	// participant keeps open for Prepare(b). It may wait for resources
+	// the current round releases; it never waits for a later round. An
+	// error leaves nothing staged: Prepare then writes the batch itself
+	// and reports the real error, if any.
+	Stage(ctx context.Context, b *Batch) error
+	// Discard rolls back whatever is staged for ids (a round that will
+	// not run: its predecessor aborted, the task stops).
+	Discard(ids []BatchID)
+}
+
 // Decider records and reads the decision of a round. In exactly_once mode it
 // is a Kafka transaction that commits the consumer group's offsets (KIP-447:
 // fenced by the group generation).

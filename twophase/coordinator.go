@@ -16,6 +16,11 @@ const (
 	HookAfterBegin = "after-begin"
 	// HookAfterPrepare: every Prepare returned; no decision yet.
 	HookAfterPrepare = "after-prepare"
+	// HookBeforeDecide: Decide is about to be called (every batch
+	// prepared, or the round aborting); nothing is decided yet. Begin has
+	// returned and End has not been called: a Kafka session may be
+	// polled between HookAfterBegin and HookBeforeDecide.
+	HookBeforeDecide = "before-decide"
 	// HookAfterDecide: Decide returned (commit or abort decision, or an
 	// error); no participant was committed yet.
 	HookAfterDecide = "after-decide"
@@ -56,10 +61,12 @@ func WithCallTimeout(d time.Duration) Option {
 }
 
 // WithHook installs fn, called synchronously from Round at the named points
-// [HookAfterBegin], [HookAfterPrepare], [HookAfterDecide] and
-// [HookAfterCommit]. It exists for fault injection (crash tests): a hook
-// that never returns, or ends its goroutine, simulates a crash at that
-// point. fn must not call back into the Coordinator.
+// [HookAfterBegin], [HookAfterPrepare], [HookBeforeDecide],
+// [HookAfterDecide] and [HookAfterCommit]. It exists for fault injection
+// (crash tests), where a hook that never returns, or ends its goroutine,
+// simulates a crash at that point, and for runtimes that use the round's
+// windows (pipelined rounds poll the next round between HookAfterBegin and
+// HookBeforeDecide). fn must not call back into the Coordinator.
 func WithHook(fn func(point string)) Option {
 	return func(c *Coordinator) { c.hook = fn }
 }
@@ -351,6 +358,7 @@ func (dr *driver) single(a Action) []Action {
 		return dr.step(Event{Type: EventBeginOK})
 
 	case ActionDecide:
+		dr.callHook(HookBeforeDecide)
 		start := time.Now()
 		committed, err := dr.d.Decide(dr.ctx, a.Commit)
 		dr.timings.Decide = time.Since(start)

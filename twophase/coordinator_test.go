@@ -301,7 +301,7 @@ func TestRoundHooks(t *testing.T) {
 	if _, err := c.Round(context.Background(), bs); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{HookAfterBegin, HookAfterPrepare, HookAfterDecide, HookAfterCommit}
+	want := []string{HookAfterBegin, HookAfterPrepare, HookBeforeDecide, HookAfterDecide, HookAfterCommit}
 	if !slices.Equal(points, want) {
 		t.Errorf("points %v, want %v", points, want)
 	}

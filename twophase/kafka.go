@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -16,11 +17,12 @@ import (
 // is one Kafka transaction of a [kgo.GroupTransactSession] that commits the
 // consumer group's offsets (KIP-447, fenced by the group generation).
 //
-// The offsets it commits are the session's own: for every partition, one
-// past the last record polled through the session. The runtime must
-// therefore cut, per partition, one batch ending at the last record polled
-// since the previous round, so that the committed offset is exactly
-// [BatchID.NextOffset] (see [KafkaDecider.Outcome]).
+// The offsets it commits are, after [KafkaDecider.CommitExactly], exactly
+// the round's: for every batch, [BatchID.NextOffset] (see
+// [KafkaDecider.Outcome]). Without it they are the session's own, one past
+// the last record polled through the session, and the runtime must then
+// cut, per partition, one batch ending at the last record polled since the
+// previous round.
 //
 // Rebalances: the session aborts the transaction of a round during which
 // any partition was revoked or lost (Decide(ctx, true) then returns
@@ -34,6 +36,9 @@ type KafkaDecider struct {
 	sess    *kgo.GroupTransactSession
 	group   string
 	backoff time.Duration // first wait while offsets are unstable
+	// exact, when set by CommitExactly, replaces the session's offsets in
+	// the next Decide's offset commit.
+	exact map[string]map[int32]kgo.EpochOffset
 }
 
 var _ Decider = (*KafkaDecider)(nil)
@@ -71,11 +76,87 @@ func (d *KafkaDecider) Begin(ctx context.Context) error {
 // [Recover] run. Cancelling ctx makes the outcome unknown and, per
 // franz-go, likely leaves the session unusable: cancel only to shut down.
 func (d *KafkaDecider) Decide(ctx context.Context, commit bool) (bool, error) {
+	if exact := d.exact; exact != nil {
+		d.exact = nil
+		ctx = kgo.PreTxnCommitFnContext(ctx, func(req *kmsg.TxnOffsetCommitRequest) error {
+			rewriteOffsetCommit(req, exact)
+			return nil
+		})
+	}
 	committed, err := d.sess.End(ctx, kgo.TransactionEndTry(commit))
 	if err != nil {
 		return false, fmt.Errorf("twophase: kafka end transaction (commit=%t): %w", commit, err)
 	}
 	return committed, nil
+}
+
+// CommitExactly makes the next Decide commit exactly the offsets of
+// batches, each partition's [BatchID.NextOffset], instead of the session's
+// (one past the last record polled): with pipelined rounds the session has
+// already polled the next round's records when this round decides, and
+// committing them would record a decision for batches not prepared yet.
+// Partitions without a batch keep their committed offsets. The epoch
+// committed is the leader epoch of each batch's last record.
+func (d *KafkaDecider) CommitExactly(batches []*Batch) {
+	exact := make(map[string]map[int32]kgo.EpochOffset, 1)
+	for _, b := range batches {
+		ps := exact[b.ID.Topic]
+		if ps == nil {
+			ps = map[int32]kgo.EpochOffset{}
+			exact[b.ID.Topic] = ps
+		}
+		epoch := int32(-1)
+		if n := len(b.Records); n > 0 {
+			epoch = b.Records[n-1].LeaderEpoch
+		}
+		ps[b.ID.Partition] = kgo.EpochOffset{Epoch: epoch, Offset: b.ID.NextOffset()}
+	}
+	d.exact = exact
+}
+
+// rewriteOffsetCommit replaces the partitions of req with exactly those of
+// exact, keeping the topic ids and member metadata franz-go filled in.
+func rewriteOffsetCommit(req *kmsg.TxnOffsetCommitRequest, exact map[string]map[int32]kgo.EpochOffset) {
+	var meta *string
+	ids := map[string][16]byte{}
+	for _, t := range req.Topics {
+		ids[t.Topic] = t.TopicID
+		for _, p := range t.Partitions {
+			if meta == nil {
+				meta = p.Metadata
+			}
+		}
+	}
+	if meta == nil {
+		m := req.MemberID
+		meta = &m
+	}
+	topics := make([]string, 0, len(exact))
+	for t := range exact {
+		topics = append(topics, t)
+	}
+	slices.Sort(topics)
+	req.Topics = req.Topics[:0]
+	for _, t := range topics {
+		rt := kmsg.NewTxnOffsetCommitRequestTopic()
+		rt.Topic = t
+		rt.TopicID = ids[t]
+		ps := make([]int32, 0, len(exact[t]))
+		for p := range exact[t] {
+			ps = append(ps, p)
+		}
+		slices.Sort(ps)
+		for _, p := range ps {
+			eo := exact[t][p]
+			rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+			rp.Partition = p
+			rp.Offset = eo.Offset
+			rp.LeaderEpoch = eo.Epoch
+			rp.Metadata = meta
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		req.Topics = append(req.Topics, rt)
+	}
 }
 
 // Outcome reports whether the round that prepared id committed: it reads

@@ -346,3 +346,63 @@ func TestKafkaDeciderZombieFenced(t *testing.T) {
 	}
 	a.AllowRebalance()
 }
+
+// TestKafkaDeciderCommitExactly: with the next round's records already
+// polled, a decision commits exactly the round's offsets, not the
+// session's; the next decision then commits the next round's.
+func TestKafkaDeciderCommitExactly(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := newKfake(t, 2)
+	produce(t, c, 0, 10)
+	produce(t, c, 1, 10)
+	s := newSession(t, c, "tx-exact")
+	d := NewKafkaDecider(s, kGroup)
+	polled := pollBatches(t, s, 20) // both partitions, offsets 0..9
+
+	// Round N: partition 0 up to offset 3 only, partition 1 not at all.
+	n := []*Batch{{ID: BatchID{Connector: "c", Topic: kTopic, Partition: 0, First: 0, Last: 3}}}
+	d.CommitExactly(n)
+	if err := d.Begin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := d.Decide(ctx, true); err != nil || !ok {
+		t.Fatalf("decide round N: %t %v", ok, err)
+	}
+	offs, err := StableOffsets(ctx, s.Client(), kGroup, kTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := offs[kTopic][0]; got != 4 {
+		t.Fatalf("partition 0 committed at %d, want 4 (round N's end, not the polled %d)", got, polled[0].NextOffset())
+	}
+	if got, ok := offs[kTopic][1]; ok {
+		t.Fatalf("partition 1 committed at %d, want nothing (no batch in round N)", got)
+	}
+	if ok, err := d.Outcome(ctx, n[0].ID); err != nil || !ok {
+		t.Fatalf("outcome of round N: %t %v", ok, err)
+	}
+
+	// Round N+1: the rest of both partitions.
+	n1 := []*Batch{
+		{ID: BatchID{Connector: "c", Topic: kTopic, Partition: 0, First: 4, Last: 9}},
+		{ID: BatchID{Connector: "c", Topic: kTopic, Partition: 1, First: 0, Last: 9}},
+	}
+	d.CommitExactly(n1)
+	if err := d.Begin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := d.Decide(ctx, true); err != nil || !ok {
+		t.Fatalf("decide round N+1: %t %v", ok, err)
+	}
+	offs, err = StableOffsets(ctx, s.Client(), kGroup, kTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if offs[kTopic][0] != 10 || offs[kTopic][1] != 10 {
+		t.Fatalf("after round N+1: %v, want both at 10", offs)
+	}
+	if ok, err := d.Outcome(ctx, n[0].ID); err != nil || ok {
+		t.Fatalf("outcome of round N after N+1: %t %v (the offset moved past it)", ok, err)
+	}
+}

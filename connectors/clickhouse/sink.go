@@ -32,6 +32,7 @@ import (
 var (
 	_ connectors.Sink             = (*Sink)(nil)
 	_ twophase.Participant        = (*Sink)(nil)
+	_ twophase.Stager             = (*Sink)(nil)
 	_ connectors.RecordLocator    = (*record.Error)(nil)
 	_ connectors.DeadLetterSource = (*Sink)(nil)
 )
@@ -100,6 +101,9 @@ type Sink struct {
 	tables map[string]*table
 	mechs  map[string]Mechanism
 	cache  map[cacheKey]*prepared
+	// ahead holds the batches mapped ahead of their round (Stage) until
+	// their Prepare or Discard.
+	ahead map[twophase.BatchID]*prepared
 }
 
 type cacheKey struct {
@@ -492,9 +496,12 @@ func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) error {
 	if len(b.Records) == 0 {
 		return fmt.Errorf("clickhouse: prepare %s: empty batch", b.ID)
 	}
-	p, err := s.build(ctx, b.Records, s.cfg.BlockRows)
-	if err != nil {
-		return nothingPrepared(err)
+	p := s.takeAhead(b.ID)
+	if p == nil {
+		var err error
+		if p, err = s.build(ctx, b.Records, s.cfg.BlockRows); err != nil {
+			return nothingPrepared(err)
+		}
 	}
 	mech := MechNone
 	tables := p.tables()
@@ -531,6 +538,47 @@ func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) error {
 	s.mu.Unlock()
 	s.Note(b.ID, b.Records, p.bad)
 	return nil
+}
+
+// Stage implements twophase.Stager: it maps the batch's records into
+// blocks (converters, transforms, column mapping, dead letters) while the
+// previous round records its intents, decides and inserts. Nothing is
+// written: the intent and the inserts stay Prepare's and Commit's. The
+// blocks are kept in memory until Prepare(b) or Discard. An error (a bad
+// record with errors.tolerance=none, an unavailable registry) keeps
+// nothing: Prepare maps the batch again and reports it.
+func (s *Sink) Stage(ctx context.Context, b *twophase.Batch) error {
+	if len(b.Records) == 0 {
+		return fmt.Errorf("clickhouse: stage %s: empty batch", b.ID)
+	}
+	p, err := s.build(ctx, b.Records, s.cfg.BlockRows)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ahead == nil {
+		s.ahead = map[twophase.BatchID]*prepared{}
+	}
+	s.ahead[b.ID] = p
+	return nil
+}
+
+// Discard implements twophase.Stager.
+func (s *Sink) Discard(ids []twophase.BatchID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		delete(s.ahead, id)
+	}
+}
+
+func (s *Sink) takeAhead(id twophase.BatchID) *prepared {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.ahead[id]
+	delete(s.ahead, id)
+	return p
 }
 
 // nothingPrepared marks a failure of the record pipeline's environment

@@ -56,6 +56,17 @@ func (g *gate) isPausedLocked() bool {
 }
 
 // state returns the channels of the current state.
+// pausedNow reports whether the connector is paused.
+func (g *gate) pausedNow() bool {
+	paused, _ := g.state()
+	select {
+	case <-paused:
+		return true
+	default:
+		return false
+	}
+}
+
 func (g *gate) state() (paused, running <-chan struct{}) {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -64,6 +65,9 @@ type RoundStats struct {
 	Total        time.Duration
 	Positions    []offsets.Position // committed next offsets
 	DeadLettered int
+	// WrittenAhead counts the round's batches that were written ahead
+	// while the previous round ran (pipelined rounds).
+	WrittenAhead int
 }
 
 // ErrTaskStopped is wrapped by the error a task returns when it stopped on
@@ -76,7 +80,10 @@ type tp struct {
 }
 
 type partState struct {
-	next  int64 // stored next_offset: where the next batch continues
+	next int64 // stored next_offset: where the next batch continues
+	// ahead, when above next, is where the next batch continues while
+	// rounds cut before it are in flight (pipelined rounds).
+	ahead int64
 	fence int64
 	// stopAt, when >= 0, is the offset of a bad record: batches are cut
 	// before it and the task fails once the records before it commit.
@@ -265,31 +272,110 @@ func (t *Task) runTransactional(ctx context.Context) error {
 		dd = &dlqDecider{Decider: dec, t: t, cl: sess.Client()}
 		decider = dd
 	}
+	// Pipelined rounds (rounds.max.in.flight=2): next is the round after
+	// the one in flight, polled and cut from the in-flight round's ends
+	// and being written ahead (staged) while that one prepares, decides
+	// and commits. Its batches are prepared only in its own round, after
+	// the in-flight one committed: at most one batch per partition is
+	// ever prepared (README, "Pipelined rounds").
+	stager, _ := t.sink.(twophase.Stager)
+	if t.conn.RoundsInFlight < 2 {
+		stager = nil
+	}
+	var next *round
+	defer func() { t.drop(stager, next) }()
+	// inRound polls the next round inside a round that was not written
+	// ahead: between its Begin and its End, while its batches are
+	// written and prepared (franz-go forbids polling concurrently with
+	// Begin or End, not between them).
+	var inRound *poller
+	hook := func(point string) {
+		failpoint.Hit(point)
+		switch point {
+		case twophase.HookAfterBegin:
+			if stager != nil && next == nil && !t.stopping() {
+				inRound = t.startPoll(ctx, sess.Client(), sess.PollRecords)
+			}
+		case twophase.HookBeforeDecide:
+			if inRound != nil {
+				next = t.stageAhead(stager, inRound.stop())
+				inRound = nil
+			}
+			if next != nil && failpoint.Armed(failpoint.AheadBeforeDecide) {
+				next.wait()
+				failpoint.Hit(failpoint.AheadBeforeDecide)
+			}
+		}
+	}
 	coord := twophase.NewCoordinator(t.sink, decider,
 		twophase.WithPrepareConcurrency(t.conn.Parallelism),
 		twophase.WithCallTimeout(t.conn.SinkTimeout),
-		twophase.WithHook(failpoint.Hit))
+		twophase.WithHook(hook))
 
 	for {
-		recs, err := t.pollPaused(ctx, sess.Client(), sess.PollRecords)
-		if err != nil || ctx.Err() != nil {
-			return err
+		if ctx.Err() != nil {
+			return nil
 		}
-		failpoint.Hit(failpoint.AfterPoll)
-		batches := t.cut(recs)
-		if len(batches) == 0 {
-			if err := t.stoppedError(); err != nil {
+		if next != nil && t.gate != nil && t.gate.pausedNow() {
+			// PAUSED: the round in flight has ended; the one written
+			// ahead is dropped and redone after the resume.
+			t.drop(stager, next)
+			next = nil
+			t.rewind(sess.Client())
+		}
+		var cur *round
+		if next != nil {
+			cur, next = next, nil
+		} else {
+			recs, err := t.pollPaused(ctx, sess.Client(), sess.PollRecords)
+			if err != nil || ctx.Err() != nil {
 				return err
 			}
-			continue
+			failpoint.Hit(failpoint.AfterPoll)
+			batches := t.cut(recs)
+			if len(batches) == 0 {
+				if err := t.stoppedError(); err != nil {
+					return err
+				}
+				continue
+			}
+			cur = &round{records: len(recs), batches: t.soloRound(batches, sess.Client())}
 		}
-		batches = t.soloRound(batches, sess.Client())
+		if stager != nil && cur.staged != nil && !t.stopping() {
+			// Poll the following round while cur's writes finish, then
+			// write it ahead while cur's round runs. (A round not written
+			// ahead polls its follower inside, see the hook.)
+			recs := t.pollAhead(ctx, sess.Client(), sess.PollRecords, cur)
+			cur.wait()
+			next = t.stageAhead(stager, recs)
+		}
+		cur.wait()
+		if cur.staged != nil {
+			failpoint.Hit(failpoint.AheadAfterCommit)
+		}
+		batches := cur.batches
 		start := time.Now()
 		if dd != nil {
 			dd.batches = batches
 		}
+		dec.CommitExactly(batches)
 		res, err := coord.Round(t.hard, batches)
-		stats := RoundStats{Records: len(recs), Batches: len(batches), Prepare: res.Phases.Prepare, Decide: res.Phases.Decide, Commit: res.Phases.Commit, Total: time.Since(start)}
+		if inRound != nil {
+			// The round ended before its decision (cannot happen: every
+			// round that began decides). Polled records must not be
+			// skipped: drop them and rewind.
+			inRound.stop()
+			inRound = nil
+			t.rewind(sess.Client())
+		}
+		stats := RoundStats{Records: cur.records, Batches: len(batches), Prepare: res.Phases.Prepare, Decide: res.Phases.Decide, Commit: res.Phases.Commit, Total: time.Since(start),
+			WrittenAhead: int(cur.ahead.Load())}
+		if res.Outcome != twophase.OutcomeCommitted || len(res.InDoubt) > 0 {
+			// The round after it was cut from this one's ends: it must
+			// not run (its compare-and-set would fail anyway).
+			t.drop(stager, next)
+			next = nil
+		}
 		switch res.Outcome {
 		case twophase.OutcomeCommitted:
 			stats.Outcome = "committed"
@@ -369,6 +455,138 @@ func (t *Task) runTransactional(ctx context.Context) error {
 			return errRestart{fmt.Errorf("round outcome unknown: %w", err)}
 		}
 	}
+}
+
+// round is the work of one round: its batches and, when it was written
+// ahead (pipelined rounds), the staging that writes them.
+type round struct {
+	records int
+	batches []*twophase.Batch
+	// staged is closed once staging is over (nil: not written ahead).
+	staged chan struct{}
+	cancel context.CancelFunc
+	// ahead counts the batches staged successfully.
+	ahead atomic.Int32
+}
+
+// wait returns once the round's staging is over.
+func (r *round) wait() {
+	if r.staged != nil {
+		<-r.staged
+	}
+}
+
+// pollAhead polls the records of the round after cur while cur's staging
+// runs, and stops polling when it is over. It returns no records while
+// the connector is paused.
+func (t *Task) pollAhead(ctx context.Context, cl *kgo.Client, pollFn func(context.Context, int) kgo.Fetches, cur *round) []*kgo.Record {
+	p := t.startPoll(ctx, cl, pollFn)
+	select {
+	case <-cur.staged:
+	case <-p.done:
+	}
+	return p.stop()
+}
+
+// poller is a poll for the next round running in the background.
+type poller struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	recs   []*kgo.Record
+}
+
+// startPoll starts polling the records of one round (see poll) in the
+// background; stop ends it and returns them.
+func (t *Task) startPoll(ctx context.Context, cl *kgo.Client, pollFn func(context.Context, int) kgo.Fetches) *poller {
+	pctx, cancel := context.WithCancel(ctx)
+	p := &poller{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		if t.gate != nil {
+			var gcancel context.CancelFunc
+			pctx, gcancel = t.gate.active(pctx)
+			defer gcancel()
+		}
+		p.recs, _ = t.poll(pctx, pollFn)
+	}()
+	return p
+}
+
+// stop ends the poll and returns what it got.
+func (p *poller) stop() []*kgo.Record {
+	p.cancel()
+	<-p.done
+	if len(p.recs) > 0 {
+		failpoint.Hit(failpoint.AfterPoll)
+	}
+	return p.recs
+}
+
+// stageAhead cuts recs from the ends of the round in flight and writes
+// the batches ahead in the sink, in the background, at most
+// commit.parallelism at a time. A batch whose staging fails is simply not
+// staged: its Prepare writes it and reports the error, if it persists.
+func (t *Task) stageAhead(st twophase.Stager, recs []*kgo.Record) *round {
+	if len(recs) == 0 {
+		return nil
+	}
+	batches := t.cut(recs)
+	if len(batches) == 0 {
+		return nil
+	}
+	for _, b := range batches {
+		b.Alone = len(batches) == 1
+	}
+	ctx, cancel := context.WithCancel(t.hard)
+	r := &round{records: len(recs), batches: batches, staged: make(chan struct{}), cancel: cancel}
+	go func() {
+		defer close(r.staged)
+		var g errgroup.Group
+		g.SetLimit(max(t.conn.Parallelism, 1))
+		for _, b := range batches {
+			g.Go(func() error {
+				if err := st.Stage(ctx, b); err != nil {
+					if ctx.Err() == nil {
+						t.log.Debug("writing a batch ahead failed; its prepare writes it", "batch", b.ID.String(), "err", err)
+					}
+				} else {
+					r.ahead.Add(1)
+				}
+				return nil
+			})
+		}
+		_ = g.Wait()
+	}()
+	return r
+}
+
+// drop abandons a round written ahead: its staging stops and what was
+// staged rolls back. Nothing of it was prepared.
+func (t *Task) drop(st twophase.Stager, r *round) {
+	if r == nil || st == nil {
+		return
+	}
+	r.cancel()
+	r.wait()
+	ids := make([]twophase.BatchID, len(r.batches))
+	for i, b := range r.batches {
+		ids[i] = b.ID
+	}
+	st.Discard(ids)
+}
+
+// stopping reports whether a partition stops before a bad record: rounds
+// are then not pipelined, so that the task stops right after the records
+// before it commit.
+func (t *Task) stopping() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, st := range t.parts {
+		if st.stopAt >= 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // runLocal is delivery.guarantee=exactly_once_sink, at_least_once and
@@ -745,8 +963,12 @@ func (t *Task) cut(recs []*kgo.Record) []*twophase.Batch {
 	for _, r := range recs {
 		k := tp{r.Topic, r.Partition}
 		st, ok := t.parts[k]
-		if !ok || r.Offset < st.next {
-			continue // revoked meanwhile, or already written
+		if !ok {
+			continue // revoked meanwhile
+		}
+		from := max(st.next, st.ahead)
+		if r.Offset < from {
+			continue // already written, or in a round in flight
 		}
 		if st.stopAt >= 0 && r.Offset >= st.stopAt {
 			st.atStop = true
@@ -756,7 +978,7 @@ func (t *Task) cut(recs []*kgo.Record) []*twophase.Batch {
 		if b == nil {
 			b = &twophase.Batch{
 				ID:    twophase.BatchID{Connector: t.conn.Name, Topic: r.Topic, Partition: r.Partition, First: r.Offset},
-				Prev:  st.next,
+				Prev:  from,
 				Fence: st.fence,
 			}
 			byTP[k] = b
@@ -767,7 +989,9 @@ func (t *Task) cut(recs []*kgo.Record) []*twophase.Batch {
 	}
 	out := make([]*twophase.Batch, 0, len(order))
 	for _, k := range order {
-		out = append(out, byTP[k])
+		b := byTP[k]
+		t.parts[k].ahead = b.ID.NextOffset()
+		out = append(out, b)
 	}
 	return out
 }
@@ -826,6 +1050,7 @@ func (t *Task) rewindExcept(cl *kgo.Client, skip *tp) {
 		if set[k.topic] == nil {
 			set[k.topic] = map[int32]kgo.EpochOffset{}
 		}
+		st.ahead = 0
 		set[k.topic][k.partition] = kgo.EpochOffset{Epoch: -1, Offset: st.next}
 	}
 	t.mu.Unlock()
@@ -868,7 +1093,7 @@ func (t *Task) stoppedError() error {
 
 func (t *Task) observeRound(s RoundStats) {
 	t.log.Debug("round", "outcome", s.Outcome, "records", s.Records, "batches", s.Batches,
-		"prepare", s.Prepare, "decide", s.Decide, "commit", s.Commit, "total", s.Total)
+		"prepare", s.Prepare, "decide", s.Decide, "commit", s.Commit, "total", s.Total, "written_ahead", s.WrittenAhead)
 	if t.opt.Observer != nil {
 		t.opt.Observer.Round(t.id, s)
 	}

@@ -121,8 +121,13 @@ func produceTxns(t *testing.T, addrs []string, topic string, n int) map[coord]st
 }
 
 func TestTaskExactlyOnceOnKfake(t *testing.T) {
-	for _, mode := range []string{"exactly_once", "exactly_once_sink"} {
+	for _, mode := range []string{"exactly_once", "exactly_once/rounds=1", "exactly_once_sink"} {
 		t.Run(mode, func(t *testing.T) {
+			inFlight := "2"
+			if m, ok := strings.CutSuffix(mode, "/rounds=1"); ok {
+				mode, inFlight = m, "1"
+			}
+			obs := &roundObserver{}
 			c, db, pool := kfakeAndTable(t, "events", 3, `CREATE TABLE events (id text, seq bigint, __connect_topic text, __connect_partition int, __connect_offset bigint)`)
 			ctx := context.Background()
 			want := produceTxns(t, c.ListenAddrs(), "events", 60)
@@ -137,8 +142,8 @@ func TestTaskExactlyOnceOnKfake(t *testing.T) {
 				"connection.url": db, "delivery.guarantee": mode, "pk.mode": "kafka",
 				"batch.max.records": "50", "batch.linger.ms": "5", "session.timeout.ms": "3000",
 				// The largest batch.max.bytes: the Kafka client must accept it.
-				"batch.max.bytes": "1073741824",
-			}, engine.TaskOptions{Bootstrap: c.ListenAddrs(), InstanceID: "t", Log: log})
+				"batch.max.bytes": "1073741824", "rounds.max.in.flight": inFlight,
+			}, engine.TaskOptions{Bootstrap: c.ListenAddrs(), InstanceID: "t", Log: log, Observer: obs})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -172,6 +177,14 @@ func TestTaskExactlyOnceOnKfake(t *testing.T) {
 			if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database()`).Scan(&prepared); err != nil || prepared != 0 {
 				t.Errorf("%d prepared transactions left (err %v)", prepared, err)
 			}
+			// The records were waiting before the task started: with
+			// pipelined rounds (the default of exactly_once) some
+			// batches were written ahead; otherwise none.
+			ahead := obs.writtenAhead()
+			if pipelined := mode == "exactly_once" && inFlight == "2"; pipelined != (ahead > 0) {
+				t.Errorf("%d batches written ahead over %d rounds (pipelined: %t)", ahead, obs.count(), pipelined)
+			}
+			t.Logf("%d rounds, %d batches written ahead", obs.count(), ahead)
 		})
 	}
 }
@@ -227,6 +240,25 @@ func (o *roundObserver) Round(_ int, r engine.RoundStats) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.rounds = append(o.rounds, r)
+}
+
+func (o *roundObserver) count() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.rounds)
+}
+
+// writtenAhead sums the committed rounds' batches written ahead.
+func (o *roundObserver) writtenAhead() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for _, r := range o.rounds {
+		if r.Outcome == "committed" {
+			n += r.WrittenAhead
+		}
+	}
+	return n
 }
 
 func (o *roundObserver) deadLettered() int {

@@ -11,6 +11,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,6 +30,7 @@ import (
 var (
 	_ connectors.Sink             = (*Sink)(nil)
 	_ twophase.Participant        = (*Sink)(nil)
+	_ twophase.Stager             = (*Sink)(nil)
 	_ connectors.RecordLocator    = (*record.Error)(nil)
 	_ connectors.DeadLetterSource = (*Sink)(nil)
 )
@@ -52,6 +54,19 @@ type Sink struct {
 	// DeadLetterBook keeps the dead letters of the batches this process
 	// prepared or wrote until the runtime takes them.
 	connectors.DeadLetterBook
+
+	// slots bounds the transactions staged ahead of their round (nil:
+	// staging is off); see EnableStaging.
+	slots    chan struct{}
+	stageMu  sync.Mutex
+	stagedTx map[twophase.BatchID]*staged
+}
+
+// staged is a batch written ahead of its round: an open transaction with
+// the batch's rows and no offsets change yet.
+type staged struct {
+	tx pgx.Tx
+	st WriteStats
 }
 
 // NewSink opens a sink on pool for the named connector. It creates the
@@ -131,6 +146,24 @@ func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) (err error) {
 			err = fmt.Errorf("%w: %w", twophase.ErrNothingPrepared, err)
 		}
 	}()
+	if sg := s.takeStaged(b.ID); sg != nil {
+		defer s.release()
+		return classify(s.endTx(ctx, sg.tx, func(tx pgx.Tx) error {
+			// The rows were written ahead (Stage): only the offsets'
+			// compare-and-set is left before PREPARE. Read committed,
+			// it sees the previous round's COMMIT PREPARED.
+			if err := s.store.Advance(ctx, tx, offsets.GuardCAS, b.ID.Connector, b.ID.Topic, b.ID.Partition, b.Fence, b.Prev, b.ID.NextOffset()); err != nil {
+				return err
+			}
+			failpoint.Hit(failpoint.AfterWrite)
+			sentPrepare = true
+			if _, err := tx.Exec(ctx, "PREPARE TRANSACTION '"+GID(b.ID)+"'"); err != nil {
+				return fmt.Errorf("prepare %s: %w", b.ID, err)
+			}
+			s.Note(b.ID, b.Records, sg.st.Bad)
+			return nil
+		}))
+	}
 	return classify(s.inTx(ctx, func(tx pgx.Tx) error {
 		if err := s.store.Advance(ctx, tx, offsets.GuardCAS, b.ID.Connector, b.ID.Topic, b.ID.Partition, b.Fence, b.Prev, b.ID.NextOffset()); err != nil {
 			return err
@@ -187,6 +220,12 @@ func (s *Sink) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return fmt.Errorf("begin: %w", err)
 	}
+	return s.endTx(ctx, tx, fn)
+}
+
+// endTx runs fn in the open transaction tx and ends it: COMMIT when fn
+// succeeds (a no-op after PREPARE TRANSACTION), ROLLBACK otherwise.
+func (s *Sink) endTx(ctx context.Context, tx pgx.Tx, fn func(pgx.Tx) error) error {
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return err
@@ -196,6 +235,97 @@ func (s *Sink) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	}
 	return nil
 }
+
+// EnableStaging lets up to n transactions be staged ahead of their round
+// (twophase.Stager); n <= 0 leaves staging off. Each holds a pooled
+// connection from Stage until its Prepare or Discard, so n must leave the
+// rounds the connections they need: the caller sizes it from
+// connection.pool.size.
+func (s *Sink) EnableStaging(n int) {
+	if n <= 0 {
+		s.slots = nil
+		return
+	}
+	s.slots = make(chan struct{}, n)
+	s.stagedTx = map[twophase.BatchID]*staged{}
+}
+
+// errStagingOff is Stage's answer when EnableStaging was not called.
+var errStagingOff = errors.New("staging is off")
+
+// Stage implements twophase.Stager: it begins a read-committed transaction
+// and writes the batch's rows and dead letters in it, without schema
+// changes (a batch that needs one fails here and gets its own round from
+// Prepare). The transaction stays open, holding a pooled connection and a
+// staging slot, until Prepare(b) or Discard. It touches no offsets row, so
+// it blocks no fencing; it may wait on row locks of the round being
+// decided (an upsert of the same key), which that round's COMMIT PREPARED
+// releases.
+func (s *Sink) Stage(ctx context.Context, b *twophase.Batch) (err error) {
+	if s.slots == nil {
+		return errStagingOff
+	}
+	select {
+	case s.slots <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() {
+		if err != nil {
+			s.release()
+		}
+	}()
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return fmt.Errorf("stage %s: begin: %w", b.ID, err)
+	}
+	if _, err := tx.Exec(ctx, lockTimeoutSQL); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return fmt.Errorf("stage %s: begin: %w", b.ID, err)
+	}
+	st, err := s.w.WriteBatch(ctx, tx, b.Records, false)
+	if err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return fmt.Errorf("stage %s: %w", b.ID, err)
+	}
+	s.stageMu.Lock()
+	if old := s.stagedTx[b.ID]; old != nil {
+		// Cannot happen (a batch is staged once per round); never leak.
+		_ = old.tx.Rollback(context.WithoutCancel(ctx))
+		s.release()
+	}
+	s.stagedTx[b.ID] = &staged{tx: tx, st: st}
+	s.stageMu.Unlock()
+	return nil
+}
+
+// Discard implements twophase.Stager: it rolls back the staged
+// transactions of ids.
+func (s *Sink) Discard(ids []twophase.BatchID) {
+	for _, id := range ids {
+		if sg := s.takeStaged(id); sg != nil {
+			// Bounded: a connection that hangs is closed, which rolls
+			// back too.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_ = sg.tx.Rollback(ctx)
+			cancel()
+			s.release()
+		}
+	}
+}
+
+func (s *Sink) takeStaged(id twophase.BatchID) *staged {
+	if s.slots == nil {
+		return nil
+	}
+	s.stageMu.Lock()
+	defer s.stageMu.Unlock()
+	sg := s.stagedTx[id]
+	delete(s.stagedTx, id)
+	return sg
+}
+
+func (s *Sink) release() { <-s.slots }
 
 // lockTimeoutSQL bounds lock waits inside a batch transaction.
 const lockTimeoutSQL = "SET LOCAL lock_timeout = '10s'"

@@ -216,8 +216,12 @@ var ClusterWeights = map[Kind]int{
 // RESTWeights is added to the mix when Env.REST is set.
 var RESTWeights = map[Kind]int{RESTPause: 2, RESTStop: 1, RESTRestart: 1, RESTConfig: 1}
 
-// Protocol points a FailpointKill or ZombieFailpoint cycles through.
-var killPoints = []string{failpoint.AfterPoll, failpoint.AfterWrite, failpoint.AfterPrepare, failpoint.AfterDecide, failpoint.AfterCommit}
+// Protocol points a FailpointKill or ZombieFailpoint cycles through. The
+// two ahead-* points are the windows of pipelined rounds (exactly_once on
+// PostgreSQL); they fire only when a round is written ahead, so in a lane
+// without a backlog they may not fire (the summary counts those).
+var killPoints = []string{failpoint.AfterPoll, failpoint.AfterWrite, failpoint.AfterPrepare, failpoint.AfterDecide, failpoint.AfterCommit,
+	failpoint.AheadBeforeDecide, failpoint.AheadAfterCommit}
 var stopPoints = []string{failpoint.AfterPoll, failpoint.AfterPrepare}
 
 // ClickHouseStopPoints are the zombie points of the ClickHouse profiles:

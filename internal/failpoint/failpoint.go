@@ -26,7 +26,23 @@ const (
 	// InFence is inside the fence bump of an assignment, with the
 	// offsets rows locked and the transaction open.
 	InFence = "in-fence"
+	// AheadBeforeDecide (pipelined rounds): round N is prepared and not
+	// decided, round N+1 is written ahead (open transactions, not
+	// prepared).
+	AheadBeforeDecide = "ahead-before-decide"
+	// AheadAfterCommit (pipelined rounds): round N is decided and
+	// committed, round N+1 is written ahead and not prepared yet.
+	AheadAfterCommit = "ahead-after-commit"
 )
+
+// Armed reports whether the named point is armed (for the runtime to
+// reach a point's state deterministically only when a test asks for it).
+func Armed(name string) bool {
+	mu.Lock()
+	defer mu.Unlock()
+	_, ok := armed[name]
+	return ok
+}
 
 var (
 	mu     sync.Mutex
