@@ -287,12 +287,14 @@ func TestClickHouseExactlyOnceDrain(t *testing.T) {
 // five times in each window of the commit: W1 after the intent and the
 // decision, before any insert (after-decide); W2 between two blocks of a
 // batch (ch-mid-insert); W3 after every block, before the offset advance
-// and the done mark (ch-after-insert). The presence check is off, so the
-// redo relies on the server's de-duplication. The result stays exact.
+// and the done mark (ch-after-insert); and, with pipelined rounds, with
+// this round prepared and undecided while the next one is mapped ahead
+// (ahead-before-decide). The presence check is off, so the redo relies on
+// the server's de-duplication. The result stays exact.
 func TestClickHouseCrashWindows(t *testing.T) {
 	k := harness.Kafka(t)
 	ch := harness.ClickHouse(t)
-	points := []string{failpoint.AfterDecide, chMidInsert, chAfterInsert}
+	points := []string{failpoint.AfterDecide, chMidInsert, chAfterInsert, failpoint.AheadBeforeDecide}
 	for i, point := range points {
 		t.Run(point, func(t *testing.T) {
 			t.Parallel()

@@ -155,9 +155,10 @@ var ClickHouseWeights = map[Kind]int{
 // (it has no after-write there) and its three crash windows — W1
 // after-decide (decided, nothing inserted), W2 ch-mid-insert (between two
 // blocks of a batch), W3 ch-after-insert (every block in, offset and intent
-// not yet written).
+// not yet written) — and ahead-before-decide (pipelined rounds: the next
+// round mapped ahead, this one prepared and undecided).
 var ClickHouseKillPoints = []string{failpoint.AfterPoll, failpoint.AfterPrepare, failpoint.AfterDecide,
-	PointCHMidInsert, PointCHAfterInsert, failpoint.AfterCommit}
+	PointCHMidInsert, PointCHAfterInsert, failpoint.AfterCommit, failpoint.AheadBeforeDecide}
 
 // The ClickHouse sink's failpoints (connectors/clickhouse.PointMidInsert,
 // PointAfterInsert).

@@ -74,14 +74,12 @@ func (b *bench) latencyRun(ctx context.Context, l *Latency, partitions int, d ti
 	}
 	defer dropTable(context.WithoutCancel(ctx), b.pool, table)
 	connName := "lat-" + topic
-	cfg := map[string]string{
-		"name":               connName,
-		"connector.class":    "postgres",
-		"topics":             topic,
-		"connection.url":     b.dbURL,
-		"delivery.guarantee": l.Mode,
-		"table.name.format":  table,
-	}
+	cfg := modeSettings(l.Mode)
+	cfg["name"] = connName
+	cfg["connector.class"] = "postgres"
+	cfg["topics"] = topic
+	cfg["connection.url"] = b.dbURL
+	cfg["table.name.format"] = table
 	for k, v := range b.o.Settings {
 		cfg[k] = v
 	}
