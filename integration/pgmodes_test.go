@@ -137,6 +137,16 @@ func TestPostgresZombie(t *testing.T) {
 			produce(t, k.Bootstrap, topic, produceOpts{Records: 2000, Partitions: 2, AbortRatio: 0.1, MaxTxn: 40, Seed: uint64(200 + i)}, &u)
 			cfg := baseConnector(conn, topic, db, c.mode)
 			cfg["batch.max.records"] = "200"
+			if c.mode == "exactly_once" {
+				// The zombie freezes at a point of a round run alone
+				// (after-poll: polled, nothing of it written or prepared);
+				// with pipelined rounds the poll of the next round
+				// happens inside the current one, and the zombie would
+				// freeze with a round prepared instead. Pipelined
+				// zombies are in the chaos suite (zombie and
+				// zombie-failpoint faults on the exactly_once lanes).
+				cfg["rounds.max.in.flight"] = "1"
+			}
 			if c.unsafe {
 				cfg["txsink.test.unsafe.disable.fencing"] = "true"
 			}

@@ -60,6 +60,9 @@ type Sink struct {
 	slots    chan struct{}
 	stageMu  sync.Mutex
 	stagedTx map[twophase.BatchID]*staged
+	// keyedTopics are the topics a batch of which needed keyed writes
+	// (deletes, upserts, truncates): never written ahead again.
+	keyedTopics map[string]bool
 }
 
 // staged is a batch written ahead of its round: an open transaction with
@@ -248,15 +251,25 @@ func (s *Sink) EnableStaging(n int) {
 	}
 	s.slots = make(chan struct{}, n)
 	s.stagedTx = map[twophase.BatchID]*staged{}
+	s.keyedTopics = map[string]bool{}
 }
 
 // errStagingOff is Stage's answer when EnableStaging was not called.
 var errStagingOff = errors.New("staging is off")
 
+// errNotAppendOnly is Stage's answer for a batch whose write depends on
+// the rows already in the table (a DELETE, an upsert, a TRUNCATE): written
+// ahead, it would not see the previous round's uncommitted rows (a delete
+// of a key that round inserted would delete nothing), so it is written at
+// its prepare, after the previous round committed.
+var errNotAppendOnly = errors.New("the batch needs keyed writes (deletes, upserts or truncates); it is written at its prepare")
+
 // Stage implements twophase.Stager: it begins a read-committed transaction
 // and writes the batch's rows and dead letters in it, without schema
 // changes (a batch that needs one fails here and gets its own round from
-// Prepare). The transaction stays open, holding a pooled connection and a
+// Prepare). Only append-only batches are written ahead: upsert mode, and
+// from its first such batch on a topic with deletes, truncates or change
+// events, are refused (errNotAppendOnly) and written at their prepare. The transaction stays open, holding a pooled connection and a
 // staging slot, until Prepare(b) or Discard. It touches no offsets row, so
 // it blocks no fencing; it may wait on row locks of the round being
 // decided (an upsert of the same key), which that round's COMMIT PREPARED
@@ -264,6 +277,15 @@ var errStagingOff = errors.New("staging is off")
 func (s *Sink) Stage(ctx context.Context, b *twophase.Batch) (err error) {
 	if s.slots == nil {
 		return errStagingOff
+	}
+	if s.w.cfg.InsertMode == InsertModeUpsert {
+		return errNotAppendOnly
+	}
+	s.stageMu.Lock()
+	keyed := s.keyedTopics[b.ID.Topic]
+	s.stageMu.Unlock()
+	if keyed {
+		return errNotAppendOnly
 	}
 	select {
 	case s.slots <- struct{}{}:
@@ -284,6 +306,14 @@ func (s *Sink) Stage(ctx context.Context, b *twophase.Batch) (err error) {
 		return fmt.Errorf("stage %s: begin: %w", b.ID, err)
 	}
 	st, err := s.w.WriteBatch(ctx, tx, b.Records, false)
+	if err == nil && st.ReadsTable {
+		// Change events or tombstones: this topic's batches are not
+		// written ahead from now on.
+		s.stageMu.Lock()
+		s.keyedTopics[b.ID.Topic] = true
+		s.stageMu.Unlock()
+		err = errNotAppendOnly
+	}
 	if err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return fmt.Errorf("stage %s: %w", b.ID, err)

@@ -210,9 +210,14 @@ func (w *Writer) Config() WriterConfig { return w.cfg }
 // Truncated, DeadLettered, Superseded and Dropped add up to the number of
 // records.
 type WriteStats struct {
-	Written      int // records written as rows (COPY, insert or upsert)
-	Deleted      int // tombstones and delete events applied as DELETE by key (whether or not a row existed)
-	Truncated    int // truncate events applied (cdc.truncate=apply)
+	Written   int // records written as rows (COPY, insert or upsert)
+	Deleted   int // tombstones and delete events applied as DELETE by key (whether or not a row existed)
+	Truncated int // truncate events applied (cdc.truncate=apply)
+	// ReadsTable is set when the write ran a DELETE, an upsert or a
+	// TRUNCATE: statements whose effect depends on the rows already in
+	// the table, so the write is only right after the previous batch
+	// committed (a batch written ahead would miss its uncommitted rows).
+	ReadsTable   bool
 	DeadLettered int // bad records set aside (errors.tolerance=all): written to the dead-letter table, if any, and listed in Bad
 	Superseded   int // records replaced by a later record with the same key in the batch, or emptied by a later truncate
 	Dropped      int // records a transform or the change-event stage dropped
@@ -976,6 +981,7 @@ func (w *Writer) apply(ctx context.Context, tx pgx.Tx, tg *target, stats *WriteS
 			}
 		}
 		sql := "TRUNCATE TABLE " + tg.p.t.Ident
+		stats.ReadsTable = true
 		if _, err := tx.Exec(ctx, sql); err != nil {
 			return nil, ddlErr(sql, err)
 		}
@@ -994,6 +1000,7 @@ func (w *Writer) apply(ctx context.Context, tx pgx.Tx, tg *target, stats *WriteS
 		var b []*record.Error
 		var err error
 		if run[0].keyed {
+			stats.ReadsTable = true
 			b, err = w.applyKeyed(ctx, tx, tg.p, run, stats)
 		} else {
 			b, err = w.applyOrdered(ctx, tx, tg.p, run, stats)
@@ -1080,6 +1087,7 @@ func (w *Writer) applyOrdered(ctx context.Context, tx pgx.Tx, p *plan, ops []*op
 		run := ops[:n]
 		ops = ops[n:]
 		if run[0].del {
+			stats.ReadsTable = true
 			b, err := w.bisect(ctx, tx, run, func(ops []*op) error { return w.execDelete(ctx, tx, p, ops) })
 			if err != nil {
 				return nil, err
