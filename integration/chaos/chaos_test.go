@@ -450,8 +450,12 @@ func ClusterCIProfile(seed uint64, e Env) Profile {
 // With five lanes on three shared workers, whether a fault lands in a
 // control's window depends on timing as well as on the seed: seed 11's
 // controls failed in most runs, not all. So a control that passed is given
-// up to two more runs (the next seeds) to fail; the exactly_once lanes must
+// up to four more runs (the next seeds) to fail; the exactly_once lanes must
 // be exact in every run, and a control that never fails fails the test.
+// (Four, not two, since pipelined rounds: in one CI run the ClickHouse
+// at_least_once control, whose redone blocks ClickHouse de-duplicates
+// when they are cut as before, showed no duplicate in seeds 11 to 13,
+// while both exactly_once lanes were exact in each.)
 func TestChaosCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos: not in -short")
@@ -467,7 +471,7 @@ func TestChaosCluster(t *testing.T) {
 		return l != nil && l.Report != nil && l.VerifyExit == 1 && l.Report.SinkFaults > 0, "sink faults (zombies must break it without fencing)"
 	}
 	controls := map[string]func(*LaneSummary) (bool, string){"alo": dup, "chalo": dup, "unfenced": faults}
-	const runs = 3
+	const runs = 5
 	for i := uint64(0); i < runs && len(controls) > 0; i++ {
 		seed := s + i
 		p := ClusterCIProfile(seed, e)
