@@ -362,17 +362,7 @@ func TestKafkaDeciderCommitExactly(t *testing.T) {
 
 	// Round N: partition 0 up to offset 3 only, partition 1 not at all.
 	n := []*Batch{{ID: BatchID{Connector: "c", Topic: kTopic, Partition: 0, First: 0, Last: 3}}}
-	d.CommitExactly(n)
-	if err := d.Begin(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if ok, err := d.Decide(ctx, true); err != nil || !ok {
-		t.Fatalf("decide round N: %t %v", ok, err)
-	}
-	offs, err := StableOffsets(ctx, s.Client(), kGroup, kTopic)
-	if err != nil {
-		t.Fatal(err)
-	}
+	offs := commitExactly(ctx, t, d, s, n)
 	if got := offs[kTopic][0]; got != 4 {
 		t.Fatalf("partition 0 committed at %d, want 4 (round N's end, not the polled %d)", got, polled[0].NextOffset())
 	}
@@ -388,21 +378,29 @@ func TestKafkaDeciderCommitExactly(t *testing.T) {
 		{ID: BatchID{Connector: "c", Topic: kTopic, Partition: 0, First: 4, Last: 9}},
 		{ID: BatchID{Connector: "c", Topic: kTopic, Partition: 1, First: 0, Last: 9}},
 	}
-	d.CommitExactly(n1)
-	if err := d.Begin(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if ok, err := d.Decide(ctx, true); err != nil || !ok {
-		t.Fatalf("decide round N+1: %t %v", ok, err)
-	}
-	offs, err = StableOffsets(ctx, s.Client(), kGroup, kTopic)
-	if err != nil {
-		t.Fatal(err)
-	}
+	offs = commitExactly(ctx, t, d, s, n1)
 	if offs[kTopic][0] != 10 || offs[kTopic][1] != 10 {
 		t.Fatalf("after round N+1: %v, want both at 10", offs)
 	}
 	if ok, err := d.Outcome(ctx, n[0].ID); err != nil || ok {
 		t.Fatalf("outcome of round N after N+1: %t %v (the offset moved past it)", ok, err)
 	}
+}
+
+// commitExactly commits one round of batches through d (CommitExactly,
+// Begin, Decide) and returns the group's stable offsets after it.
+func commitExactly(ctx context.Context, t *testing.T, d *KafkaDecider, s *kgo.GroupTransactSession, batches []*Batch) map[string]map[int32]int64 {
+	t.Helper()
+	d.CommitExactly(batches)
+	if err := d.Begin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := d.Decide(ctx, true); err != nil || !ok {
+		t.Fatalf("decide %v: %t %v", batches[0].ID, ok, err)
+	}
+	offs, err := StableOffsets(ctx, s.Client(), kGroup, kTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return offs
 }

@@ -248,29 +248,26 @@ func (o *roundObserver) count() int {
 	return len(o.rounds)
 }
 
-// writtenAhead sums the committed rounds' batches written ahead.
-func (o *roundObserver) writtenAhead() int {
+// committedSum sums f over the committed rounds.
+func (o *roundObserver) committedSum(f func(engine.RoundStats) int) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	n := 0
 	for _, r := range o.rounds {
 		if r.Outcome == "committed" {
-			n += r.WrittenAhead
+			n += f(r)
 		}
 	}
 	return n
 }
 
+// writtenAhead sums the committed rounds' batches written ahead.
+func (o *roundObserver) writtenAhead() int {
+	return o.committedSum(func(r engine.RoundStats) int { return r.WrittenAhead })
+}
+
 func (o *roundObserver) deadLettered() int {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	n := 0
-	for _, r := range o.rounds {
-		if r.Outcome == "committed" {
-			n += r.DeadLettered
-		}
-	}
-	return n
+	return o.committedSum(func(r engine.RoundStats) int { return r.DeadLettered })
 }
 
 // TestTaskReportsDeadLetters: the rounds a task reports count the records
