@@ -257,6 +257,9 @@ func (s *Sink) EnableStaging(n int) {
 // errStagingOff is Stage's answer when EnableStaging was not called.
 var errStagingOff = errors.New("staging is off")
 
+// errNoSlot is Stage's answer when every staging slot is taken.
+var errNoSlot = errors.New("no staging slot is free; the batch is written in its round")
+
 // errNotAppendOnly is Stage's answer for a batch whose write depends on
 // the rows already in the table (a DELETE, an upsert, a TRUNCATE): written
 // ahead, it would not see the previous round's uncommitted rows (a delete
@@ -269,8 +272,11 @@ var errNotAppendOnly = errors.New("the batch needs keyed writes (deletes, upsert
 // changes (a batch that needs one fails here and gets its own round from
 // Prepare). Only append-only batches are written ahead: upsert mode, and
 // from its first such batch on a topic with deletes, truncates or change
-// events, are refused (errNotAppendOnly) and written at their prepare. The transaction stays open, holding a pooled connection and a
-// staging slot, until Prepare(b) or Discard. It touches no offsets row, so
+// events, are refused (errNotAppendOnly) and written at their prepare. A
+// batch that finds every staging slot taken is not staged either
+// (errNoSlot). The transaction stays open, holding a pooled connection
+// and a staging slot, until Prepare(b) or Discard. It
+// touches no offsets row, so
 // it blocks no fencing; it may wait on row locks of the round being
 // decided (an upsert of the same key), which that round's COMMIT PREPARED
 // releases.
@@ -289,8 +295,10 @@ func (s *Sink) Stage(ctx context.Context, b *twophase.Batch) (err error) {
 	}
 	select {
 	case s.slots <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
+	default:
+		// Never wait: the slots may be held by this round's own batches,
+		// released only when this round is written.
+		return errNoSlot
 	}
 	defer func() {
 		if err != nil {
