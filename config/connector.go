@@ -89,7 +89,7 @@ var ConnectorDefs = Defs{
 	{Name: KeyDLQContextHeaders, Type: Boolean, Default: "false", Group: "Errors", Doc: "Add Kafka Connect's __connect.errors.* headers to each dead letter: the original topic, partition and offset, connector name, task id, stage, class name, exception class name, message and stack trace."},
 	{Name: KeyTxnTimeoutMs, Type: Int, Default: "15000", Min: 1000, Max: 900000, Group: "Delivery", Doc: "Kafka transaction timeout (exactly_once). Bounds how long an abandoned decision blocks recovery."},
 	{Name: KeySessionTimeoutMs, Type: Int, Default: "10000", Min: 1000, Max: 300000, Group: "Delivery", Doc: "Consumer group session timeout: after it a silent owner loses its partitions."},
-	{Name: KeyRoundsInFlight, Type: Int, Default: "2", Min: 1, Max: 2, Group: "Delivery", Doc: "exactly_once: rounds a task keeps in flight. 2 pipelines them: while round N is prepared, decided and committed, round N+1 is polled, converted and written into open sink transactions (not prepared: its offsets' compare-and-set and PREPARE wait until round N is committed, so recovery's rule is unchanged; see the README, Pipelined rounds). 1 runs one round at a time. ClickHouse maps round N+1's records into blocks while round N records its intents, decides and inserts. Either way each round's Kafka transaction commits exactly that round's offsets."},
+	{Name: KeyRoundsInFlight, Type: Int, Default: "2", Min: 1, Max: 2, Group: "Delivery", Doc: "exactly_once and exactly_once_sink: rounds a task keeps in flight. 2 pipelines them: while round N is prepared, decided and committed, round N+1 is polled, converted and written into open sink transactions (exactly_once: not prepared, its offsets' compare-and-set and PREPARE wait until round N is committed, so recovery's rule is unchanged; exactly_once_sink: its offsets' compare-and-set and COMMIT wait until round N committed; see the README, Pipelined rounds). 1 runs one round at a time. ClickHouse maps round N+1's records into blocks while round N records its intents, decides and inserts. Either way each round's Kafka transaction commits exactly that round's offsets."},
 	{Name: KeyPrepareParallel, Type: Int, Default: "4", Min: 1, Max: 64, Group: "Delivery", Doc: "Partition batches prepared and committed in parallel per round."},
 	{Name: KeyRecoveryTimeoutMs, Type: Int, Default: "120000", Min: 1000, Max: 3600000, Group: "Delivery", Doc: "How long recovery of in-doubt batches may take on assignment before the task fails."},
 	{Name: KeyShutdownGraceMs, Type: Int, Default: "10000", Min: 0, Max: 600000, Group: "Delivery", Doc: "On stop, pause or SIGTERM a task finishes the round in flight (commits or aborts it) and starts no new one; a round still running after this long is abandoned and left to recovery."},
@@ -123,8 +123,9 @@ type Connector struct {
 	TxnTimeout        time.Duration
 	SessionTimeout    time.Duration
 	Parallelism       int
-	// RoundsInFlight is rounds.max.in.flight: 2 pipelines exactly_once
-	// rounds (the next one is written ahead while one is decided).
+	// RoundsInFlight is rounds.max.in.flight: 2 pipelines exactly_once and
+	// exactly_once_sink rounds (the next one is written ahead while one
+	// is decided and committed).
 	RoundsInFlight  int
 	RecoveryTimeout time.Duration
 	ShutdownGrace   time.Duration

@@ -72,13 +72,26 @@ func TestPostgresExactlyOnceDrain(t *testing.T) {
 // N prepared and undecided with round N+1 written ahead, and round N
 // committed with round N+1 written ahead and not prepared; the producer's
 // backlog makes the task write ahead, and a point that never fires fails
-// the test.
+// the test. exactly_once_sink (pipelined too) is killed at its three
+// points.
 func TestPostgresCrashPoints(t *testing.T) {
 	k, _ := sinkEnv(t)
-	points := []string{failpoint.AfterPoll, failpoint.AfterWrite, failpoint.AfterPrepare, failpoint.AfterDecide, failpoint.AfterCommit,
-		failpoint.AheadBeforeDecide, failpoint.AheadAfterCommit}
-	for i, point := range points {
-		t.Run(point, func(t *testing.T) {
+	type crash struct{ mode, point string }
+	var cases []crash
+	for _, p := range []string{failpoint.AfterPoll, failpoint.AfterWrite, failpoint.AfterPrepare, failpoint.AfterDecide, failpoint.AfterCommit,
+		failpoint.AheadBeforeDecide, failpoint.AheadAfterCommit} {
+		cases = append(cases, crash{"exactly_once", p})
+	}
+	// exactly_once_sink, pipelined: rows written ahead before the local
+	// COMMIT (after-write), and the same two windows: round N written and
+	// not committed with N+1 written ahead; N committed with N+1 written
+	// ahead and its offsets not set.
+	for _, p := range []string{failpoint.AfterWrite, failpoint.AheadBeforeDecide, failpoint.AheadAfterCommit} {
+		cases = append(cases, crash{"exactly_once_sink", p})
+	}
+	for i, c := range cases {
+		point := c.point
+		t.Run(c.mode+"/"+point, func(t *testing.T) {
 			t.Parallel()
 			db := harness.Postgres(t).NewDatabase(t)
 			topic := "crash-" + point + "-" + randSuffix(t)
@@ -86,7 +99,7 @@ func TestPostgresCrashPoints(t *testing.T) {
 			k.CreateTopic(t, topic, 3)
 			pool := connectPool(t, db)
 			createEventsTable(t, pool, topic)
-			cfg := baseConnector(conn, topic, db, "exactly_once")
+			cfg := baseConnector(conn, topic, db, c.mode)
 			cfg["batch.max.records"] = "300"
 			cfgPath := writeConnector(t, cfg)
 

@@ -627,22 +627,80 @@ func (t *Task) runLocal(ctx context.Context) error {
 	if t.conn.UnsafeNoFencing {
 		guard = offsets.GuardNone
 	}
+	// Pipelined rounds (exactly_once_sink, rounds.max.in.flight=2): a
+	// round's rows are written ahead (staged) while the following round
+	// is polled, and the following round's rows are written ahead while
+	// this one's offsets compare-and-set and COMMIT run. The offsets of a
+	// round are set only after the round before it committed, in the
+	// transaction that holds its rows (README, "Pipelined rounds").
+	var stager twophase.Stager
+	if order == connectors.Atomic && t.conn.RoundsInFlight >= 2 {
+		stager, _ = t.sink.(twophase.Stager)
+	}
+	var next *round
+	abandon := func() {
+		t.drop(stager, next)
+		next = nil
+	}
+	defer abandon()
 	for {
-		recs, err := t.pollPaused(ctx, cl, cl.PollRecords)
-		if err != nil || ctx.Err() != nil {
-			return err
+		if ctx.Err() != nil {
+			return nil
 		}
-		failpoint.Hit(failpoint.AfterPoll)
-		if err := t.localRound(t.hard, cl, recs, guard, order); err != nil {
+		if next != nil && t.gate != nil && t.gate.pausedNow() {
+			// PAUSED: the round written ahead is dropped and redone
+			// after the resume.
+			abandon()
+			t.rewind(cl)
+		}
+		cur := next
+		next = nil
+		if cur == nil {
+			recs, err := t.pollPaused(ctx, cl, cl.PollRecords)
+			if err != nil || ctx.Err() != nil {
+				return err
+			}
+			failpoint.Hit(failpoint.AfterPoll)
+			if stager != nil && !t.stopping() {
+				cur = t.stageAhead(stager, recs)
+			} else {
+				cur = &round{records: len(recs), batches: t.cut(recs)}
+			}
+			if cur == nil || len(cur.batches) == 0 {
+				if err := t.stoppedError(); err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		if cur.staged != nil && !t.stopping() {
+			// Poll the following round while cur's rows are written,
+			// then write it ahead while cur commits.
+			recs := t.pollAhead(ctx, cl, cl.PollRecords, cur)
+			cur.wait()
+			next = t.stageAhead(stager, recs)
+		}
+		cur.wait()
+		if cur.staged != nil {
+			failpoint.Hit(failpoint.AheadAfterCommit)
+		}
+		if next != nil && failpoint.Armed(failpoint.AheadBeforeDecide) {
+			next.wait()
+			failpoint.Hit(failpoint.AheadBeforeDecide)
+		}
+		if err := t.localRound(t.hard, cl, stager, cur, guard, order, abandon); err != nil {
 			return err
 		}
 	}
 }
 
-func (t *Task) localRound(ctx context.Context, cl *kgo.Client, recs []*kgo.Record, guard offsets.Guard, order connectors.Order) error {
+// localRound writes a round's batches with WriteLocal. When one fails,
+// abandon drops the round written ahead (it was cut from this round's
+// ends) before the task rewinds to the stored offsets.
+func (t *Task) localRound(ctx context.Context, cl *kgo.Client, st twophase.Stager, r *round, guard offsets.Guard, order connectors.Order, abandon func()) error {
 	t.roundMu.Lock()
 	defer t.roundMu.Unlock()
-	batches := t.cut(recs)
+	batches := t.current(st, r.batches)
 	if len(batches) == 0 {
 		return t.stoppedError()
 	}
@@ -671,6 +729,9 @@ func (t *Task) localRound(ctx context.Context, cl *kgo.Client, recs []*kgo.Recor
 			}
 		}
 	}
+	if firstErr != nil {
+		abandon()
+	}
 	t.takeDeadLetters(failed) // redone from the stored offsets
 	letters := t.takeDeadLetters(done)
 	if t.conn.DLQTopic != "" {
@@ -678,7 +739,8 @@ func (t *Task) localRound(ctx context.Context, cl *kgo.Client, recs []*kgo.Recor
 		// from the topic (README, Dead letters).
 		t.produceDeadLetters(ctx, cl, letters)
 	}
-	stats := RoundStats{Records: len(recs), Batches: len(batches), Commit: time.Since(start), Total: time.Since(start), Outcome: "committed"}
+	stats := RoundStats{Records: r.records, Batches: len(batches), Commit: time.Since(start), Total: time.Since(start), Outcome: "committed",
+		WrittenAhead: int(r.ahead.Load())}
 	stats.Positions = t.advance(done)
 	stats.DeadLettered = len(letters)
 	if firstErr != nil {
@@ -726,6 +788,34 @@ func (t *Task) localRound(ctx context.Context, cl *kgo.Client, recs []*kgo.Recor
 	case <-time.After(500 * time.Millisecond):
 	}
 	return nil
+}
+
+// current keeps the batches that still continue their partition: owned,
+// at the fence they were cut with, from the stored next offset. A round
+// cut before a rebalance (written ahead, or polled while the partitions
+// moved) may hold batches of partitions revoked or assigned anew since;
+// their staged rows roll back, and the partition's new owner (or the new
+// assignment's recovery) takes over from the stored offsets.
+func (t *Task) current(stager twophase.Stager, batches []*twophase.Batch) []*twophase.Batch {
+	t.mu.Lock()
+	out := batches[:0:0]
+	var stale []twophase.BatchID
+	for _, b := range batches {
+		st, ok := t.parts[tp{b.ID.Topic, b.ID.Partition}]
+		if ok && st.fence == b.Fence && st.next == b.Prev {
+			out = append(out, b)
+		} else {
+			stale = append(stale, b.ID)
+		}
+	}
+	t.mu.Unlock()
+	if len(stale) > 0 {
+		t.log.Info("dropping batches cut before their partitions were revoked or assigned anew; the owner continues from the stored offsets", "batches", len(stale))
+		if stager != nil {
+			stager.Discard(stale)
+		}
+	}
+	return out
 }
 
 // sinkCtx bounds one sink call by sink.timeout.ms (see

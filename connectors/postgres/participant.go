@@ -275,7 +275,7 @@ var errNotAppendOnly = errors.New("the batch needs keyed writes (deletes, upsert
 // events, are refused (errNotAppendOnly) and written at their prepare. A
 // batch that finds every staging slot taken is not staged either
 // (errNoSlot). The transaction stays open, holding a pooled connection
-// and a staging slot, until Prepare(b) or Discard. It
+// and a staging slot, until Prepare(b), WriteLocal(b) or Discard. It
 // touches no offsets row, so
 // it blocks no fencing; it may wait on row locks of the round being
 // decided (an upsert of the same key), which that round's COMMIT PREPARED
@@ -525,16 +525,33 @@ func (s *Sink) writeLocal(ctx context.Context, b *twophase.Batch, guard offsets.
 		failpoint.Hit(failpoint.AfterWrite)
 		return s.inTx(ctx, write)
 	}
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		if err := advance(tx); err != nil {
-			return err
-		}
-		if err := write(tx); err != nil {
-			return err
-		}
-		failpoint.Hit(failpoint.AfterWrite)
-		return nil
-	})
+	var err error
+	if sg := s.takeStaged(b.ID); sg != nil {
+		// exactly_once_sink, pipelined: the rows were written ahead
+		// (Stage); the offsets' compare-and-set, in the same
+		// transaction, decides whether they commit. Read committed, it
+		// sees the previous round's COMMIT.
+		err = s.endTx(ctx, sg.tx, func(tx pgx.Tx) error {
+			if err := advance(tx); err != nil {
+				return err
+			}
+			failpoint.Hit(failpoint.AfterWrite)
+			s.Note(b.ID, b.Records, sg.st.Bad)
+			return nil
+		})
+		s.release()
+	} else {
+		err = s.inTx(ctx, func(tx pgx.Tx) error {
+			if err := advance(tx); err != nil {
+				return err
+			}
+			if err := write(tx); err != nil {
+				return err
+			}
+			failpoint.Hit(failpoint.AfterWrite)
+			return nil
+		})
+	}
 	if err == nil || guard != offsets.GuardCAS || !isAmbiguousCommit(err) {
 		return err
 	}

@@ -46,7 +46,7 @@ var Defs = config.Defs{
 		}},
 	{Name: KeyUser, Type: config.String, Group: "Connection", Doc: "User name; overrides the URL's. One of the two is required unless the worker lets this host use its environment credentials (connection.env.credentials.hosts)."},
 	{Name: KeyPassword, Type: config.Password, Group: "Connection", Doc: "Password; overrides the URL's. Never shown by the API or logs. Bound to the host, port and user it was given with: a configuration change that moves any of them without sending the password again drops it."},
-	{Name: KeyPoolSize, Type: config.Int, Default: "16", Min: 2, Max: 256, Group: "Connection", Doc: "Maximum connections to the database. Pipelined rounds (rounds.max.in.flight=2) keep the next round's batches written ahead in open transactions, one connection each, up to this less tasks.max × max(commit.parallelism, 4) less 1 (11 at the defaults); with none left, rounds are not pipelined (a warning says so)."},
+	{Name: KeyPoolSize, Type: config.Int, Default: "16", Min: 2, Max: 256, Group: "Connection", Doc: "Maximum connections to the database. Pipelined rounds (rounds.max.in.flight=2) keep the next round's batches written ahead in open transactions, one connection each, up to this less tasks.max × max(commit.parallelism, 4) less 1 (11 at the defaults); a batch that finds none free is written in its round; with none at all, rounds are not pipelined (a warning says so)."},
 	{Name: KeyIdleTxTimeout, Type: config.Int, Default: "30000", Min: 1000, Max: 3600000, Group: "Connection", Doc: "PostgreSQL's idle_in_transaction_session_timeout for the sink's sessions: the server ends a session that stays idle inside an open transaction this long, releasing its locks. It bounds how long an owner frozen inside a transaction (a paused VM, a SIGSTOPped process, a network partition) can hold the offsets rows its partitions' new owner must fence; prepared transactions belong to no session and are resolved by recovery instead. Keep it well above the time a round spends converting records between statements."},
 	{Name: KeySchema, Type: config.String, Default: "public", Group: "Mapping", Doc: "Schema of the target tables, the offsets table and the dead-letter table."},
 	{Name: KeyTableFormat, Type: config.String, Default: "${topic}", Group: "Mapping", Doc: "Target table name: ${topic} is replaced by the record's topic (as transforms left it), and for change events ${source.db}, ${source.schema} and ${source.table} by the event's source. One batch may write several tables, all in its transaction. Always quoted.",
@@ -166,7 +166,7 @@ func open(ctx context.Context, env connectors.Env, c config.Connector, v config.
 		pool.Close()
 		return nil, err
 	}
-	if c.Delivery == config.ExactlyOnce && c.RoundsInFlight > 1 {
+	if (c.Delivery == config.ExactlyOnce || c.Delivery == config.ExactlyOnceSink) && c.RoundsInFlight > 1 {
 		n := StagingSlots(int(pc.MaxConns), c.TasksMax, c.Parallelism)
 		if n <= 0 {
 			s.log.Warn("rounds are not pipelined: connection.pool.size leaves no connection to write the next round ahead",
