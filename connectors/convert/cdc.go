@@ -155,6 +155,11 @@ func parseEnvelope(v record.Value, required bool) (envelope, bool) {
 		e.after, e.hasAfter = v.Get("after")
 		return e, okOp && okSrc && (e.hasBefore || e.hasAfter) && e.op.Kind() == record.KindString && e.source.Kind() == record.KindStruct
 	}
+	if !v.MayHaveMember("op") {
+		// Most schemaless records are not change events: no need to
+		// scan their members to see it.
+		return e, false
+	}
 	var okOp, okSrc bool
 	_ = v.Range(func(name []byte, fv record.Value) error {
 		switch string(name) {

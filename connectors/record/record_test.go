@@ -311,3 +311,32 @@ func TestScanned(t *testing.T) {
 		t.Error("Scanned changed an Object")
 	}
 }
+
+// TestMayHaveMember: the cheap check never says no for an object that has
+// the member, escaped names included; it says no for one without it.
+func TestMayHaveMember(t *testing.T) {
+	for _, tc := range []struct {
+		text string
+		want bool
+	}{
+		{`{"id":1,"seq":2}`, false},
+		{`{"op":"c","source":{}}`, true},
+		{`{"\u006fp":"c"}`, true},               // escaped name: scanned
+		{`{"x":{"op":"c"}}`, true},              // nested: scanned, and Get finds none
+		{`{"operation":"c","opx":1}`, false},    // prefixes are not the name
+		{`{"note":"has \"op\" in text"}`, true}, // a backslash: scanned
+		{`{"note":"op"}`, true},                 // the value "op": maybe, scanned
+		{`{"note":"\"op\""}`, true},             // quotes in a string are escaped
+	} {
+		v := JSON([]byte(tc.text))
+		if got := v.MayHaveMember("op"); got != tc.want {
+			t.Errorf("%s: MayHaveMember(op) = %v, want %v", tc.text, got, tc.want)
+		}
+		if _, has := v.Get("op"); has && !v.MayHaveMember("op") {
+			t.Errorf("%s: has op, but MayHaveMember says no", tc.text)
+		}
+	}
+	if !JSON([]byte(`[1]`)).MayHaveMember("op") {
+		t.Error("a non-object must say maybe")
+	}
+}

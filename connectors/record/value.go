@@ -436,6 +436,25 @@ func unescapeKey(k []byte) []byte {
 	return []byte(s)
 }
 
+// MayHaveMember reports whether a schemaless JSON object may have a member
+// called name: false only when its text has no backslash (so no escaped
+// name) and no quoted name, a check much cheaper than scanning its
+// members. It is true for any other value.
+func (v Value) MayHaveMember(name string) bool {
+	if v.kind != KindStruct || v.flags&flagJSON == 0 || v.members() != nil {
+		return true
+	}
+	if bytes.IndexByte(v.b, '\\') >= 0 {
+		return true
+	}
+	var q [64]byte
+	if len(name)+2 > len(q) {
+		return true
+	}
+	quoted := append(append(append(q[:0], '"'), name...), '"')
+	return bytes.Contains(v.b, quoted)
+}
+
 // Get returns the struct field called name (for a schemaless object the
 // last member of that name).
 func (v Value) Get(name string) (Value, bool) {
