@@ -229,12 +229,13 @@ func (b *bench) runTxsink(ctx context.Context, w *workload, mode string, extra m
 }
 
 // modeSettings are the connector settings of a measured mode: a delivery
-// guarantee, or exactly_once_serial, which is exactly_once with
+// guarantee, or one with the suffix _serial (exactly_once_serial,
+// exactly_once_sink_serial), which is that guarantee with
 // rounds.max.in.flight=1 (one round at a time, as before pipelined
 // rounds), kept as a row beside the pipelined default while both exist.
 func modeSettings(mode string) map[string]string {
-	if mode == "exactly_once_serial" {
-		return map[string]string{"delivery.guarantee": "exactly_once", "rounds.max.in.flight": "1"}
+	if g, ok := strings.CutSuffix(mode, "_serial"); ok {
+		return map[string]string{"delivery.guarantee": g, "rounds.max.in.flight": "1"}
 	}
 	return map[string]string{"delivery.guarantee": mode}
 }

@@ -78,7 +78,7 @@ func profileOptions(name string) (options, error) {
 		o.Timeout = 3 * time.Minute
 	case "full":
 		// The path before pipelined rounds, beside the default.
-		o.Modes = []string{"exactly_once", "exactly_once_serial", "exactly_once_sink", "at_least_once"}
+		o.Modes = []string{"exactly_once", "exactly_once_serial", "exactly_once_sink", "exactly_once_sink_serial", "at_least_once"}
 		o.Records = 2_000_000
 		o.Partitions = []int{1, 6, 24}
 		o.SweepFactor = 0.25
@@ -119,7 +119,7 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&o.SweepFactor, "sweep-factor", o.SweepFactor, "records of the other partition counts as a fraction of -records (0: same)")
 	fs.IntVar(&o.BigRecords, "big-records", o.BigRecords, "records of the 1 KB workload (6 partitions); 0 skips it")
 	fs.IntVar(&o.Runs, "runs", o.Runs, "runs per row (the median is reported)")
-	modes := fs.String("modes", strings.Join(o.Modes, ","), "txsink delivery guarantees to measure, and exactly_once_serial (exactly_once with rounds.max.in.flight=1)")
+	modes := fs.String("modes", strings.Join(o.Modes, ","), "txsink delivery guarantees to measure, and exactly_once_serial and exactly_once_sink_serial (the guarantee with rounds.max.in.flight=1)")
 	fs.BoolVar(&o.Peer, "peer", o.Peer, "measure Kafka Connect + Debezium JDBC sink (needs java and mvn)")
 	fs.IntVar(&o.PeerRecords, "peer-records", o.PeerRecords, "records for the peer (0: as -records)")
 	fs.IntVar(&o.LatencySecs, "latency-seconds", o.LatencySecs, "length of each steady-rate latency run; 0 skips latency")
@@ -245,9 +245,9 @@ func (o options) validate() error {
 	}
 	for _, m := range append(append([]string{}, o.Modes...), o.LatModes...) {
 		switch m {
-		case "exactly_once", "exactly_once_serial", "exactly_once_sink", "at_least_once", "at_most_once":
+		case "exactly_once", "exactly_once_serial", "exactly_once_sink", "exactly_once_sink_serial", "at_least_once", "at_most_once":
 		default:
-			return fmt.Errorf("-modes/-latency-modes: unknown delivery guarantee %q (or exactly_once_serial: exactly_once with rounds.max.in.flight=1)", m)
+			return fmt.Errorf("-modes/-latency-modes: unknown delivery guarantee %q (or exactly_once_serial, exactly_once_sink_serial: the guarantee with rounds.max.in.flight=1)", m)
 		}
 	}
 	for _, f := range o.Formats {
