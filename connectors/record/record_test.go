@@ -328,12 +328,15 @@ func TestMayHaveMember(t *testing.T) {
 		{`{"note":"op"}`, true},                 // the value "op": maybe, scanned
 		{`{"note":"\"op\""}`, true},             // quotes in a string are escaped
 	} {
-		v := JSON([]byte(tc.text))
-		if got := v.MayHaveMember("op"); got != tc.want {
-			t.Errorf("%s: MayHaveMember(op) = %v, want %v", tc.text, got, tc.want)
-		}
-		if _, has := v.Get("op"); has && !v.MayHaveMember("op") {
-			t.Errorf("%s: has op, but MayHaveMember says no", tc.text)
+		// As read, and with its members scanned (as the JSON converter
+		// hands it on).
+		for _, v := range []Value{JSON([]byte(tc.text)), JSON([]byte(tc.text)).Scanned()} {
+			if got := v.MayHaveMember("op"); got != tc.want {
+				t.Errorf("%s: MayHaveMember(op) = %v, want %v", tc.text, got, tc.want)
+			}
+			if _, has := v.Get("op"); has && !v.MayHaveMember("op") {
+				t.Errorf("%s: has op, but MayHaveMember says no", tc.text)
+			}
 		}
 	}
 	if !JSON([]byte(`[1]`)).MayHaveMember("op") {

@@ -441,7 +441,7 @@ func unescapeKey(k []byte) []byte {
 // name) and no quoted name, a check much cheaper than scanning its
 // members. It is true for any other value.
 func (v Value) MayHaveMember(name string) bool {
-	if v.kind != KindStruct || v.flags&flagJSON == 0 || v.members() != nil {
+	if v.kind != KindStruct || v.flags&flagJSON == 0 {
 		return true
 	}
 	if bytes.IndexByte(v.b, '\\') >= 0 {
