@@ -437,12 +437,21 @@ func unescapeKey(k []byte) []byte {
 }
 
 // MayHaveMember reports whether a schemaless JSON object may have a member
-// called name: false only when its text has no backslash (so no escaped
-// name) and no quoted name, a check much cheaper than scanning its
-// members. It is true for any other value.
+// called name, much cheaper than Range or Get: false only when none of
+// its scanned members has that name (or an escaped one), or, not scanned
+// yet, when its text has no backslash (so no escaped name) and no quoted
+// name. It is true for any other value.
 func (v Value) MayHaveMember(name string) bool {
 	if v.kind != KindStruct || v.flags&flagJSON == 0 {
 		return true
+	}
+	if members := v.members(); members != nil {
+		for _, m := range members {
+			if m.Escaped || string(m.Key) == name {
+				return true
+			}
+		}
+		return false
 	}
 	if bytes.IndexByte(v.b, '\\') >= 0 {
 		return true
