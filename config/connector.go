@@ -28,6 +28,7 @@ const (
 	KeyRoundsInFlight    = "rounds.max.in.flight"
 	KeyBatchMaxBytes     = "batch.max.bytes"
 	KeyBatchLingerMs     = "batch.linger.ms"
+	KeyFetchMaxBytes     = "fetch.max.bytes"
 	KeyOffsetsInitial    = "offsets.initial"
 	KeyGroupID           = "group.id"
 	KeyErrorsTolerance   = "errors.tolerance"
@@ -74,6 +75,7 @@ var ConnectorDefs = Defs{
 		Doc: "exactly_once: two-phase commit with the Kafka transaction as decision (needs max_prepared_transactions > 0); exactly_once_sink: one sink transaction with compare-and-set offsets and fencing, no Kafka transaction; at_least_once: rows then offsets in separate transactions (a crash can duplicate); at_most_once: offsets then rows (a crash can lose)."},
 	{Name: KeyBatchMaxRecords, Type: Int, Default: "100000", Min: 1, Max: 1000000, Group: "Batching", Doc: "Maximum records per round (all partitions of a task). A round pays fixed costs (a Kafka transaction, a PREPARE and a COMMIT PREPARED per partition) that large rounds amortise under a backlog; without one, rounds are cut by batch.linger.ms long before this. A round's records are held in memory (batch.max.bytes bounds them)."},
 	{Name: KeyBatchMaxBytes, Type: Int, Default: "16777216", Min: 1024, Max: 1 << 30, Group: "Batching", Doc: "A round stops polling once its record values and keys reach this many bytes."},
+	{Name: KeyFetchMaxBytes, Type: Int, Default: "0", Min: 0, Max: 1 << 30, Group: "Batching", Doc: "Bytes one fetch from a broker may bring (the Kafka consumer's fetch.max.bytes; a partition's share is at most batch.max.bytes). 0: twice batch.max.bytes. Fetched records wait in memory until a round takes them, so with batch.max.bytes this bounds a task's memory: see the README, Memory."},
 	{Name: KeyBatchLingerMs, Type: Int, Default: "50", Min: 0, Max: 60000, Group: "Batching", Doc: "How long a round keeps polling for more records after the first arrive. A round whose first poll already brings a tenth of batch.max.records or more does not linger: a backlog is waiting."},
 	{Name: KeyOffsetsInitial, Type: String, Default: "earliest", Enum: []string{"earliest", "latest"}, Group: "Offsets", Doc: "Where a partition with no offset stored in the sink starts."},
 	{Name: KeyGroupID, Type: String, Group: "Offsets", Doc: "Kafka consumer group; default txsink-<name>. Its committed offsets mirror the sink's and record the 2PC decision."},
@@ -111,6 +113,8 @@ type Connector struct {
 	Delivery        string
 	BatchMaxRecords int
 	BatchMaxBytes   int
+	// FetchMaxBytes is fetch.max.bytes (0: twice BatchMaxBytes).
+	FetchMaxBytes   int
 	BatchLinger     time.Duration
 	OffsetsInitial  string
 	GroupID         string
@@ -148,6 +152,7 @@ func ParseConnector(v Values) Connector {
 		Delivery:          v[KeyDelivery],
 		BatchMaxRecords:   int(v.Int(KeyBatchMaxRecords)),
 		BatchMaxBytes:     int(v.Int(KeyBatchMaxBytes)),
+		FetchMaxBytes:     int(v.Int(KeyFetchMaxBytes)),
 		BatchLinger:       time.Duration(v.Int(KeyBatchLingerMs)) * time.Millisecond,
 		OffsetsInitial:    v[KeyOffsetsInitial],
 		GroupID:           v[KeyGroupID],

@@ -200,6 +200,9 @@ func (t *Task) clientOpts(onAssign func(context.Context, map[string]map[int32]kg
 	// The client caps its read limit at 1 GiB and wants the fetch limit
 	// below it.
 	fetchMax := int32(min(t.conn.BatchMaxBytes*2, 1<<30-1<<20))
+	if t.conn.FetchMaxBytes > 0 {
+		fetchMax = int32(min(t.conn.FetchMaxBytes, 1<<30-1<<20))
+	}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(t.opt.Bootstrap...),
 		kgo.ConsumerGroup(t.conn.GroupID),
@@ -1020,16 +1023,21 @@ func (t *Task) poll(ctx context.Context, pollFn func(context.Context, int) kgo.F
 			return nil, err
 		}
 	}
-	linger := t.conn.BatchLinger
-	if len(recs) >= max/10 {
-		// A backlog was waiting (the previous round took longer than
-		// the records took to arrive): lingering would only add its
-		// delay to every record of the round.
-		linger = 0
-	}
-	deadline := time.Now().Add(linger)
+	// A backlog was waiting when the first poll brought a tenth of
+	// batch.max.records or more (the previous round took longer than the
+	// records took to arrive). Lingering for new records would only add
+	// its delay to every record of the round; but the backlog itself may
+	// be larger than one fetch (fetch.max.bytes), so the round keeps
+	// taking fetches while each arrives within backlogFetchWait.
+	backlog := len(recs) >= max/10
+	deadline := time.Now().Add(t.conn.BatchLinger)
 	for len(recs) < max && bytes < t.conn.BatchMaxBytes && time.Now().Before(deadline) {
-		lctx, cancel := context.WithDeadline(ctx, deadline)
+		d := deadline
+		if next := time.Now().Add(backlogFetchWait); backlog && next.Before(deadline) {
+			d = next
+		}
+		lctx, cancel := context.WithDeadline(ctx, d)
+		n := len(recs)
 		f := pollFn(lctx, max-len(recs))
 		cancel()
 		if err := add(f, true); err != nil {
@@ -1038,9 +1046,16 @@ func (t *Task) poll(ctx context.Context, pollFn func(context.Context, int) kgo.F
 		if ctx.Err() != nil {
 			return recs, nil
 		}
+		if backlog && len(recs) == n {
+			return recs, nil // the backlog is taken
+		}
 	}
 	return recs, nil
 }
+
+// backlogFetchWait is how long a round under a backlog waits for the next
+// fetch: about what a fetch from a broker that has the records takes.
+const backlogFetchWait = 10 * time.Millisecond
 
 // cut groups a round's records into one batch per owned partition,
 // continuing from the stored next offsets, and cuts before a known bad

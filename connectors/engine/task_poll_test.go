@@ -19,49 +19,46 @@ func fetches(n int) kgo.Fetches {
 	return kgo.Fetches{{Topics: []kgo.FetchTopic{{Topic: "t", Partitions: []kgo.FetchPartition{{Records: recs}}}}}}
 }
 
-// TestPollLinger: a round lingers for more records after a trickle, and
-// does not after a first poll that brings a backlog (a tenth of
-// batch.max.records or more).
+// TestPollLinger: a round lingers for more records after a trickle. After
+// a first poll that brings a backlog (a tenth of batch.max.records or
+// more) it does not wait for new records, but takes the fetches that come
+// at once (a backlog larger than one fetch) until a poll brings nothing.
 func TestPollLinger(t *testing.T) {
 	for _, c := range []struct {
-		first     int
+		name      string
+		polls     []int // records each poll brings; -1 ends the linger (the context)
 		wantPolls int
 		wantRecs  int
 	}{
-		{first: 3, wantPolls: 3, wantRecs: 3 + 5 + 5}, // trickle: polls until the linger ends (the third poll waits it out)
-		{first: 10, wantPolls: 1, wantRecs: 10},       // backlog: no linger
-		{first: 100, wantPolls: 1, wantRecs: 100},     // a full round
+		{"trickle", []int{3, 5, 5, -1}, 3, 3 + 5 + 5}, // polls until the linger ends (the third poll waits it out)
+		{"backlog", []int{10, 0, 5}, 2, 10},           // no new records come at once: no linger
+		{"backlog over fetches", []int{10, 40, 30, 0, 5}, 4, 80},
+		{"backlog to the limit", []int{10, 40, 30, 40}, 4, 100}, // the last poll is asked for 20
+		{"full round", []int{100}, 1, 100},
 	} {
 		tk := &Task{conn: config.Connector{BatchMaxRecords: 100, BatchMaxBytes: 1 << 20, BatchLinger: time.Hour}}
-		polls := 0
-		pollFn := func(ctx context.Context, n int) kgo.Fetches {
-			polls++
-			switch polls {
-			case 1:
-				return fetches(c.first)
-			case 2, 3:
-				return fetches(5)
-			}
-			t.Fatalf("first poll of %d: poll %d, want at most 3", c.first, polls)
-			return nil
-		}
-		// The third poll's records reach no limit; a context that ends
-		// then stands for the linger deadline.
 		ctx, cancel := context.WithCancel(context.Background())
-		wrapped := func(pctx context.Context, n int) kgo.Fetches {
-			f := pollFn(pctx, n)
-			if polls == 3 {
+		polls := 0
+		pollFn := func(_ context.Context, n int) kgo.Fetches {
+			polls++
+			if polls > len(c.polls) {
+				t.Fatalf("%s: poll %d, want at most %d", c.name, polls, len(c.polls))
+			}
+			k := c.polls[polls-1]
+			if polls < len(c.polls) && c.polls[polls] == -1 {
+				// The records reach no limit; a context that ends now
+				// stands for the linger deadline.
 				cancel()
 			}
-			return f
+			return fetches(min(k, n))
 		}
-		recs, err := tk.poll(ctx, wrapped)
+		recs, err := tk.poll(ctx, pollFn)
 		cancel()
 		if err != nil {
 			t.Fatal(err)
 		}
 		if polls != c.wantPolls || len(recs) != c.wantRecs {
-			t.Errorf("first poll of %d records: %d polls, %d records; want %d polls, %d records", c.first, polls, len(recs), c.wantPolls, c.wantRecs)
+			t.Errorf("%s: %d polls, %d records; want %d polls, %d records", c.name, polls, len(recs), c.wantPolls, c.wantRecs)
 		}
 	}
 }
