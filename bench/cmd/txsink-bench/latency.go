@@ -27,7 +27,7 @@ func (b *bench) latency(ctx context.Context) error {
 	for _, mode := range b.o.LatModes {
 		l := &Latency{Mode: mode, Workload: "100B×6p"}
 		b.rep.Latency = append(b.rep.Latency, l)
-		if maxRPS == 0 {
+		if maxRPS == 0 && b.o.LatencyRate <= 0 {
 			l.Skipped = "no exactly_once throughput on the main workload to take half of"
 			continue
 		}

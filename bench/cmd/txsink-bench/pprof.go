@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"sync/atomic"
@@ -37,8 +39,10 @@ var _ engine.Observer = (*roundCounter)(nil)
 // profileInProcess drains the main workload once more with the connector
 // runtime inside this process (engine.Open and Start, the code "txsink
 // run" calls) under the CPU profiler, and writes cpu_<mode>.pprof plus
-// `go tool pprof -top` summaries into the output directory. The profile
-// also holds this program's own (idle) goroutines.
+// `go tool pprof -top` summaries into the output directory, and the heap
+// profile taken at the drain's largest heap (heap_<mode>.pprof and its
+// in-use top). The profiles also hold this program's own (idle)
+// goroutines and memory.
 func (b *bench) profileInProcess(ctx context.Context, mode string) error {
 	w := b.mainWorkload
 	if w == nil {
@@ -91,8 +95,10 @@ func (b *bench) profileInProcess(ctx context.Context, mode string) error {
 	}
 	c.Start(func(int, error) {})
 	deadline := time.Now().Add(b.drainTimeout(w.Records, 2000))
+	var heap peakHeap
 	for obs.committed.Load() < int64(w.Records) && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(50 * time.Millisecond)
+		heap.sample()
 	}
 	c.Stop()
 	werr := c.Wait()
@@ -123,5 +129,35 @@ func (b *bench) profileInProcess(ctx context.Context, mode string) error {
 	}
 	b.rep.CPUProfile = ps
 	b.logf("in-process %s profile: %s (%.1f s)", mode, path, elapsed.Seconds())
+	if heap.prof.Len() > 0 {
+		hpath := filepath.Join(b.o.Out, "heap_"+mode+".pprof")
+		if err := os.WriteFile(hpath, heap.prof.Bytes(), 0o644); err != nil {
+			return err
+		}
+		out, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-sample_index=inuse_space", "-top", "-nodecount=25", hpath).CombinedOutput()
+		if err == nil {
+			_ = os.WriteFile(filepath.Join(b.o.Out, "heap_"+mode+"_top.txt"), out, 0o644)
+		}
+		b.logf("in-process %s heap at its peak (%d MB in use): %s", mode, heap.peak>>20, hpath)
+	}
 	return nil
+}
+
+// peakHeap keeps the heap profile taken when the heap in use was largest,
+// for what holds the memory of a drain (the profile's in-use figures are
+// those of the last garbage collection before it).
+type peakHeap struct {
+	peak uint64
+	prof bytes.Buffer
+}
+
+func (h *peakHeap) sample() {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	if ms.HeapInuse <= h.peak+h.peak/10 {
+		return
+	}
+	h.peak = ms.HeapInuse
+	h.prof.Reset()
+	_ = pprof.Lookup("heap").WriteTo(&h.prof, 0)
 }
