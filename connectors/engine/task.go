@@ -319,13 +319,7 @@ func (t *Task) runTransactional(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if next != nil && t.gate != nil && t.gate.pausedNow() {
-			// PAUSED: the round in flight has ended; the one written
-			// ahead is dropped and redone after the resume.
-			t.drop(stager, next)
-			next = nil
-			t.rewind(sess.Client())
-		}
+		next = t.dropWhenPaused(stager, next, sess.Client())
 		var cur *round
 		if next != nil {
 			cur, next = next, nil
@@ -344,18 +338,9 @@ func (t *Task) runTransactional(ctx context.Context) error {
 			}
 			cur = &round{records: len(recs), batches: t.soloRound(batches, sess.Client())}
 		}
-		if stager != nil && cur.staged != nil && !t.stopping() {
-			// Poll the following round while cur's writes finish, then
-			// write it ahead while cur's round runs. (A round not written
-			// ahead polls its follower inside, see the hook.)
-			recs := t.pollAhead(ctx, sess.Client(), sess.PollRecords, cur)
-			cur.wait()
-			next = t.stageAhead(stager, recs)
-		}
-		cur.wait()
-		if cur.staged != nil {
-			failpoint.Hit(failpoint.AheadAfterCommit)
-		}
+		// (A round not written ahead polls its follower inside, see the
+		// hook.)
+		next = t.writeAhead(ctx, sess.Client(), sess.PollRecords, stager, cur)
 		batches := cur.batches
 		start := time.Now()
 		if dd != nil {
@@ -477,6 +462,36 @@ func (r *round) wait() {
 	if r.staged != nil {
 		<-r.staged
 	}
+}
+
+// dropWhenPaused drops the round written ahead once the connector is
+// PAUSED (the round in flight has ended) and rewinds: it is redone after
+// the resume. It returns the round that is still ahead, if any.
+func (t *Task) dropWhenPaused(st twophase.Stager, next *round, cl *kgo.Client) *round {
+	if next == nil || t.gate == nil || !t.gate.pausedNow() {
+		return next
+	}
+	t.drop(st, next)
+	t.rewind(cl)
+	return nil
+}
+
+// writeAhead overlaps rounds: when cur was written ahead, it polls the
+// following round while cur's write-ahead finishes and then writes that
+// one ahead in the background while cur's round runs, and returns it.
+// When it returns, cur's write-ahead is over.
+func (t *Task) writeAhead(ctx context.Context, cl *kgo.Client, pollFn func(context.Context, int) kgo.Fetches, st twophase.Stager, cur *round) *round {
+	var next *round
+	if st != nil && cur.staged != nil && !t.stopping() {
+		recs := t.pollAhead(ctx, cl, pollFn, cur)
+		cur.wait()
+		next = t.stageAhead(st, recs)
+	}
+	cur.wait()
+	if cur.staged != nil {
+		failpoint.Hit(failpoint.AheadAfterCommit)
+	}
+	return next
 }
 
 // pollAhead polls the records of the round after cur while cur's staging
@@ -650,12 +665,7 @@ func (t *Task) runLocal(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if next != nil && t.gate != nil && t.gate.pausedNow() {
-			// PAUSED: the round written ahead is dropped and redone
-			// after the resume.
-			abandon()
-			t.rewind(cl)
-		}
+		next = t.dropWhenPaused(stager, next, cl)
 		cur := next
 		next = nil
 		if cur == nil {
@@ -676,17 +686,7 @@ func (t *Task) runLocal(ctx context.Context) error {
 				continue
 			}
 		}
-		if cur.staged != nil && !t.stopping() {
-			// Poll the following round while cur's rows are written,
-			// then write it ahead while cur commits.
-			recs := t.pollAhead(ctx, cl, cl.PollRecords, cur)
-			cur.wait()
-			next = t.stageAhead(stager, recs)
-		}
-		cur.wait()
-		if cur.staged != nil {
-			failpoint.Hit(failpoint.AheadAfterCommit)
-		}
+		next = t.writeAhead(ctx, cl, cl.PollRecords, stager, cur)
 		if next != nil && failpoint.Armed(failpoint.AheadBeforeDecide) {
 			next.wait()
 			failpoint.Hit(failpoint.AheadBeforeDecide)
