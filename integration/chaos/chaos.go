@@ -28,6 +28,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/url"
 	"os"
@@ -138,6 +139,8 @@ type Lane struct {
 	// the others. Empty: Env.Bootstrap.
 	Bootstrap string
 	Broker    Broker
+	// Config holds further connector settings, set over the runner's own.
+	Config map[string]string
 }
 
 // bootstrap returns the lane's Kafka bootstrap list.
@@ -792,6 +795,7 @@ func setupLane(ctx context.Context, p Profile, lc Lane, i int, nonce uint32, pla
 	if lc.UnsafeNoRecovery {
 		conf["txsink.test.unsafe.disable.recovery"] = "true"
 	}
+	maps.Copy(conf, lc.Config)
 	l.conf = conf
 	b, _ := json.MarshalIndent(map[string]any{"name": l.connector, "config": conf}, "", "  ")
 	l.cfgPath = filepath.Join(env.Dir, lc.Name+"-connector.json")

@@ -439,6 +439,17 @@ func ClusterCIProfile(seed uint64, e Env) Profile {
 		Lane{Name: "chalo", Sink: SinkClickHouse, Delivery: "at_least_once"})
 	p.Rate = 60
 	p.Weights, p.KillPoints, p.BlockRows = ClusterWeights, ClusterKillPoints, 25
+	// One round in flight for the unfenced control, as in
+	// TestClusterZombie: with rounds pipelined, a resumed zombie on a shared
+	// worker can learn of the rebalance before its round commits and drop
+	// the round (the CI run of stop 23 failed this test; seed 11's unfenced
+	// lane came out exact). That ownership check is no guarantee, the fence
+	// is, but it hides the zombie this control exists to show.
+	for i := range p.Lanes {
+		if p.Lanes[i].UnsafeNoFencing {
+			p.Lanes[i].Config = map[string]string{"rounds.max.in.flight": "1"}
+		}
+	}
 	return p
 }
 
