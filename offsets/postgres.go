@@ -93,7 +93,7 @@ func (s *PG) Acquire(ctx context.Context, connector, topic string, partitions []
 				pos.Next = *next
 			}
 			out[p] = pos
-			failpoint.Hit(failpoint.InFence)
+			failpoint.HitIn(connector, failpoint.InFence)
 		}
 		return nil
 	})

@@ -712,7 +712,7 @@ func (s *Sink) Commit(ctx context.Context, id twophase.BatchID) error {
 	if err := s.insertAll(ctx, *pend, p, redo); err != nil {
 		return err
 	}
-	failpoint.Hit(PointAfterInsert)
+	failpoint.HitIn(id.Connector, PointAfterInsert)
 	if err := s.st.writePositions(ctx, id.Connector, []offsets.Position{{Topic: id.Topic, Partition: id.Partition, Next: id.NextOffset(), Fence: pend.Fence}}); err != nil {
 		return err
 	}
@@ -752,7 +752,7 @@ func (s *Sink) insertAll(ctx context.Context, in intent, p *prepared, redo bool)
 	}
 	for i, b := range p.blocks {
 		if i > 0 {
-			failpoint.Hit(PointMidInsert)
+			failpoint.HitIn(in.ID.Connector, PointMidInsert)
 		}
 		if check(b.T) {
 			present, err := s.present(ctx, b.T, in.ID, b, all[b.T])
@@ -771,7 +771,7 @@ func (s *Sink) insertAll(ctx context.Context, in intent, p *prepared, redo bool)
 	}
 	if p.dlq != nil {
 		if len(p.blocks) > 0 {
-			failpoint.Hit(PointMidInsert)
+			failpoint.HitIn(in.ID.Connector, PointMidInsert)
 		}
 		dt, err := s.dlqTable(ctx)
 		if err != nil {
@@ -1113,7 +1113,7 @@ func (s *Sink) WriteLocal(ctx context.Context, b *twophase.Batch, guard offsets.
 	if err := first(); err != nil {
 		return err
 	}
-	failpoint.Hit(failpoint.AfterWrite)
+	failpoint.HitIn(s.cfg.Connector, failpoint.AfterWrite)
 	if err := second(); err != nil {
 		return err
 	}

@@ -293,7 +293,7 @@ func (t *Task) runTransactional(ctx context.Context) error {
 	// Begin or End, not between them).
 	var inRound *poller
 	hook := func(point string) {
-		failpoint.Hit(point)
+		failpoint.HitIn(t.conn.Name, point)
 		switch point {
 		case twophase.HookAfterBegin:
 			if stager != nil && next == nil && !t.stopping() {
@@ -306,7 +306,7 @@ func (t *Task) runTransactional(ctx context.Context) error {
 			}
 			if next != nil && failpoint.Armed(failpoint.AheadBeforeDecide) {
 				next.wait()
-				failpoint.Hit(failpoint.AheadBeforeDecide)
+				failpoint.HitIn(t.conn.Name, failpoint.AheadBeforeDecide)
 			}
 		}
 	}
@@ -328,7 +328,7 @@ func (t *Task) runTransactional(ctx context.Context) error {
 			if err != nil || ctx.Err() != nil {
 				return err
 			}
-			failpoint.Hit(failpoint.AfterPoll)
+			failpoint.HitIn(t.conn.Name, failpoint.AfterPoll)
 			batches := t.cut(recs)
 			if len(batches) == 0 {
 				if err := t.stoppedError(); err != nil {
@@ -489,7 +489,7 @@ func (t *Task) writeAhead(ctx context.Context, cl *kgo.Client, pollFn func(conte
 	}
 	cur.wait()
 	if cur.staged != nil {
-		failpoint.Hit(failpoint.AheadAfterCommit)
+		failpoint.HitIn(t.conn.Name, failpoint.AheadAfterCommit)
 	}
 	return next
 }
@@ -508,6 +508,7 @@ func (t *Task) pollAhead(ctx context.Context, cl *kgo.Client, pollFn func(contex
 
 // poller is a poll for the next round running in the background.
 type poller struct {
+	conn   string // the connector's name, for its failpoints
 	cancel context.CancelFunc
 	done   chan struct{}
 	recs   []*kgo.Record
@@ -517,7 +518,7 @@ type poller struct {
 // background; stop ends it and returns them.
 func (t *Task) startPoll(ctx context.Context, cl *kgo.Client, pollFn func(context.Context, int) kgo.Fetches) *poller {
 	pctx, cancel := context.WithCancel(ctx)
-	p := &poller{cancel: cancel, done: make(chan struct{})}
+	p := &poller{conn: t.conn.Name, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		if t.gate != nil {
@@ -535,7 +536,7 @@ func (p *poller) stop() []*kgo.Record {
 	p.cancel()
 	<-p.done
 	if len(p.recs) > 0 {
-		failpoint.Hit(failpoint.AfterPoll)
+		failpoint.HitIn(p.conn, failpoint.AfterPoll)
 	}
 	return p.recs
 }
@@ -673,7 +674,7 @@ func (t *Task) runLocal(ctx context.Context) error {
 			if err != nil || ctx.Err() != nil {
 				return err
 			}
-			failpoint.Hit(failpoint.AfterPoll)
+			failpoint.HitIn(t.conn.Name, failpoint.AfterPoll)
 			if stager != nil && !t.stopping() {
 				cur = t.stageAhead(stager, recs)
 			} else {
@@ -689,7 +690,7 @@ func (t *Task) runLocal(ctx context.Context) error {
 		next = t.writeAhead(ctx, cl, cl.PollRecords, stager, cur)
 		if next != nil && failpoint.Armed(failpoint.AheadBeforeDecide) {
 			next.wait()
-			failpoint.Hit(failpoint.AheadBeforeDecide)
+			failpoint.HitIn(t.conn.Name, failpoint.AheadBeforeDecide)
 		}
 		if err := t.localRound(t.hard, cl, stager, cur, guard, order, abandon); err != nil {
 			return err

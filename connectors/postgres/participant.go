@@ -158,7 +158,7 @@ func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) (err error) {
 			if err := s.store.Advance(ctx, tx, offsets.GuardCAS, b.ID.Connector, b.ID.Topic, b.ID.Partition, b.Fence, b.Prev, b.ID.NextOffset()); err != nil {
 				return err
 			}
-			failpoint.Hit(failpoint.AfterWrite)
+			failpoint.HitIn(b.ID.Connector, failpoint.AfterWrite)
 			sentPrepare = true
 			if _, err := tx.Exec(ctx, "PREPARE TRANSACTION '"+GID(b.ID)+"'"); err != nil {
 				return fmt.Errorf("prepare %s: %w", b.ID, err)
@@ -185,7 +185,7 @@ func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) (err error) {
 		if err != nil {
 			return err
 		}
-		failpoint.Hit(failpoint.AfterWrite)
+		failpoint.HitIn(b.ID.Connector, failpoint.AfterWrite)
 		sentPrepare = true
 		if _, err := tx.Exec(ctx, "PREPARE TRANSACTION '"+GID(b.ID)+"'"); err != nil {
 			return fmt.Errorf("prepare %s: %w", b.ID, err)
@@ -516,13 +516,13 @@ func (s *Sink) writeLocal(ctx context.Context, b *twophase.Batch, guard offsets.
 		if err := s.inTx(ctx, write); err != nil {
 			return err
 		}
-		failpoint.Hit(failpoint.AfterWrite)
+		failpoint.HitIn(b.ID.Connector, failpoint.AfterWrite)
 		return s.inTx(ctx, advance)
 	case connectors.OffsetFirst:
 		if err := s.inTx(ctx, advance); err != nil {
 			return err
 		}
-		failpoint.Hit(failpoint.AfterWrite)
+		failpoint.HitIn(b.ID.Connector, failpoint.AfterWrite)
 		return s.inTx(ctx, write)
 	}
 	var err error
@@ -535,7 +535,7 @@ func (s *Sink) writeLocal(ctx context.Context, b *twophase.Batch, guard offsets.
 			if err := advance(tx); err != nil {
 				return err
 			}
-			failpoint.Hit(failpoint.AfterWrite)
+			failpoint.HitIn(b.ID.Connector, failpoint.AfterWrite)
 			s.Note(b.ID, b.Records, sg.st.Bad)
 			return nil
 		})
@@ -548,7 +548,7 @@ func (s *Sink) writeLocal(ctx context.Context, b *twophase.Batch, guard offsets.
 			if err := write(tx); err != nil {
 				return err
 			}
-			failpoint.Hit(failpoint.AfterWrite)
+			failpoint.HitIn(b.ID.Connector, failpoint.AfterWrite)
 			return nil
 		})
 	}

@@ -3,10 +3,21 @@
 // environment variable is set, as "name", "name:N" (SIGKILL at the N-th hit,
 // default 1) or "name:N:stop" (SIGSTOP instead: the process freezes there,
 // as a zombie, until someone sends SIGCONT), several separated by commas.
+//
+// A name may be scoped to one connector, "name@connector:N": then only
+// that connector's passes through the point count (the sites that know
+// their connector call HitIn). A process that runs many connectors — a
+// worker of a cluster — can so be hit in one connector's window.
+//
+// When TXSINK_FAILPOINT_FILE names a file, SIGUSR1 re-arms the process
+// with the spec that file holds (counts start again; an empty file
+// disarms): a test arms a running worker in place, without the restart
+// that would move its tasks.
 package failpoint
 
 import (
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +26,9 @@ import (
 
 // Env is the environment variable read at start.
 const Env = "TXSINK_FAILPOINT"
+
+// FileEnv names the file SIGUSR1 re-arms from.
+const FileEnv = "TXSINK_FAILPOINT_FILE"
 
 // Names of the points the runtime and the sinks hit.
 const (
@@ -35,34 +49,46 @@ const (
 	AheadAfterCommit = "ahead-after-commit"
 )
 
-// Armed reports whether the named point is armed (for the runtime to
-// reach a point's state deterministically only when a test asks for it).
-func Armed(name string) bool {
-	mu.Lock()
-	defer mu.Unlock()
-	_, ok := armed[name]
-	return ok
-}
-
 var (
 	mu     sync.Mutex
-	armed  map[string]point
-	counts = map[string]int{}
+	armed  map[key]point
+	counts map[key]int
 )
 
-func init() { arm(os.Getenv(Env)) }
+// key is a point's name and the connector it is scoped to ("" for any).
+type key struct{ name, connector string }
 
 type point struct {
 	n    int
 	stop bool
 }
 
+func init() {
+	arm(os.Getenv(Env))
+	if file := os.Getenv(FileEnv); file != "" {
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGUSR1)
+		go func() {
+			for range ch {
+				if b, err := os.ReadFile(file); err == nil {
+					arm(string(b))
+				}
+			}
+		}()
+	}
+}
+
+// arm replaces the armed points with spec's and starts the counts again.
 func arm(spec string) {
-	armed = map[string]point{}
+	a := map[key]point{}
 	for _, item := range strings.Split(spec, ",") {
 		f := strings.Split(strings.TrimSpace(item), ":")
 		if f[0] == "" {
 			continue
+		}
+		k := key{name: f[0]}
+		if i := strings.IndexByte(f[0], '@'); i >= 0 {
+			k = key{name: f[0][:i], connector: f[0][i+1:]}
 		}
 		p := point{n: 1}
 		if len(f) > 1 {
@@ -71,8 +97,25 @@ func arm(spec string) {
 			}
 		}
 		p.stop = len(f) > 2 && f[2] == "stop"
-		armed[f[0]] = p
+		a[k] = p
 	}
+	mu.Lock()
+	armed, counts = a, map[key]int{}
+	mu.Unlock()
+}
+
+// Armed reports whether the named point is armed, for any connector (for
+// the runtime to reach a point's state deterministically only when a test
+// asks for it).
+func Armed(name string) bool {
+	mu.Lock()
+	defer mu.Unlock()
+	for k := range armed {
+		if k.name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // Enabled reports whether any failpoint is armed.
@@ -82,20 +125,31 @@ func Enabled() bool {
 	return len(armed) > 0
 }
 
-// Hit counts a hit of the named point and, when the point is armed and its
-// count is reached, sends SIGKILL (never returns) or SIGSTOP (returns once
-// the process is continued) to the process.
-func Hit(name string) {
-	mu.Lock()
-	pt, ok := armed[name]
-	if !ok {
-		mu.Unlock()
-		return
+// Hit counts a pass through the named point by a site that does not know
+// its connector: only points armed for any connector count it.
+func Hit(name string) { HitIn("", name) }
+
+// HitIn counts a pass of the connector through the named point and, when
+// a point armed for it (or for any connector) reaches its count, sends
+// SIGKILL (never returns) or SIGSTOP (returns once the process is
+// continued) to the process.
+func HitIn(connector, name string) {
+	keys := []key{{name: name}}
+	if connector != "" {
+		keys = append(keys, key{name: name, connector: connector})
 	}
-	counts[name]++
-	fire := counts[name] == pt.n
+	mu.Lock()
+	fire, stop := false, false
+	for _, k := range keys {
+		if pt, ok := armed[k]; ok {
+			counts[k]++
+			if counts[k] == pt.n {
+				fire, stop = true, pt.stop
+			}
+		}
+	}
 	mu.Unlock()
-	if fire && pt.stop {
+	if fire && stop {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 		return // resumed by SIGCONT: carry on as a zombie would
 	}
