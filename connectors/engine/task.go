@@ -708,6 +708,7 @@ func (t *Task) localRound(ctx context.Context, cl *kgo.Client, st twophase.Stage
 	if len(batches) == 0 {
 		return t.stoppedError()
 	}
+	failpoint.HitIn(t.conn.Name, failpoint.BeforeWrite)
 	start := time.Now()
 	errs := make([]error, len(batches))
 	g, gctx := errgroup.WithContext(ctx)

@@ -47,6 +47,12 @@ const (
 	// AheadAfterCommit (pipelined rounds): round N is decided and
 	// committed, round N+1 is written ahead and not prepared yet.
 	AheadAfterCommit = "ahead-after-commit"
+	// BeforeWrite (local rounds: exactly_once_sink, at_least_once,
+	// at_most_once): the round's batches were checked as still owned and
+	// continuing their partitions, nothing of them is committed yet. A
+	// zombie stopped here has passed every ownership check the task makes;
+	// only the sink's fence stands between its write and the new owner's.
+	BeforeWrite = "before-write"
 )
 
 var (
