@@ -34,6 +34,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -278,6 +279,11 @@ type Profile struct {
 	// Plan, when set, is the schedule itself (focused tests of one
 	// fault), instead of one drawn from Seed, Faults and Weights.
 	Plan []Fault
+	// Then are faults applied after the schedule, in order, GapMax apart
+	// (renumbered and timed by PlanOf): the cluster profile's aimed
+	// faults (LaneFailpoint, LaneZombie) that give each negative control
+	// its window whatever the drawn schedule did.
+	Then []Fault
 	// Cluster runs every lane's connector on one cluster of Workers
 	// "txsink serve" workers in distributed mode instead of "txsink run"
 	// processes per lane (see cluster.go): a worker fault hits one worker
@@ -482,12 +488,24 @@ func PlanOf(p Profile) ([]Fault, error) {
 	if err := p.defaults(); err != nil {
 		return nil, err
 	}
-	if p.Plan != nil {
-		return p.Plan, nil
+	plan := p.Plan
+	if plan == nil {
+		plan = Plan(PlanOptions{Seed: p.Seed, Faults: p.Faults, Duration: p.Duration, Workers: p.Workers,
+			GapMin: p.GapMin, GapMax: p.GapMax, SessionTimeout: p.SessionTimeout, Weights: p.weights(),
+			KillPoints: p.KillPoints, StopPoints: p.StopPoints, Targets: p.netTargets(), Partitions: p.Partitions})
 	}
-	return Plan(PlanOptions{Seed: p.Seed, Faults: p.Faults, Duration: p.Duration, Workers: p.Workers,
-		GapMin: p.GapMin, GapMax: p.GapMax, SessionTimeout: p.SessionTimeout, Weights: p.weights(),
-		KillPoints: p.KillPoints, StopPoints: p.StopPoints, Targets: p.netTargets(), Partitions: p.Partitions}), nil
+	if len(p.Then) == 0 {
+		return plan, nil
+	}
+	plan = slices.Clone(plan)
+	for _, f := range p.Then {
+		f.Seq, f.At = len(plan)+1, p.GapMax
+		if n := len(plan); n > 0 {
+			f.At += plan[n-1].At
+		}
+		plan = append(plan, f)
+	}
+	return plan, nil
 }
 
 // needsSinkProxy reports whether a fault of plan goes through the lanes'

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -311,3 +312,43 @@ func (c *cluster) leave() error {
 
 // errNothingToLeave: a WorkerLeave with no joined worker up.
 var errNothingToLeave = errors.New("no joined worker to leave")
+
+// taskWorkers returns the active workers the connector's status shows
+// running a task of it, first the one with the lowest task id.
+func (c *cluster) taskWorkers(ctx context.Context, connector string) ([]*worker, error) {
+	var st struct {
+		Tasks []struct {
+			ID       int    `json:"id"`
+			State    string `json:"state"`
+			WorkerID string `json:"worker_id"`
+		} `json:"tasks"`
+	}
+	var lastErr error
+	for _, w := range c.active() {
+		code, body, err := c.call(ctx, w, http.MethodGet, "/connectors/"+url.PathEscape(connector)+"/status", nil)
+		if err != nil || code != http.StatusOK {
+			lastErr = fmt.Errorf("status of %s from %s: %d %v", connector, w.id, code, err)
+			continue
+		}
+		if err := json.Unmarshal(body, &st); err != nil {
+			return nil, fmt.Errorf("status of %s: %w", connector, err)
+		}
+		sort.Slice(st.Tasks, func(i, j int) bool { return st.Tasks[i].ID < st.Tasks[j].ID })
+		var out []*worker
+		for _, t := range st.Tasks {
+			if t.State != "RUNNING" {
+				continue
+			}
+			for _, w := range c.active() {
+				c.mu.Lock()
+				u := c.urls[w]
+				c.mu.Unlock()
+				if strings.TrimPrefix(u, "http://") == t.WorkerID && !slices.Contains(out, w) {
+					out = append(out, w)
+				}
+			}
+		}
+		return out, nil
+	}
+	return nil, lastErr
+}

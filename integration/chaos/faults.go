@@ -17,6 +17,7 @@ import (
 	"github.com/txsink/txsink/integration/faultnet"
 	"github.com/txsink/txsink/integration/harness"
 	"github.com/txsink/txsink/internal/failpoint"
+	"github.com/txsink/txsink/internal/verify"
 )
 
 // How long the runner waits for an armed failpoint to fire, and for a
@@ -48,6 +49,11 @@ func apply(ctx context.Context, p Profile, lanes []*lane, cl *cluster, f Fault) 
 		return forLanes(lanes, func(l *lane) error {
 			return applyWorker(ctx, l.workers[f.Worker], f, pointFor(l.sink(), l.Delivery, f.Point), stopPointFor(l.sink(), l.Delivery, f.Point))
 		})
+	case LaneFailpoint, LaneZombie:
+		if len(lanes) != 1 {
+			return fmt.Errorf("%s names %d lanes, want one", f.Kind, len(lanes))
+		}
+		return applyLane(ctx, p.Env.Logf, cl, lanes[0], f)
 	case WorkerJoin, WorkerLeave:
 		if cl == nil {
 			return errors.New("worker joins and leaves need a cluster profile")
@@ -220,6 +226,140 @@ func applyWorker(ctx context.Context, w *worker, f Fault, killPoint, stopPoint s
 		return nil
 	}
 	return fmt.Errorf("not a worker fault: %s", f.Kind)
+}
+
+// applyLane injects a LaneFailpoint or LaneZombie: it arms the failpoint,
+// scoped to the lane's connector, in place in a worker running a task of
+// the lane (the cluster's, from the connector's status; else the lane's
+// own f.Worker), and waits for it to fire. A worker whose task moved or
+// whose partitions gave it nothing to do in that time is disarmed and the
+// next is tried; the fault counts as not fired only when none fired.
+func applyLane(ctx context.Context, logf func(string, ...any), cl *cluster, l *lane, f Fault) error {
+	spec := fmt.Sprintf("%s@%s:%d", pointFor(l.sink(), l.Delivery, f.Point), l.connector, f.Hit)
+	if f.Kind == LaneZombie {
+		spec = fmt.Sprintf("%s@%s:%d:stop", stopPointFor(l.sink(), l.Delivery, f.Point), l.connector, f.Hit)
+	}
+	// Between two faults the tasks may be moving (a worker just restarted
+	// rejoins): the status is read again until a task runs somewhere.
+	deadline := time.Now().Add(2 * failpointWait)
+	var tried []*worker
+	var statusErr error
+	for len(tried) < 3 && time.Now().Before(deadline) && ctx.Err() == nil {
+		var candidates []*worker
+		if cl != nil {
+			ws, err := cl.taskWorkers(ctx, l.connector)
+			statusErr = err
+			for _, w := range ws {
+				// A process just started may not have installed its
+				// SIGUSR1 handler yet (the signal would end it), and the
+				// status may still name its last incarnation.
+				if !slices.Contains(tried, w) && w.uptime() >= 2*time.Second {
+					candidates = append(candidates, w)
+				}
+			}
+		} else if len(tried) == 0 {
+			candidates = []*worker{l.workers[f.Worker]}
+		}
+		if len(candidates) == 0 {
+			if cl == nil {
+				break
+			}
+			sleep(ctx, time.Second)
+			continue
+		}
+		w := candidates[0]
+		tried = append(tried, w)
+		fired, err := armLane(ctx, logf, w, l, spec, f, failpointWait/3)
+		if err != nil || fired {
+			return err
+		}
+	}
+	for _, w := range tried {
+		w.mu.Lock()
+		w.notFired++
+		w.mu.Unlock()
+	}
+	if len(tried) == 0 && statusErr != nil {
+		return fmt.Errorf("%s: no worker found running a task of the lane: %w", spec, statusErr)
+	}
+	return fmt.Errorf("%s fired in none of the %d workers tried within %v", spec, len(tried), 2*failpointWait)
+}
+
+// armLane arms spec in w's running incarnation, waits up to wait for it
+// to fire and heals: a killed worker is restarted clean, a stopped one is
+// continued once held Hold and once the lane's other workers took over
+// (see tookOver). Not fired, the point is disarmed.
+func armLane(ctx context.Context, logf func(string, ...any), w *worker, l *lane, spec string, f Fault, wait time.Duration) (bool, error) {
+	cur := w.hold()
+	defer w.release()
+	if cur == nil || cur.Exited() {
+		return false, nil
+	}
+	if err := w.arm(cur, spec); err != nil {
+		return false, err
+	}
+	if f.Kind == LaneZombie {
+		if !waitStopped(ctx, cur, wait) {
+			return false, w.arm(cur, "")
+		}
+		frozen := time.Now()
+		before, err := l.offsets(ctx)
+		if err != nil {
+			cur.Signal(syscall.SIGCONT)
+			return true, err
+		}
+		sleep(ctx, f.Hold)
+		if !tookOver(ctx, l, before, time.Minute) {
+			logf("chaos: lane %s: no stored offset moved past its value at the freeze within %v; continuing the zombie anyway", l.Name, time.Since(frozen).Round(time.Second))
+		}
+		cur.Signal(syscall.SIGCONT)
+		return true, nil
+	}
+	if !cur.Wait(wait) {
+		if err := w.arm(cur, ""); err != nil || !cur.Wait(time.Second) {
+			return false, err
+		}
+	}
+	_, err := w.start("")
+	if err == nil && cur.ExitCode() != -1 {
+		err = fmt.Errorf("%s exited with %d instead of being killed at %s", w.id, cur.ExitCode(), spec)
+	}
+	return true, err
+}
+
+// tookOver waits up to d until every partition's stored next offset in
+// the lane's sink moved past before's: with records flowing on every
+// partition, the frozen worker's partitions were taken over and written
+// past what it holds, so its late write is a duplicate unless the sink's
+// fence refuses it.
+func tookOver(ctx context.Context, l *lane, before []verify.OffsetSample, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for ctx.Err() == nil {
+		now, err := l.offsets(ctx)
+		if err == nil && movedPast(before, now) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		sleep(ctx, 500*time.Millisecond)
+	}
+	return false
+}
+
+// movedPast reports whether every partition of before has a greater next
+// offset in now.
+func movedPast(before, now []verify.OffsetSample) bool {
+	next := map[int32]int64{}
+	for _, s := range now {
+		next[s.Partition] = s.Next
+	}
+	for _, s := range before {
+		if n, ok := next[s.Partition]; !ok || n <= s.Next {
+			return false
+		}
+	}
+	return len(before) > 0
 }
 
 // terminateBackends ends the connector sessions in the lane's database.

@@ -103,6 +103,20 @@ const (
 	// SQLSTATE 53100 meanwhile. Planned only explicitly.
 	DiskFull Kind = "disk-full"
 
+	// LaneFailpoint and LaneZombie aim at one lane (Lanes names it) in a
+	// worker that runs a task of it: the failpoint (Point, Hit; mapped to
+	// the lane's delivery mode as FailpointKill's and ZombieFailpoint's
+	// are) is scoped to the lane's connector and armed in place, without
+	// the restart that would move the worker's tasks (SIGUSR1 re-arms it
+	// from its failpoint file). LaneFailpoint: the worker SIGKILLs itself
+	// at the connector's Hit-th pass through Point and is restarted clean.
+	// LaneZombie: it freezes there for Hold, then SIGCONT. A worker runs
+	// every lane's tasks in a cluster profile, where FailpointKill fires in
+	// whichever lane passes first; these give a negative control its
+	// window for certain. Planned only explicitly (Profile.Then).
+	LaneFailpoint Kind = "lane-failpoint"
+	LaneZombie    Kind = "lane-zombie"
+
 	// WorkerJoin: a cluster profile starts one more worker, which takes
 	// over some tasks. WorkerLeave: it stops (SIGTERM) the last worker a
 	// join added, for good (nothing when none is up). Planned only with
@@ -273,6 +287,10 @@ func (f Fault) String() string {
 		s += fmt.Sprintf(" w%d hold=%v", f.Worker+1, f.Hold)
 	case ZombieFailpoint:
 		s += fmt.Sprintf(" w%d %s:%d:stop hold=%v", f.Worker+1, f.Point, f.Hit, f.Hold)
+	case LaneFailpoint:
+		s += fmt.Sprintf(" %s:%d", f.Point, f.Hit)
+	case LaneZombie:
+		s += fmt.Sprintf(" %s:%d:stop hold=%v", f.Point, f.Hit, f.Hold)
 	case KafkaRestart, BrokerLeader, BrokerGroupCoordinator, BrokerTxnCoordinator, ControllerFailover:
 		s += fmt.Sprintf(" down=%v", f.Hold)
 		if f.Kind == BrokerLeader {
@@ -459,11 +477,15 @@ func FormatPlan(fs []Fault) string {
 }
 
 // stopPointFor maps a planned zombie stop to the lane's zombie window. The
-// local modes' window is after-poll (records in hand, nothing written): a
-// stop at after-write would hold the offsets row lock and keep the other
-// worker out, so no commit could race the new owner's.
+// local modes' window is after-poll (records in hand, nothing written), or
+// before-write when asked for (the round checked as owned, nothing
+// written): a stop at after-write would hold the offsets row lock and keep
+// the other worker out, so no commit could race the new owner's.
 func stopPointFor(sink, delivery, point string) string {
 	if delivery != "exactly_once" {
+		if point == failpoint.BeforeWrite {
+			return point // past the ownership checks, before the write
+		}
 		return failpoint.AfterPoll
 	}
 	return pointFor(sink, delivery, point)

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -110,5 +111,37 @@ func TestRecoveries(t *testing.T) {
 	}
 	if k.Median() != 2*time.Second || k.Max() != 2*time.Second {
 		t.Fatalf("median %v max %v", k.Median(), k.Max())
+	}
+}
+
+// TestPlanThen: a profile's aimed faults follow the drawn schedule in
+// order, numbered and timed after it, and read as what they aim at.
+func TestPlanThen(t *testing.T) {
+	p := Profile{Name: "t", Seed: 7, Faults: 5, Workers: 3, Partitions: 6, GapMin: time.Second, GapMax: 2 * time.Second,
+		Lanes: []Lane{{Name: "alo", Delivery: "at_least_once"}}, Env: Env{Bootstrap: "127.0.0.1:9", Binary: "txsink", Dir: t.TempDir(), NewDatabase: func(string) (string, error) { return "", nil }},
+		Then: []Fault{
+			{Kind: LaneFailpoint, Lanes: []string{"alo"}, Point: failpoint.AfterWrite, Hit: 1},
+			{Kind: LaneZombie, Lanes: []string{"alo"}, Point: failpoint.AfterPoll, Hit: 2, Hold: 16 * time.Second},
+		}}
+	plan, err := PlanOf(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan) != 7 {
+		t.Fatalf("%d faults, want 5 drawn and 2 aimed:\n%s", len(plan), FormatPlan(plan))
+	}
+	for i, f := range plan {
+		if f.Seq != i+1 || (i > 0 && f.At <= plan[i-1].At) {
+			t.Errorf("fault %d out of order: %s", i, f)
+		}
+	}
+	if got, want := plan[5].String(), "lane-failpoint after-write:1 lanes=alo"; !strings.HasSuffix(got, want) {
+		t.Errorf("aimed kill reads %q, want ...%q", got, want)
+	}
+	if got, want := plan[6].String(), "lane-zombie after-poll:2:stop hold=16s lanes=alo"; !strings.HasSuffix(got, want) {
+		t.Errorf("aimed zombie reads %q, want ...%q", got, want)
+	}
+	if p.Then[0].Seq != 0 {
+		t.Error("PlanOf changed the profile's Then")
 	}
 }

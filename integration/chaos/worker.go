@@ -56,8 +56,13 @@ func (w *worker) startLocked(failpointSpec string) error {
 		return err
 	}
 	fmt.Fprintf(out, "\n=== incarnation %d %s failpoint=%q\n", w.incarnation, time.Now().UTC().Format(time.RFC3339Nano), failpointSpec)
+	// A new incarnation starts with nothing armed in place (see arm).
+	if err := os.WriteFile(w.failpointFile(), nil, 0o644); err != nil {
+		out.Close()
+		return err
+	}
 	// An empty TXSINK_FAILPOINT disarms one the test's environment may set.
-	p, err := harness.StartProcess(w.binary, w.args, []string{failpoint.Env + "=" + failpointSpec}, out)
+	p, err := harness.StartProcess(w.binary, w.args, []string{failpoint.Env + "=" + failpointSpec, failpoint.FileEnv + "=" + w.failpointFile()}, out)
 	if err != nil {
 		out.Close()
 		return err
@@ -68,6 +73,23 @@ func (w *worker) startLocked(failpointSpec string) error {
 	}()
 	w.cur = p
 	w.started = time.Now()
+	return nil
+}
+
+func (w *worker) failpointFile() string { return filepath.Join(w.logDir, w.logName+".failpoint") }
+
+// arm re-arms the running incarnation in place with spec ("" disarms):
+// it writes the worker's failpoint file and sends SIGUSR1, which the
+// failpoint package answers by arming from the file.
+func (w *worker) arm(p *harness.Process, spec string) error {
+	if err := os.WriteFile(w.failpointFile(), []byte(spec), 0o644); err != nil {
+		return err
+	}
+	if out, err := os.OpenFile(filepath.Join(w.logDir, w.logName+".log"), os.O_WRONLY|os.O_APPEND, 0); err == nil {
+		fmt.Fprintf(out, "\n=== %s armed in place: failpoint=%q\n", time.Now().UTC().Format(time.RFC3339Nano), spec)
+		out.Close()
+	}
+	p.Signal(syscall.SIGUSR1)
 	return nil
 }
 
@@ -109,6 +131,13 @@ var (
 	assignedPartRE = regexp.MustCompile(`\[(\d+)\]=`)
 	revokedPartsRE = regexp.MustCompile(`partitions="?\[([\d ]*)\]`)
 )
+
+// uptime is how long the current incarnation has run.
+func (w *worker) uptime() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return time.Since(w.started)
+}
 
 // hold stops supervision and returns the current incarnation.
 func (w *worker) hold() *harness.Process {
