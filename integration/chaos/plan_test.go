@@ -145,3 +145,28 @@ func TestPlanThen(t *testing.T) {
 		t.Error("PlanOf changed the profile's Then")
 	}
 }
+
+// TestMovedPast: a zombie is continued only once every partition's
+// stored offset moved past its value at the freeze.
+func TestMovedPast(t *testing.T) {
+	at := func(next ...int64) []verify.OffsetSample {
+		var out []verify.OffsetSample
+		for p, n := range next {
+			out = append(out, verify.OffsetSample{Partition: int32(p), Next: n})
+		}
+		return out
+	}
+	for _, c := range []struct {
+		before, now []verify.OffsetSample
+		want        bool
+	}{
+		{at(10, 20), at(11, 21), true},
+		{at(10, 20), at(11, 20), false}, // partition 1 not written past
+		{at(10, 20), at(11), false},     // partition 1 not read
+		{nil, at(1), false},             // nothing known at the freeze
+	} {
+		if got := movedPast(c.before, c.now); got != c.want {
+			t.Errorf("movedPast(%v, %v) = %v, want %v", c.before, c.now, got, c.want)
+		}
+	}
+}
