@@ -192,7 +192,8 @@ type Env struct {
 // Disk fills and frees a database server's filesystem
 // (harness.PostgresService from StartPostgresSmallDisk satisfies it).
 type Disk interface {
-	// FillDisk leaves leaveBytes free; FreeDisk undoes it.
+	// FillDisk adds ballast until leaveBytes are free (again: it takes
+	// what was freed since); FreeDisk removes it all.
 	FillDisk(ctx context.Context, leaveBytes int64) error
 	FreeDisk(ctx context.Context) error
 }

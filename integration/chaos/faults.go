@@ -107,7 +107,22 @@ func apply(ctx context.Context, p Profile, lanes []*lane, cl *cluster, f Fault) 
 		if err := p.Env.Disk.FillDisk(ctx, 0); err != nil {
 			return err
 		}
-		sleep(ctx, f.Hold)
+		// The server may free space of its own meanwhile (temporary
+		// files, a truncated relation): the ballast takes it back every
+		// second while the fault holds.
+		for end := time.Now().Add(f.Hold); ctx.Err() == nil; {
+			left := time.Until(end)
+			if left <= 0 {
+				break
+			}
+			sleep(ctx, min(left, time.Second))
+			if time.Until(end) > 0 {
+				if err := p.Env.Disk.FillDisk(ctx, 0); err != nil {
+					_ = p.Env.Disk.FreeDisk(context.WithoutCancel(ctx))
+					return err
+				}
+			}
+		}
 		return p.Env.Disk.FreeDisk(context.WithoutCancel(ctx))
 	case ProducerKill:
 		for _, l := range lanes {

@@ -17,7 +17,8 @@ const postgresDataDir = "/var/lib/postgresql/data"
 // postgresWALDir keeps the WAL of a small-disk server off its tmpfs.
 const postgresWALDir = "/var/lib/postgresql/wal"
 
-// ballast is the file FillDisk writes into the data directory.
+// ballast is the prefix of the files FillDisk writes into the data
+// directory.
 const ballast = postgresDataDir + "/txsink-test-ballast"
 
 // StartPostgresSmallDisk starts a PostgreSQL server for t alone whose data
@@ -38,20 +39,24 @@ func StartPostgresSmallDisk(t testing.TB, size string) *PostgresService {
 	return &PostgresService{URL: p.url, tb: t, p: p}
 }
 
-// FillDisk writes a ballast file into the data directory that leaves
-// leaveBytes free on its filesystem (a server from StartPostgresSmallDisk);
-// the server's next writes beyond that fail with "No space left on
-// device". FreeDisk removes it.
+// FillDisk writes ballast into the data directory until leaveBytes are
+// free on its filesystem (a server from StartPostgresSmallDisk); the
+// server's next writes beyond that fail with "No space left on device".
+// Called again, it adds ballast for what was freed since (the caller
+// keeps the disk full over a while so). The ballast is written in 4 KiB
+// blocks, so less than one PostgreSQL page of slack is left (64 KiB
+// blocks left up to eight: room for the few compressed rows a quiet lane
+// writes in a 15-second fault, and one CI run saw no write fail).
+// FreeDisk removes it.
 func (s *PostgresService) FillDisk(ctx context.Context, leaveBytes int64) error {
 	if !s.p.smallDisk {
 		return fmt.Errorf("harness: FillDisk needs a server from StartPostgresSmallDisk")
 	}
 	script := fmt.Sprintf(`set -e
-rm -f %[1]s
 avail=$(df -B1 --output=avail %[2]s | tail -n 1)
 size=$((avail - %[3]d))
-[ "$size" -gt 0 ] || exit 0
-dd if=/dev/zero of=%[1]s bs=65536 count=$((size / 65536)) 2>/dev/null || true
+[ "$size" -ge 4096 ] || exit 0
+dd if=/dev/zero of=%[1]s.$(date +%%s%%N) bs=4096 count=$((size / 4096)) 2>/dev/null || true
 df -B1 --output=avail %[2]s | tail -n 1`, ballast, postgresDataDir, leaveBytes)
 	out, err := s.p.ctr.exec(ctx, "bash", "-c", script)
 	if err != nil {
@@ -65,7 +70,7 @@ func (s *PostgresService) FreeDisk(ctx context.Context) error {
 	if !s.p.smallDisk {
 		return fmt.Errorf("harness: FreeDisk needs a server from StartPostgresSmallDisk")
 	}
-	out, err := s.p.ctr.exec(ctx, "rm", "-f", ballast)
+	out, err := s.p.ctr.exec(ctx, "bash", "-c", "rm -f "+ballast+".*")
 	if err != nil {
 		return fmt.Errorf("harness: freeing the disk: %w: %s", err, out)
 	}
