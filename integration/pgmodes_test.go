@@ -127,86 +127,104 @@ func TestPostgresZombie(t *testing.T) {
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			db := harness.Postgres(t).NewDatabase(t)
-			topic := fmt.Sprintf("zombie-%d-%s", i, randSuffix(t))
-			conn := topic
-			k.CreateTopic(t, topic, 2)
-			pool := connectPool(t, db)
-			createEventsTable(t, pool, topic)
-			var u upstream
-			produce(t, k.Bootstrap, topic, produceOpts{Records: 2000, Partitions: 2, AbortRatio: 0.1, MaxTxn: 40, Seed: uint64(200 + i)}, &u)
-			cfg := baseConnector(conn, topic, db, c.mode)
-			cfg["batch.max.records"] = "200"
-			// The zombie freezes at a point of a round run alone
-			// (after-poll: polled, nothing of it written or prepared).
-			// With pipelined rounds the poll of the next round happens
-			// while the current one is written, and the zombie would
-			// freeze with a round prepared (exactly_once) or written
-			// ahead (exactly_once_sink) instead; the time that takes
-			// often lets it learn of the revocation and drop the round
-			// before its commit, so the fence would not be what stops
-			// it. Pipelined zombies are in the chaos suite (zombie and
-			// zombie-failpoint faults on the exactly_once and
-			// exactly_once_sink lanes, whose unfenced control must fail).
-			cfg["rounds.max.in.flight"] = "1"
-			if c.unsafe {
-				cfg["txsink.test.unsafe.disable.fencing"] = "true"
-			}
-			path := writeConnector(t, cfg)
-			start := startTxsink
-			if c.unsafe {
-				start = startUnsafeTxsink
-			}
+			for try := 1; ; try++ {
+				again := func() bool {
+					db := harness.Postgres(t).NewDatabase(t)
+					topic := fmt.Sprintf("zombie-%d-%d-%s", i, try, randSuffix(t))
+					conn := topic
+					k.CreateTopic(t, topic, 2)
+					pool := connectPool(t, db)
+					createEventsTable(t, pool, topic)
+					var u upstream
+					produce(t, k.Bootstrap, topic, produceOpts{Records: 2000, Partitions: 2, AbortRatio: 0.1, MaxTxn: 40, Seed: uint64(200 + i)}, &u)
+					cfg := baseConnector(conn, topic, db, c.mode)
+					cfg["batch.max.records"] = "200"
+					// The zombie freezes at a point of a round run alone
+					// (after-poll: polled, nothing of it written or prepared).
+					// With pipelined rounds the poll of the next round happens
+					// while the current one is written, and the zombie would
+					// freeze with a round prepared (exactly_once) or written
+					// ahead (exactly_once_sink) instead; the time that takes
+					// often lets it learn of the revocation and drop the round
+					// before its commit, so the fence would not be what stops
+					// it. Pipelined zombies are in the chaos suite (zombie and
+					// zombie-failpoint faults on the exactly_once and
+					// exactly_once_sink lanes, whose unfenced control must fail).
+					cfg["rounds.max.in.flight"] = "1"
+					if c.unsafe {
+						cfg["txsink.test.unsafe.disable.fencing"] = "true"
+					}
+					path := writeConnector(t, cfg)
+					start := startTxsink
+					if c.unsafe {
+						start = startUnsafeTxsink
+					}
 
-			// A freezes inside its third round.
-			a := start(t, k.Bootstrap, path, "wA", failpoint.Env+"="+c.point+":3:stop")
-			waitStopped(t, a, 90*time.Second)
-			ctx := context.Background()
-			atPause, err := sinkOffsets(ctx, pool, conn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			// B takes over once A's session times out, and drains.
-			b := start(t, k.Bootstrap, path, "wB")
-			waitDrained(t, pool, conn, &u, 2*time.Minute, nil)
-			var extra map[int32][2]int64
-			if c.rewind {
-				b.signal(syscall.SIGTERM)
-				b.wait(30 * time.Second)
-				ends := u.ends()
-				extra = map[int32][2]int64{}
-				var reset []offsets.Position
-				for p, off := range atPause {
-					extra[p] = [2]int64{off, ends[p]}
-					reset = append(reset, offsets.Position{Topic: topic, Partition: p, Next: off})
+					// A freezes inside its third round.
+					a := start(t, k.Bootstrap, path, "wA", failpoint.Env+"="+c.point+":3:stop")
+					waitStopped(t, a, 90*time.Second)
+					ctx := context.Background()
+					atPause, err := sinkOffsets(ctx, pool, conn)
+					if err != nil {
+						t.Fatal(err)
+					}
+					// B takes over once A's session times out, and drains.
+					b := start(t, k.Bootstrap, path, "wB")
+					waitDrained(t, pool, conn, &u, 2*time.Minute, nil)
+					var extra map[int32][2]int64
+					if c.rewind {
+						b.signal(syscall.SIGTERM)
+						b.wait(30 * time.Second)
+						ends := u.ends()
+						extra = map[int32][2]int64{}
+						var reset []offsets.Position
+						for p, off := range atPause {
+							extra[p] = [2]int64{off, ends[p]}
+							reset = append(reset, offsets.Position{Topic: topic, Partition: p, Next: off})
+						}
+						rewind(t, pool, conn, reset)
+						b = start(t, k.Bootstrap, path, "wB2")
+						waitDrained(t, pool, conn, &u, 2*time.Minute, nil)
+					}
+					// The zombie resumes; give it time to try its commit.
+					a.signal(syscall.SIGCONT)
+					time.Sleep(8 * time.Second)
+					b.signal(syscall.SIGTERM)
+					a.signal(syscall.SIGTERM)
+					b.wait(30 * time.Second)
+					a.wait(30 * time.Second)
+					problems := exactness(&u, readRows(t, pool, topic), extra)
+					if c.unsafe {
+						if len(problems) == 0 {
+							t.Fatal("negative control: with the sink's fence and compare-and-set switched off the zombie's commit should duplicate rows, but the table is exact: the test cannot tell")
+						}
+						t.Logf("negative control caught %d anomalies, e.g. %s", len(problems), problems[0])
+						return false
+					}
+					if len(problems) > 0 {
+						t.Fatalf("%d anomalies, first: %s", len(problems), strings.Join(problems[:min(10, len(problems))], "; "))
+					}
+					if !logShowsRejection(a.output(), c.rejectLog) {
+						// Frozen while a transaction of its held an offsets row,
+						// the zombie kept its successor waiting until PostgreSQL
+						// ended that session (connection.idle.transaction.timeout.ms)
+						// and its late write then failed on the dead connection,
+						// before the fence could refuse it (one CI run saw that):
+						// such a run proves neither way, so it is done once more.
+						if try == 1 && strings.Contains(a.output(), "SQLSTATE 25P03") {
+							t.Logf("the zombie's write failed on a session PostgreSQL ended (idle in transaction), not on the fence; once more")
+							return true
+						}
+						t.Errorf("zombie's log does not show its commit rejected (%q):\n%s", c.rejectLog, tail(a.output(), 3000))
+					}
+					if n := preparedXacts(t, pool); n != 0 {
+						t.Errorf("%d prepared transactions left", n)
+					}
+					return false
+				}()
+				if !again {
+					break
 				}
-				rewind(t, pool, conn, reset)
-				b = start(t, k.Bootstrap, path, "wB2")
-				waitDrained(t, pool, conn, &u, 2*time.Minute, nil)
-			}
-			// The zombie resumes; give it time to try its commit.
-			a.signal(syscall.SIGCONT)
-			time.Sleep(8 * time.Second)
-			b.signal(syscall.SIGTERM)
-			a.signal(syscall.SIGTERM)
-			b.wait(30 * time.Second)
-			a.wait(30 * time.Second)
-			problems := exactness(&u, readRows(t, pool, topic), extra)
-			if c.unsafe {
-				if len(problems) == 0 {
-					t.Fatal("negative control: with the sink's fence and compare-and-set switched off the zombie's commit should duplicate rows, but the table is exact: the test cannot tell")
-				}
-				t.Logf("negative control caught %d anomalies, e.g. %s", len(problems), problems[0])
-				return
-			}
-			if len(problems) > 0 {
-				t.Fatalf("%d anomalies, first: %s", len(problems), strings.Join(problems[:min(10, len(problems))], "; "))
-			}
-			if !logShowsRejection(a.output(), c.rejectLog) {
-				t.Errorf("zombie's log does not show its commit rejected (%q):\n%s", c.rejectLog, tail(a.output(), 3000))
-			}
-			if n := preparedXacts(t, pool); n != 0 {
-				t.Errorf("%d prepared transactions left", n)
 			}
 		})
 	}
