@@ -150,6 +150,16 @@ type Decider interface {
 	Outcome(ctx context.Context, id BatchID) (committed bool, err error)
 }
 
+// OutcomeReader is the part of a [Decider] that [Recover] needs: reading a
+// decision back from durable records. The runtimes whose own rounds have
+// no decision record (the local guarantees) still read one to resolve
+// batches an earlier exactly_once run left prepared.
+type OutcomeReader interface {
+	// Outcome reads whether the round that prepared id was committed; see
+	// [Decider.Outcome].
+	Outcome(ctx context.Context, id BatchID) (committed bool, err error)
+}
+
 // Sentinel errors.
 var (
 	// ErrFenced means another owner holds the partition: its fence epoch or

@@ -213,7 +213,7 @@ type RecoveryReport struct {
 
 // Recover resolves the connector's in-doubt batches: it lists
 // p.InDoubt(connector), keeps those whose partition owns accepts (nil owns
-// keeps all), asks d.Outcome for each, commits those whose round committed
+// keeps all), asks o.Outcome for each, commits those whose round committed
 // and aborts the rest. Run it on start and on every assignment, before any
 // new work on the assigned partitions, and pass an owns that accepts only
 // partitions this process owns: a batch of a partition owned by someone
@@ -226,7 +226,7 @@ type RecoveryReport struct {
 //
 // Of opts, WithCallTimeout bounds each Commit and Abort; the others do not
 // apply.
-func Recover(ctx context.Context, p Participant, d Decider, connector string, owns func(topic string, partition int32) bool, opts ...Option) (RecoveryReport, error) {
+func Recover(ctx context.Context, p Participant, o OutcomeReader, connector string, owns func(topic string, partition int32) bool, opts ...Option) (RecoveryReport, error) {
 	var c Coordinator
 	for _, o := range opts {
 		o(&c)
@@ -252,7 +252,7 @@ func Recover(ctx context.Context, p Participant, d Decider, connector string, ow
 		ctx:         ctx,
 		m:           m,
 		p:           p,
-		d:           d,
+		o:           o,
 		prepareConc: defaultConcurrency,
 		commitConc:  defaultConcurrency,
 		callTimeout: c.callTimeout,
@@ -288,7 +288,8 @@ type driver struct {
 	ctx         context.Context
 	m           *Machine
 	p           Participant
-	d           Decider
+	d           Decider       // rounds
+	o           OutcomeReader // recovery
 	byID        map[BatchID]*Batch
 	prepareConc int
 	commitConc  int
@@ -490,7 +491,7 @@ func (dr *driver) call(a Action) result {
 		}
 	case ActionQueryOutcome:
 		var committed bool
-		committed, err = dr.d.Outcome(dr.ctx, a.ID)
+		committed, err = dr.o.Outcome(dr.ctx, a.ID)
 		switch {
 		case err != nil:
 			err = fmt.Errorf("twophase: outcome of %s: %w", a.ID, err)

@@ -3,8 +3,6 @@ package engine
 import (
 	"context"
 	"sync"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // gate holds a connector's tasks between rounds while it is PAUSED, as
@@ -87,52 +85,4 @@ func (g *gate) active(ctx context.Context) (context.Context, context.CancelFunc)
 		}
 	}()
 	return pctx, cancel
-}
-
-// hold waits while the connector is paused: it stops fetching the
-// connector's topics (kgo's PauseFetchTopics, which also covers partitions
-// assigned during the pause), waits for the resume or for ctx, and then
-// resumes fetching from the stored offsets (rewind). It reports whether it
-// held.
-func (g *gate) hold(ctx context.Context, cl *kgo.Client, topics []string, rewind func()) bool {
-	paused, running := g.state()
-	select {
-	case <-paused:
-	default:
-		return false
-	}
-	cl.PauseFetchTopics(topics...)
-	select {
-	case <-running:
-	case <-ctx.Done():
-	}
-	cl.ResumeFetchTopics(topics...)
-	if ctx.Err() == nil {
-		// Records buffered before the pause may have been dropped by
-		// the client: continue from the sink's offsets.
-		rewind()
-	}
-	return true
-}
-
-// pollPaused waits while the connector is paused (see gate.hold) and then
-// polls one round's records; it returns no records when the connector is
-// paused while the task waits for them.
-func (t *Task) pollPaused(ctx context.Context, cl *kgo.Client, pollFn func(context.Context, int) kgo.Fetches) ([]*kgo.Record, error) {
-	if t.gate == nil {
-		return t.poll(ctx, pollFn)
-	}
-	if t.gate.hold(ctx, cl, t.conn.Topics, func() { t.rewind(cl) }) {
-		if ctx.Err() == nil {
-			t.log.Info("task resumed: fetching again from the stored offsets")
-		}
-		return nil, nil
-	}
-	pctx, cancel := t.gate.active(ctx)
-	defer cancel()
-	recs, err := t.poll(pctx, pollFn)
-	if pctx.Err() != nil && ctx.Err() == nil {
-		t.log.Info("task paused: fetching stopped, group membership and partitions kept")
-	}
-	return recs, err
 }

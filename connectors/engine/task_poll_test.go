@@ -52,7 +52,7 @@ func TestPollLinger(t *testing.T) {
 			}
 			return fetches(min(k, n))
 		}
-		recs, err := tk.poll(ctx, pollFn)
+		recs, err := tk.poll(ctx, pollFn, nil)
 		cancel()
 		if err != nil {
 			t.Fatal(err)

@@ -97,8 +97,16 @@ type Config struct {
 	// InFlight is the number of rounds that may be in flight at once: 1,
 	// or 2 for pipelined rounds (rounds.max.in.flight=2 and a sink that
 	// stages batches), where the round after the running one is polled,
-	// cut from the running round's ends and written ahead while the
-	// running round commits. Values below 1 mean 1.
+	// cut from the running round's ends and written ahead (staged) while
+	// the running round commits. Values below 1 mean 1.
+	//
+	// A round is written ahead only once every round before it has
+	// written its rows, so rows land in offset order (a table's serial
+	// column follows the log). In exactly_once the running round's rows
+	// are written by its prepares ([EventWritten]); in exactly_once_sink,
+	// whose rounds write rows and offsets in one local transaction, every
+	// round is written ahead before it runs, and running it only adds the
+	// compare-and-set and the COMMIT.
 	InFlight int
 	// Paused starts the machine paused.
 	Paused bool
@@ -136,8 +144,9 @@ type Round struct {
 	// Batches are the round's batches, in the order their partitions'
 	// first records were polled.
 	Batches []*twophase.Batch
-	// Ahead is set when the round was written ahead (staged) while
-	// another round ran.
+	// Ahead is set when the round is written ahead (staged) before it
+	// runs: cut while another round was in flight, or, in
+	// exactly_once_sink with pipelined rounds, every round.
 	Ahead bool
 }
 
@@ -180,12 +189,17 @@ const (
 	// EventStaged: the write-ahead of round Seq is over (successful or
 	// not: a batch whose staging failed is written by its round).
 	EventStaged
+	// EventWritten: the running round Seq wrote its rows (exactly_once:
+	// every prepare returned); the round after it may be written ahead.
+	EventWritten
 	// EventRoundDone: round Seq ended with Result.
 	EventRoundDone
 	// EventTick advances the logical clock by one tick.
 	EventTick
 	// EventPause and EventResume pause and resume the connector (PAUSED
-	// holds the task between rounds; the group membership stays).
+	// holds the task between rounds; the group membership stays). The
+	// driver stops fetching while paused; after the resume the machine
+	// seeks back to its cursors.
 	EventPause
 	EventResume
 	// EventStop asks for a soft stop: the round in flight runs to its end,
@@ -195,7 +209,7 @@ const (
 
 var eventNames = [...]string{
 	EventStart: "Start", EventAssigned: "Assigned", EventRevoked: "Revoked", EventPolled: "Polled",
-	EventStaged: "Staged", EventRoundDone: "RoundDone", EventTick: "Tick", EventPause: "Pause",
+	EventStaged: "Staged", EventWritten: "Written", EventRoundDone: "RoundDone", EventTick: "Tick", EventPause: "Pause",
 	EventResume: "Resume", EventStop: "Stop",
 }
 
@@ -210,7 +224,8 @@ func (t EventType) String() string {
 type Event struct {
 	Type EventType
 	// Seq names the poll (EventPolled), the round (EventStaged,
-	// EventRoundDone) or the revocation to acknowledge (EventRevoked).
+	// EventWritten, EventRoundDone) or the revocation to acknowledge
+	// (EventRevoked).
 	Seq uint64
 	// Positions are the fenced positions of EventAssigned.
 	Positions []offsets.Position
@@ -276,6 +291,9 @@ const (
 	// Seek that follows (or the end of the session) must come after them.
 	// Its EventPolled may still come; the machine ignores it.
 	ActionCancelPoll
+	// ActionHurryPoll: poll Seq should end its linger: return the records
+	// it read, or the first ones that come. Its EventPolled counts.
+	ActionHurryPoll
 	// ActionStage: write Round ahead in the sink and feed EventStaged.
 	ActionStage
 	// ActionRun: run Round by the guarantee's protocol and feed
@@ -301,7 +319,7 @@ const (
 )
 
 var actionNames = [...]string{
-	ActionSession: "Session", ActionPoll: "Poll", ActionCancelPoll: "CancelPoll", ActionStage: "Stage",
+	ActionSession: "Session", ActionPoll: "Poll", ActionCancelPoll: "CancelPoll", ActionHurryPoll: "HurryPoll", ActionStage: "Stage",
 	ActionRun: "Run", ActionDiscard: "Discard", ActionSeek: "Seek", ActionAckRevoke: "AckRevoke",
 	ActionRestart: "Restart", ActionFail: "Fail", ActionExit: "Exit", ActionReport: "Report",
 }
@@ -316,8 +334,8 @@ func (t ActionType) String() string {
 // Action is one output of [Machine.Step].
 type Action struct {
 	Type ActionType
-	// Seq names the poll (ActionPoll, ActionCancelPoll) or the revocation
-	// (ActionAckRevoke).
+	// Seq names the poll (ActionPoll, ActionCancelPoll, ActionHurryPoll)
+	// or the revocation (ActionAckRevoke).
 	Seq uint64
 	// Round is the round of ActionStage and ActionRun.
 	Round *Round
@@ -420,9 +438,12 @@ const (
 
 // Machine is a task's state machine. See the package documentation.
 type Machine struct {
-	cfg   Config
-	phase phase
-	parts map[TP]*cursor
+	cfg Config
+	// stageFirst: every round is written ahead before it runs (pipelined
+	// exactly_once_sink).
+	stageFirst bool
+	phase      phase
+	parts      map[TP]*cursor
 
 	// rounds in flight, oldest first: rounds[0] may be running; later
 	// ones are written ahead.
@@ -453,6 +474,7 @@ type round struct {
 	running bool
 	staging bool // ActionStage issued, EventStaged not yet fed
 	staged  bool // EventStaged fed
+	written bool // its rows are written: staged, or EventWritten fed
 }
 
 type pendingAck struct {
@@ -466,7 +488,8 @@ func NewMachine(cfg Config) (*Machine, error) {
 		return nil, err
 	}
 	cfg.InFlight = max(cfg.InFlight, 1)
-	return &Machine{cfg: cfg, parts: map[TP]*cursor{}, paused: cfg.Paused}, nil
+	return &Machine{cfg: cfg, parts: map[TP]*cursor{}, paused: cfg.Paused,
+		stageFirst: cfg.InFlight > 1 && cfg.Guarantee == SinkCAS}, nil
 }
 
 // ErrUnknownEvent is wrapped by the error of an event that names a round
@@ -502,9 +525,13 @@ func (m *Machine) Step(ev Event) ([]Action, error) {
 		out = m.polled(ev.Records, out)
 	case EventStaged:
 		if r := m.find(ev.Seq); r != nil && r.staging {
-			r.staging, r.staged = false, true
+			r.staging, r.staged, r.written = false, true, true
 		}
 		// else: a round dropped since.
+	case EventWritten:
+		if r := m.find(ev.Seq); r != nil && r.running {
+			r.written = true
+		}
 	case EventRoundDone:
 		r := m.find(ev.Seq)
 		if r == nil || !r.running {
@@ -520,6 +547,11 @@ func (m *Machine) Step(ev Event) ([]Action, error) {
 	case EventPause:
 		m.paused = true
 	case EventResume:
+		if m.paused && m.phase == phaseActive {
+			// The client may have dropped records it buffered before
+			// the pause: continue from the cursors.
+			out = m.rewind(nil, out)
+		}
 		m.paused = false
 	case EventStop:
 		m.stopping = true
@@ -618,7 +650,7 @@ func (m *Machine) polled(recs []*kgo.Record, out []Action) []Action {
 		return out
 	}
 	m.roundID++
-	r := &round{Round: &Round{ID: m.roundID, Batches: batches, Ahead: len(m.rounds) > 0}}
+	r := &round{Round: &Round{ID: m.roundID, Batches: batches, Ahead: len(m.rounds) > 0 || m.stageFirst}}
 	if len(m.rounds) == 0 && m.alone != nil {
 		out = m.solo(r, out)
 	}
@@ -703,23 +735,26 @@ func (m *Machine) advance(out []Action) []Action {
 		}
 		return out
 	}
-	// Write ahead the rounds cut while another was in flight, one at a
-	// time and in order: a staging may wait for what an earlier round
-	// releases, never for a later one.
-	staging := false
+	// Write ahead a round once every round before it wrote its rows, one
+	// at a time and in order: a staging may wait for what an earlier round
+	// releases, never for a later one, and rows land in offset order.
+	written := true
 	for _, r := range m.rounds {
-		staging = staging || r.staging
-	}
-	for _, r := range m.rounds {
-		if !staging && !r.running && !r.staged && r.Ahead {
-			r.staging, staging = true, true
+		if r.Ahead && !r.staging && !r.staged && written {
+			r.staging = true
 			out = append(out, Action{Type: ActionStage, Round: r.Round})
 		}
+		written = written && r.written
 	}
 	// Run the oldest round once the one before it ended and its
 	// write-ahead is over.
 	if len(m.rounds) > 0 && !m.rounds[0].running && !m.rounds[0].staging {
 		r := m.rounds[0]
+		if r.Ahead && m.polling {
+			// The poll for the round after it lingers no longer: its
+			// records are written ahead while this one commits.
+			out = append(out, Action{Type: ActionHurryPoll, Seq: m.pollSeq})
+		}
 		out = m.current(r, out)
 		if len(r.Batches) == 0 {
 			m.rounds = m.rounds[1:]

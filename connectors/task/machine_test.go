@@ -34,6 +34,7 @@ var update = flag.Bool("update", false, "rewrite the golden transcripts in testd
 //	poll N t/0:100-104 ...    EventPolled for poll N: records 100..104 of
 //	                          t/0 (t/0:100,102 lists single offsets)
 //	staged R                  EventStaged for round R
+//	written R                 EventWritten for round R
 //	done R [result...]        EventRoundDone for round R: "committed" (every
 //	                          batch), "committed=t/0,..." (those batches),
 //	                          "indoubt=t/0,...", "fenced=t/0,...",
@@ -271,6 +272,9 @@ func (h *harness) parse(f []string) (Event, error) {
 	case "staged":
 		seq, err := strconv.ParseUint(f[1], 10, 64)
 		return Event{Type: EventStaged, Seq: seq}, err
+	case "written":
+		seq, err := strconv.ParseUint(f[1], 10, 64)
+		return Event{Type: EventWritten, Seq: seq}, err
 	case "done":
 		seq, err := strconv.ParseUint(f[1], 10, 64)
 		if err != nil {
@@ -390,7 +394,7 @@ func parseTP(s string) (TP, error) {
 func (h *harness) format(b *strings.Builder, acts []Action) {
 	for _, a := range acts {
 		switch a.Type {
-		case ActionPoll, ActionCancelPoll, ActionAckRevoke:
+		case ActionPoll, ActionCancelPoll, ActionHurryPoll, ActionAckRevoke:
 			fmt.Fprintf(b, "  %s #%d\n", a.Type, a.Seq)
 		case ActionStage, ActionRun:
 			h.rounds[a.Round.ID] = a.Round

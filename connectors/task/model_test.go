@@ -69,11 +69,18 @@ type world struct {
 	trace   []string // the last events, for a failure's message
 	quiet   bool     // quiescing: no more faults
 	late    []Event  // events of cancelled polls, fed late
+	wrote   map[uint64]bool
+	// writtenAt is when a batch's rows were written (staged, or by its
+	// round); lastWrite per partition checks that rows land in offset
+	// order.
+	clock     int
+	writtenAt map[*twophase.Batch]int
+	lastWrite map[TP]int
 	staged  map[twophase.BatchID]bool
 }
 
 func newWorld(t *testing.T, seed uint64, g Guarantee, inflight int) *world {
-	w := &world{t: t, rng: rand.New(rand.NewPCG(seed, uint64(g))), g: g, parts: map[TP]*modelPart{}, owned: map[TP]bool{}, staged: map[twophase.BatchID]bool{}}
+	w := &world{t: t, rng: rand.New(rand.NewPCG(seed, uint64(g))), g: g, parts: map[TP]*modelPart{}, owned: map[TP]bool{}, staged: map[twophase.BatchID]bool{}, wrote: map[uint64]bool{}, writtenAt: map[*twophase.Batch]int{}, lastWrite: map[TP]int{}}
 	for p := range int32(3) {
 		mp := &modelPart{rows: map[int64]int{}, bad: -1, fence: 0}
 		off := int64(0)
@@ -150,6 +157,8 @@ func (w *world) do(a Action) {
 		w.staging = append(w.staging, a.Round)
 	case ActionRun:
 		w.running = append(w.running, a.Round)
+	case ActionHurryPoll:
+		// The poll returns sooner; the model answers polls whenever.
 	case ActionDiscard:
 		for _, id := range a.IDs {
 			delete(w.staged, id)
@@ -212,6 +221,16 @@ func (w *world) run(steps int) {
 		}
 		if len(w.running) > 0 {
 			choices = append(choices, w.finishRound, w.finishRound)
+			if w.g == TwoPhase && !w.wrote[w.running[0].ID] {
+				choices = append(choices, func() {
+					// Every prepare of the running round returned.
+					w.wrote[w.running[0].ID] = true
+					for _, b := range w.running[0].Batches {
+						w.write(b)
+					}
+					w.step(Event{Type: EventWritten, Seq: w.running[0].ID})
+				})
+			}
 		}
 		choices = append(choices, func() { w.step(Event{Type: EventTick}) })
 		if len(w.late) > 0 {
@@ -309,6 +328,7 @@ func (w *world) finishStaging() {
 	w.staging = w.staging[1:]
 	for _, b := range r.Batches {
 		w.staged[b.ID] = true
+		w.write(b)
 	}
 	w.step(Event{Type: EventStaged, Seq: r.ID})
 }
@@ -391,12 +411,28 @@ func (w *world) finishRound() {
 	w.step(Event{Type: EventRoundDone, Seq: r.ID, Result: res})
 }
 
+// write notes when a batch's rows were written, unless they were written
+// ahead before.
+func (w *world) write(b *twophase.Batch) {
+	if _, ok := w.writtenAt[b]; !ok {
+		w.clock++
+		w.writtenAt[b] = w.clock
+	}
+}
+
 // apply writes a batch's rows and advances the stored offset by
 // compare-and-set. It reports false (fenced) when the CAS fails.
 func (w *world) apply(b *twophase.Batch) bool {
 	mp := w.parts[TP{b.ID.Topic, b.ID.Partition}]
 	if b.Prev != mp.next || b.Fence != mp.fence {
 		return false
+	}
+	w.write(b)
+	k := TP{b.ID.Topic, b.ID.Partition}
+	if at := w.writtenAt[b]; at < w.lastWrite[k] {
+		w.fatalf("batch %s was written (at %d) before the batch it continues (at %d): rows out of offset order", b.ID, at, w.lastWrite[k])
+	} else {
+		w.lastWrite[k] = at
 	}
 	// The batch must be exactly the log's records from Prev to Last.
 	i, _ := slices.BinarySearch(mp.log, b.Prev)

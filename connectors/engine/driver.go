@@ -1,0 +1,845 @@
+package engine
+
+// The driver runs a task.Machine against franz-go and the sink (DESIGN.md,
+// "The task layer"). One goroutine, the loop, owns the machine: it feeds it
+// events and performs its actions. Polls, write-aheads and rounds run in
+// goroutines of their own that report back through the inbox; franz-go's
+// callbacks only put events in the inbox (an assignment's recovery and
+// fence bump, which must end before the callback returns the offsets to
+// seek to, is the one piece of I/O a callback does, as before). No lock is
+// held across broker or sink I/O; the loop waits only for a cancelled poll
+// or write-ahead to return.
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/txsink/txsink/config"
+	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/task"
+	"github.com/txsink/txsink/internal/failpoint"
+	"github.com/txsink/txsink/offsets"
+	"github.com/txsink/txsink/twophase"
+)
+
+// inbox is the loop's queue of events: pushing never blocks.
+type inbox struct {
+	mu     sync.Mutex
+	q      []task.Event
+	notify chan struct{} // a token while q is not empty
+}
+
+func newInbox() *inbox { return &inbox{notify: make(chan struct{}, 1)} }
+
+func (b *inbox) push(ev task.Event) {
+	b.mu.Lock()
+	b.q = append(b.q, ev)
+	b.mu.Unlock()
+	select {
+	case b.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (b *inbox) take() []task.Event {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	q := b.q
+	b.q = nil
+	return q
+}
+
+// session is one consumer-group membership: a Kafka client (a
+// GroupTransactSession in exactly_once) and what its callbacks need.
+type session struct {
+	cl      *kgo.Client
+	gts     *kgo.GroupTransactSession // exactly_once only
+	dec     *twophase.KafkaDecider    // exactly_once only
+	outcome outcomeReader
+	pollFn  func(context.Context, int) kgo.Fetches
+	// gate keeps polls out of the transaction's Begin and End (franz-go
+	// forbids polling concurrently with them); nil outside exactly_once.
+	gate *pollGate
+	// ready is closed once the fields above are set: a callback that
+	// fires while the client is being built waits for it.
+	ready chan struct{}
+	// closing is closed when the session ends: revoke callbacks stop
+	// waiting for their acknowledgement.
+	closing chan struct{}
+}
+
+func (s *session) close() {
+	close(s.closing)
+	if s.gts != nil {
+		s.gts.Close()
+	} else {
+		s.cl.Close()
+	}
+}
+
+type pollRun struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	hurry  chan struct{} // closed to end the poll's linger
+}
+
+type stageRun struct {
+	round  *task.Round
+	cancel context.CancelFunc
+	done   chan struct{}
+	ahead  atomic.Int32 // batches staged successfully
+}
+
+// driver is one run of a task.
+type driver struct {
+	t      *Task
+	m      *task.Machine
+	in     *inbox
+	soft   context.Context
+	hard   context.Context
+	stager twophase.Stager
+
+	s      *session
+	polls  map[uint64]*pollRun
+	stages map[uint64]*stageRun // by round
+	rounds sync.WaitGroup
+
+	revSeq atomic.Uint64
+	ackMu  sync.Mutex
+	acks   map[uint64]chan struct{}
+
+	// staged tracks the newest round whose write-ahead ended, for the
+	// ahead-before-decide failpoint.
+	stagedMu sync.Mutex
+	stagedID uint64
+	stagedCh chan struct{}
+
+	finished bool
+	err      error
+}
+
+// guarantee returns the connector's delivery guarantee as a value.
+func guarantee(d string) task.Guarantee {
+	switch d {
+	case config.ExactlyOnceSink:
+		return task.SinkCAS
+	case config.AtLeastOnce:
+		return task.AtLeastOnce
+	case config.AtMostOnce:
+		return task.AtMostOnce
+	}
+	return task.TwoPhase
+}
+
+func (t *Task) newDriver(soft, hard context.Context) (*driver, error) {
+	g := guarantee(t.conn.Delivery)
+	cfg := task.Config{Connector: t.conn.Name, Guarantee: g, InFlight: 1, Paused: t.gate != nil && t.gate.pausedNow()}
+	var stager twophase.Stager
+	if st, ok := t.sink.(twophase.Stager); ok && g.Pipelines() && t.conn.RoundsInFlight >= 2 {
+		stager, cfg.InFlight = st, 2
+	}
+	m, err := task.NewMachine(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &driver{t: t, m: m, in: newInbox(), soft: soft, hard: hard, stager: stager,
+		polls: map[uint64]*pollRun{}, stages: map[uint64]*stageRun{}, acks: map[uint64]chan struct{}{},
+		stagedCh: make(chan struct{})}, nil
+}
+
+// run is the loop. It returns nil when soft or hard ends, or the task's
+// terminal error.
+func (d *driver) run() error {
+	defer d.close()
+	tick := time.NewTicker(task.TickMillis * time.Millisecond)
+	defer tick.Stop()
+	d.step(task.Event{Type: task.EventStart})
+	soft := d.soft.Done()
+	paused := d.t.gate != nil && d.t.gate.pausedNow()
+	for !d.finished {
+		var pauseCh, resumeCh <-chan struct{}
+		if d.t.gate != nil {
+			p, r := d.t.gate.state()
+			if paused {
+				resumeCh = r
+			} else {
+				pauseCh = p
+			}
+		}
+		select {
+		case <-d.hard.Done():
+			return nil
+		case <-soft:
+			soft = nil
+			d.step(task.Event{Type: task.EventStop})
+		case <-d.in.notify:
+			for _, ev := range d.in.take() {
+				if d.finished {
+					break
+				}
+				switch ev.Type {
+				case task.EventStaged:
+					d.noteStaged(ev.Seq)
+				case task.EventPolled:
+					delete(d.polls, ev.Seq)
+				}
+				d.step(ev)
+			}
+		case <-tick.C:
+			d.step(task.Event{Type: task.EventTick})
+		case <-pauseCh:
+			paused = true
+			d.t.log.Info("task paused: fetching stopped, group membership and partitions kept")
+			if d.s != nil {
+				d.s.cl.PauseFetchTopics(d.t.conn.Topics...)
+			}
+			d.step(task.Event{Type: task.EventPause})
+		case <-resumeCh:
+			paused = false
+			if d.s != nil {
+				d.s.cl.ResumeFetchTopics(d.t.conn.Topics...)
+			}
+			d.t.log.Info("task resumed: fetching again from the stored offsets")
+			d.step(task.Event{Type: task.EventResume})
+		}
+	}
+	if d.soft.Err() != nil || d.hard.Err() != nil {
+		return nil
+	}
+	return d.err
+}
+
+func (d *driver) step(ev task.Event) {
+	acts, err := d.m.Step(ev)
+	if err != nil {
+		// A driver bug: the machine refused an event it produced the
+		// cause of. Stop rather than guess.
+		d.finish(fmt.Errorf("task machine: %w", err))
+		return
+	}
+	for _, a := range acts {
+		if d.finished {
+			return
+		}
+		d.do(a)
+	}
+}
+
+func (d *driver) finish(err error) {
+	d.finished, d.err = true, err
+}
+
+func (d *driver) do(a task.Action) {
+	switch a.Type {
+	case task.ActionSession:
+		if err := d.startSession(); err != nil {
+			d.finish(err)
+		}
+	case task.ActionPoll:
+		d.startPoll(a.Seq)
+	case task.ActionCancelPoll:
+		d.cancelPoll(a.Seq)
+	case task.ActionHurryPoll:
+		if p, ok := d.polls[a.Seq]; ok {
+			select {
+			case <-p.hurry:
+			default:
+				close(p.hurry)
+			}
+		}
+	case task.ActionStage:
+		d.startStage(a.Round)
+	case task.ActionRun:
+		d.startRound(a.Round)
+	case task.ActionDiscard:
+		d.discard(a.IDs)
+	case task.ActionSeek:
+		if d.s != nil {
+			set := map[string]map[int32]kgo.EpochOffset{}
+			for _, p := range a.Positions {
+				if set[p.Topic] == nil {
+					set[p.Topic] = map[int32]kgo.EpochOffset{}
+				}
+				set[p.Topic][p.Partition] = kgo.EpochOffset{Epoch: -1, Offset: p.Next}
+			}
+			d.s.cl.SetOffsets(set)
+		}
+	case task.ActionAckRevoke:
+		d.ack(a.Seq)
+	case task.ActionRestart:
+		d.t.log.Warn("session restart", "err", a.Err)
+		d.endSession()
+	case task.ActionFail:
+		d.finish(a.Err)
+	case task.ActionExit:
+		d.finish(nil)
+	case task.ActionReport:
+		d.report(a.Report)
+	}
+}
+
+// startSession joins the consumer group with a new client. Assignments
+// arrive as EventAssigned once their recovery and fence bump ran.
+func (d *driver) startSession() error {
+	t := d.t
+	s := &session{ready: make(chan struct{}), closing: make(chan struct{})}
+	onAssign := func(actx context.Context, offs map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+		select {
+		case <-s.ready:
+		case <-actx.Done():
+			return nil, actx.Err()
+		}
+		out, ps, err := t.assign(actx, s.outcome, offs)
+		if err == nil && len(ps) > 0 {
+			d.in.push(task.Event{Type: task.EventAssigned, Positions: ps})
+		}
+		return out, err
+	}
+	revoke := func(lost bool) func(context.Context, *kgo.Client, map[string][]int32) {
+		return func(ctx context.Context, _ *kgo.Client, rev map[string][]int32) {
+			var parts []task.TP
+			for topic, ps := range rev {
+				for _, p := range ps {
+					parts = append(parts, task.TP{Topic: topic, Partition: p})
+				}
+			}
+			if len(parts) == 0 {
+				return
+			}
+			seq := d.revSeq.Add(1)
+			ack := d.ackChan(seq)
+			d.in.push(task.Event{Type: task.EventRevoked, Seq: seq, Partitions: parts, Lost: lost})
+			if lost || s.gts != nil {
+				// exactly_once: the session aborts the round in flight;
+				// waiting for it would deadlock with its End.
+				return
+			}
+			// The local guarantees finish the round that writes these
+			// partitions before giving them up.
+			select {
+			case <-ack:
+			case <-ctx.Done():
+			case <-s.closing:
+			}
+		}
+	}
+	opts := t.clientOpts(onAssign, revoke(false), revoke(true))
+	if t.conn.Delivery == config.ExactlyOnce {
+		opts = append(opts,
+			kgo.TransactionalID(fmt.Sprintf("txsink-%s-%d-%s", t.conn.Name, t.id, t.opt.InstanceID)),
+			kgo.TransactionTimeout(t.conn.TxnTimeout),
+		)
+		gts, err := kgo.NewGroupTransactSession(opts...)
+		if err != nil {
+			return fmt.Errorf("kafka client: %w", err)
+		}
+		s.gts, s.cl = gts, gts.Client()
+		s.dec = twophase.NewKafkaDecider(gts, t.conn.GroupID)
+		s.outcome, s.pollFn, s.gate = s.dec, gts.PollRecords, newPollGate()
+	} else {
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
+			return fmt.Errorf("kafka client: %w", err)
+		}
+		s.cl = cl
+		s.outcome, s.pollFn = stableOutcome{cl, t.conn.GroupID}, cl.PollRecords
+	}
+	close(s.ready)
+	d.s = s
+	if t.gate != nil && t.gate.pausedNow() {
+		s.cl.PauseFetchTopics(t.conn.Topics...)
+	}
+	if t.conn.DLQTopic != "" {
+		if err := t.ensureDLQTopic(d.hard, s.cl); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// endSession leaves the group: the machine cancelled the polls and
+// discarded the write-aheads first.
+func (d *driver) endSession() {
+	if d.s == nil {
+		return
+	}
+	for seq := range d.polls {
+		d.cancelPoll(seq)
+	}
+	d.s.close()
+	d.s = nil
+	d.ackAll()
+}
+
+func (d *driver) ackChan(seq uint64) chan struct{} {
+	d.ackMu.Lock()
+	defer d.ackMu.Unlock()
+	ch := make(chan struct{})
+	d.acks[seq] = ch
+	return ch
+}
+
+func (d *driver) ack(seq uint64) {
+	d.ackMu.Lock()
+	defer d.ackMu.Unlock()
+	if ch, ok := d.acks[seq]; ok {
+		close(ch)
+		delete(d.acks, seq)
+	}
+}
+
+func (d *driver) ackAll() {
+	d.ackMu.Lock()
+	defer d.ackMu.Unlock()
+	for seq, ch := range d.acks {
+		close(ch)
+		delete(d.acks, seq)
+	}
+}
+
+// startPoll polls one round's records in the background.
+func (d *driver) startPoll(seq uint64) {
+	s := d.s
+	if s == nil {
+		d.in.push(task.Event{Type: task.EventPolled, Seq: seq})
+		return
+	}
+	ctx, cancel := context.WithCancel(d.hard)
+	p := &pollRun{cancel: cancel, done: make(chan struct{}), hurry: make(chan struct{})}
+	d.polls[seq] = p
+	go func() {
+		defer close(p.done)
+		var recs []*kgo.Record
+		if s.gate != nil {
+			gctx, leave, err := s.gate.enter(ctx)
+			if err == nil {
+				recs, _ = d.t.poll(gctx, s.pollFn, p.hurry)
+				leave()
+			}
+		} else {
+			recs, _ = d.t.poll(ctx, s.pollFn, p.hurry)
+		}
+		if len(recs) > 0 {
+			failpoint.HitIn(d.t.conn.Name, failpoint.AfterPoll)
+		}
+		d.in.push(task.Event{Type: task.EventPolled, Seq: seq, Records: recs})
+	}()
+}
+
+// cancelPoll ends a poll and waits for it: what it read moved the
+// client's positions, and the seek that follows must come after.
+func (d *driver) cancelPoll(seq uint64) {
+	p, ok := d.polls[seq]
+	if !ok {
+		return
+	}
+	delete(d.polls, seq)
+	p.cancel()
+	<-p.done
+}
+
+// startStage writes a round ahead, at most commit.parallelism batches at
+// a time. A batch whose staging fails is simply not staged: its round
+// writes it and reports the error, if it persists.
+func (d *driver) startStage(r *task.Round) {
+	ctx, cancel := context.WithCancel(d.hard)
+	sr := &stageRun{round: r, cancel: cancel, done: make(chan struct{})}
+	d.stages[r.ID] = sr
+	go func() {
+		defer close(sr.done)
+		var g errgroup.Group
+		g.SetLimit(max(d.t.conn.Parallelism, 1))
+		for _, b := range r.Batches {
+			g.Go(func() error {
+				if err := d.stager.Stage(ctx, b); err != nil {
+					if ctx.Err() == nil {
+						d.t.log.Debug("writing a batch ahead failed; its round writes it", "batch", b.ID.String(), "err", err)
+					}
+				} else {
+					sr.ahead.Add(1)
+				}
+				return nil
+			})
+		}
+		_ = g.Wait()
+		d.in.push(task.Event{Type: task.EventStaged, Seq: r.ID})
+	}()
+}
+
+// discard stops the write-ahead of the rounds holding ids and rolls back
+// what they staged. Nothing of them was prepared.
+func (d *driver) discard(ids []twophase.BatchID) {
+	if d.stager == nil {
+		return
+	}
+	drop := map[twophase.BatchID]bool{}
+	for _, id := range ids {
+		drop[id] = true
+	}
+	for rid, sr := range d.stages {
+		for _, b := range sr.round.Batches {
+			if drop[b.ID] {
+				sr.cancel()
+				<-sr.done
+				delete(d.stages, rid)
+				break
+			}
+		}
+	}
+	d.stager.Discard(ids)
+}
+
+func (d *driver) noteStaged(id uint64) {
+	d.stagedMu.Lock()
+	defer d.stagedMu.Unlock()
+	if id > d.stagedID {
+		d.stagedID = id
+		close(d.stagedCh)
+		d.stagedCh = make(chan struct{})
+	}
+}
+
+// waitAhead waits until a round after id was written ahead (the
+// ahead-before-decide failpoint's window), or ctx ends.
+func (d *driver) waitAhead(ctx context.Context, id uint64) {
+	for {
+		d.stagedMu.Lock()
+		done, ch := d.stagedID > id, d.stagedCh
+		d.stagedMu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// startRound runs a round by the guarantee's protocol in the background.
+func (d *driver) startRound(r *task.Round) {
+	var ahead int
+	if sr, ok := d.stages[r.ID]; ok {
+		delete(d.stages, r.ID)
+		ahead = int(sr.ahead.Load())
+		// The round before it committed; this one is written ahead and
+		// not prepared yet.
+		failpoint.HitIn(d.t.conn.Name, failpoint.AheadAfterCommit)
+	}
+	s := d.s
+	d.rounds.Add(1)
+	go func() {
+		defer d.rounds.Done()
+		start := time.Now()
+		var res task.Result
+		if s.gts != nil {
+			res = d.twoPhaseRound(s, r)
+		} else {
+			res = d.localRound(s, r)
+		}
+		res.Stats.TotalNanos = int64(time.Since(start))
+		res.Stats.WrittenAhead = ahead
+		d.in.push(task.Event{Type: task.EventRoundDone, Seq: r.ID, Result: res})
+	}()
+}
+
+// twoPhaseRound is one round of the commit protocol, decided by the
+// session's Kafka transaction, which also carries the round's dead letters.
+func (d *driver) twoPhaseRound(s *session, r *task.Round) task.Result {
+	t := d.t
+	dec := &roundDecider{KafkaDecider: s.dec, gate: s.gate, batches: r.Batches}
+	if t.conn.DLQTopic != "" {
+		dec.dlq = &dlqDecider{t: t, cl: s.cl, batches: r.Batches}
+	}
+	hook := func(point string) {
+		if point == twophase.HookAfterPrepare {
+			// The round's rows are written: the round after it may be
+			// written ahead.
+			d.in.push(task.Event{Type: task.EventWritten, Seq: r.ID})
+		}
+		if point == twophase.HookBeforeDecide && failpoint.Armed(failpoint.AheadBeforeDecide) {
+			d.waitAhead(d.hard, r.ID)
+			failpoint.HitIn(t.conn.Name, failpoint.AheadBeforeDecide)
+		}
+		failpoint.HitIn(t.conn.Name, point)
+	}
+	coord := twophase.NewCoordinator(t.sink, dec,
+		twophase.WithPrepareConcurrency(t.conn.Parallelism),
+		twophase.WithCallTimeout(t.conn.SinkTimeout),
+		twophase.WithHook(hook))
+	rr, err := coord.Round(d.hard, r.Batches)
+	res := task.Result{Err: err, InDoubt: rr.InDoubt, Fenced: rr.Fenced, Ambiguous: rr.Outcome == twophase.OutcomeInDoubt}
+	res.Stats.PrepareNanos, res.Stats.DecideNanos, res.Stats.CommitNanos = int64(rr.Phases.Prepare), int64(rr.Phases.Decide), int64(rr.Phases.Commit)
+	if rr.Outcome == twophase.OutcomeCommitted {
+		res.Committed = r.IDs()
+		res.Stats.DeadLettered = dec.sent()
+		if dec.dlq == nil {
+			res.Stats.DeadLettered = len(t.takeDeadLetters(r.Batches))
+		}
+	}
+	return res
+}
+
+// roundDecider is the decision of one round: the session's transaction
+// commits exactly the round's offsets (the session may already have polled
+// the next round's records) and, with a dead-letter topic, the round's
+// dead letters; polls stay out of its Begin and End.
+type roundDecider struct {
+	*twophase.KafkaDecider
+	gate    *pollGate
+	batches []*twophase.Batch
+	dlq     *dlqDecider
+}
+
+func (r *roundDecider) Begin(ctx context.Context) error {
+	r.gate.close()
+	defer r.gate.open()
+	return r.KafkaDecider.Begin(ctx)
+}
+
+func (r *roundDecider) Decide(ctx context.Context, commit bool) (bool, error) {
+	r.gate.close()
+	defer r.gate.open()
+	r.KafkaDecider.CommitExactly(r.batches)
+	if r.dlq != nil {
+		r.dlq.Decider = r.KafkaDecider
+		return r.dlq.Decide(ctx, commit)
+	}
+	return r.KafkaDecider.Decide(ctx, commit)
+}
+
+func (r *roundDecider) sent() int {
+	if r.dlq == nil {
+		return 0
+	}
+	return r.dlq.sent
+}
+
+// localRound writes every batch of a round in a sink transaction of its
+// own (WriteLocal), at most commit.parallelism at a time, then produces
+// the dead letters of those that committed and mirrors the offsets into
+// the group for lag tooling.
+func (d *driver) localRound(s *session, r *task.Round) task.Result {
+	t := d.t
+	ctx := d.hard
+	guard, order := offsets.GuardCAS, connectors.Atomic
+	switch t.conn.Delivery {
+	case config.AtLeastOnce:
+		guard, order = offsets.GuardNone, connectors.RowsFirst
+	case config.AtMostOnce:
+		guard, order = offsets.GuardNone, connectors.OffsetFirst
+	}
+	if t.conn.UnsafeNoFencing {
+		guard = offsets.GuardNone
+	}
+	if failpoint.Armed(failpoint.AheadBeforeDecide) {
+		d.waitAhead(ctx, r.ID)
+		failpoint.HitIn(t.conn.Name, failpoint.AheadBeforeDecide)
+	}
+	failpoint.HitIn(t.conn.Name, failpoint.BeforeWrite)
+	start := time.Now()
+	errs := make([]error, len(r.Batches))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(t.conn.Parallelism, 1))
+	for i, b := range r.Batches {
+		g.Go(func() error {
+			wctx, cancel := t.sinkCtx(gctx)
+			defer cancel()
+			errs[i] = t.sink.WriteLocal(wctx, b, guard, order)
+			return nil
+		})
+	}
+	_ = g.Wait()
+	var res task.Result
+	var done, failed []*twophase.Batch
+	for i, err := range errs {
+		if err == nil {
+			done = append(done, r.Batches[i])
+			res.Committed = append(res.Committed, r.Batches[i].ID)
+		} else {
+			failed = append(failed, r.Batches[i])
+			if res.Err == nil {
+				res.Err = err
+			}
+		}
+	}
+	t.takeDeadLetters(failed) // redone from the stored offsets
+	letters := t.takeDeadLetters(done)
+	if t.conn.DLQTopic != "" {
+		// After the sink commit: a crash before the produce loses them
+		// from the topic (README, Dead letters).
+		t.produceDeadLetters(ctx, s.cl, letters)
+	}
+	res.Stats.DeadLettered = len(letters)
+	res.Stats.CommitNanos = int64(time.Since(start))
+	if len(done) > 0 {
+		mirror := map[string]map[int32]kgo.EpochOffset{}
+		for _, b := range done {
+			if mirror[b.ID.Topic] == nil {
+				mirror[b.ID.Topic] = map[int32]kgo.EpochOffset{}
+			}
+			mirror[b.ID.Topic][b.ID.Partition] = kgo.EpochOffset{Epoch: -1, Offset: b.ID.NextOffset()}
+		}
+		s.cl.CommitOffsets(ctx, mirror, nil)
+	}
+	return res
+}
+
+// report tells the observer and the log what the machine reports.
+func (d *driver) report(r task.Report) {
+	t, obs := d.t, d.t.opt.Observer
+	switch r.Type {
+	case task.ReportAssigned:
+		t.log.Info("partitions assigned and fenced", "positions", fmtPositions(r.Positions))
+		if obs != nil {
+			obs.Assigned(t.id, r.Positions)
+		}
+	case task.ReportRevoked:
+		byTopic := map[string][]int32{}
+		for _, p := range r.Partitions {
+			byTopic[p.Topic] = append(byTopic[p.Topic], p.Partition)
+		}
+		for topic, ps := range byTopic {
+			t.log.Info("partitions revoked", "topic", topic, "partitions", ps)
+			if obs != nil {
+				obs.Revoked(t.id, topic, ps)
+			}
+		}
+	case task.ReportRound:
+		s := r.Stats
+		st := RoundStats{Outcome: s.Outcome, Records: s.Records, Batches: s.Batches, Positions: s.Positions,
+			Prepare: time.Duration(s.PrepareNanos), Decide: time.Duration(s.DecideNanos), Commit: time.Duration(s.CommitNanos),
+			Total: time.Duration(s.TotalNanos), DeadLettered: s.DeadLettered, WrittenAhead: s.WrittenAhead}
+		t.observeRound(st)
+	case task.ReportWaiting:
+		t.log.Warn("waiting for an unavailable dependency before retrying from the stored offsets (no record is skipped)",
+			"err", r.Err, "attempt", r.Attempt, "backoff", time.Duration(r.Ticks)*task.TickMillis*time.Millisecond)
+		if obs != nil {
+			obs.Waiting(t.id, r.Err)
+		}
+	case task.ReportAvailable:
+		t.log.Info("the record pipeline's dependencies are available again")
+		if obs != nil {
+			obs.Waiting(t.id, nil)
+		}
+	case task.ReportRetry:
+		if r.Err == nil {
+			t.log.Info("round aborted by the decision (rebalance or KIP-447 generation fencing); continuing from the stored offsets")
+		} else {
+			t.log.Warn("round failed; retrying from the stored offsets", "err", r.Err)
+		}
+	case task.ReportFenced:
+		t.log.Warn("fence conflict: another owner holds the partition; dropping the batch", "err", r.Err)
+		if obs != nil {
+			obs.FenceConflict(t.id, r.Err)
+		}
+	case task.ReportBadRecord:
+		p := r.Partitions[0]
+		t.log.Error("bad record: the partition stops before it (errors.tolerance=none)", "topic", p.Topic, "partition", p.Partition, "err", r.Err)
+	case task.ReportOwnRound:
+		t.log.Info("a batch needs a schema change; running it in a round of its own", "partition", r.Partitions[0].String(), "reason", r.Err)
+	case task.ReportStale:
+		t.log.Info("dropping batches cut before their partitions were revoked or assigned anew; the owner continues from the stored offsets", "batches", len(r.IDs))
+	}
+}
+
+// close ends whatever is still running: polls, write-aheads (rolled
+// back), rounds (they run with the hard context; a round abandoned in
+// the middle leaves at most prepared batches, which the next owner's
+// recovery resolves), and the session.
+func (d *driver) close() {
+	for seq := range d.polls {
+		d.cancelPoll(seq)
+	}
+	var ids []twophase.BatchID
+	for rid, sr := range d.stages {
+		sr.cancel()
+		<-sr.done
+		ids = append(ids, sr.round.IDs()...)
+		delete(d.stages, rid)
+	}
+	if d.stager != nil && len(ids) > 0 {
+		d.stager.Discard(ids)
+	}
+	d.rounds.Wait()
+	if d.s != nil {
+		d.s.close()
+		d.s = nil
+	}
+	d.ackAll()
+}
+
+// pollGate keeps polls out of a transaction's Begin and End. A poll
+// enters the open gate; closing it cancels the polls inside (they return
+// what they read) and waits for them to leave.
+type pollGate struct {
+	mu     sync.Mutex
+	cond   *sync.Cond
+	closed bool
+	opened chan struct{} // closed while the gate is open
+	inside map[int]context.CancelFunc
+	nextID int
+}
+
+func newPollGate() *pollGate {
+	g := &pollGate{opened: make(chan struct{}), inside: map[int]context.CancelFunc{}}
+	g.cond = sync.NewCond(&g.mu)
+	close(g.opened)
+	return g
+}
+
+// enter waits for the gate to be open and returns a context that ends
+// when the gate closes, and leave.
+func (g *pollGate) enter(ctx context.Context) (context.Context, func(), error) {
+	for {
+		g.mu.Lock()
+		if !g.closed {
+			id := g.nextID
+			g.nextID++
+			cctx, cancel := context.WithCancel(ctx)
+			g.inside[id] = cancel
+			g.mu.Unlock()
+			return cctx, func() {
+				g.mu.Lock()
+				delete(g.inside, id)
+				cancel()
+				g.cond.Broadcast()
+				g.mu.Unlock()
+			}, nil
+		}
+		wait := g.opened
+		g.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+	}
+}
+
+func (g *pollGate) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
+	g.opened = make(chan struct{})
+	for _, cancel := range g.inside {
+		cancel()
+	}
+	for len(g.inside) > 0 {
+		g.cond.Wait()
+	}
+}
+
+func (g *pollGate) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = false
+	close(g.opened)
+}
