@@ -76,7 +76,7 @@ type world struct {
 	clock     int
 	writtenAt map[*twophase.Batch]int
 	lastWrite map[TP]int
-	staged  map[twophase.BatchID]bool
+	staged    map[twophase.BatchID]bool
 }
 
 func newWorld(t *testing.T, seed uint64, g Guarantee, inflight int) *world {
