@@ -140,3 +140,98 @@ func TestNilResolverPassesThrough(t *testing.T) {
 		t.Fatalf("nil resolver: %v %v", got, err)
 	}
 }
+
+// TestDirProviderSymlinks: the dir provider applies allowed.paths to where
+// a file's symbolic links lead. Kubernetes' Secret volume layout, whose
+// files are links into a timestamped directory through ..data, keeps
+// working; links that leave the allowed directory (absolute, "../",
+// chained, a link to a directory outside, a link under a link) are
+// refused with an error that names the setting and never the value.
+func TestDirProviderSymlinks(t *testing.T) {
+	root := t.TempDir()
+	secretDir := filepath.Join(root, "secret") // the allowed directory, as mounted
+	ts := filepath.Join(secretDir, "..2026_12_03_10_00_00.123456789")
+	outside := filepath.Join(root, "outside")
+	for _, d := range []string{ts, outside, filepath.Join(outside, "sub")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(p, v string) {
+		if err := os.WriteFile(p, []byte(v), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := func(target, name string) {
+		if err := os.Symlink(target, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(ts, "PGPASSWORD"), "k8s-pw")
+	write(filepath.Join(ts, "PGUSER"), "k8s-user")
+	write(filepath.Join(outside, "stolen"), "OUTSIDEVALUE")
+	write(filepath.Join(outside, "sub", "stolen"), "OUTSIDEVALUE")
+	// Kubernetes' layout: ..data -> ..<timestamp> (relative), KEY -> ..data/KEY.
+	link(filepath.Base(ts), filepath.Join(secretDir, "..data"))
+	link("..data/PGPASSWORD", filepath.Join(secretDir, "PGPASSWORD"))
+	link("..data/PGUSER", filepath.Join(secretDir, "PGUSER"))
+	// Links out of it.
+	link(filepath.Join(outside, "stolen"), filepath.Join(secretDir, "abs"))
+	link("../outside/stolen", filepath.Join(secretDir, "rel"))
+	link("rel", filepath.Join(secretDir, "chain"))                           // -> rel -> ../outside/stolen
+	link("..data/../../outside/stolen", filepath.Join(secretDir, "through")) // inside first, then out
+	link(filepath.Join(outside, "sub"), filepath.Join(secretDir, "subdir"))  // a directory outside
+	link(filepath.Join(outside, "sub"), filepath.Join(ts, "nested"))         // ..data/nested -> outside
+	link(filepath.Join(outside, "gone"), filepath.Join(secretDir, "dangling"))
+
+	r := newResolver(t, config.ProviderSpec{Name: "dir", Class: config.DirProviderClass, Params: map[string]string{config.ProviderAllowedPaths: secretDir}})
+	got, err := r.Resolve(context.Background(), map[string]string{
+		"connection.password": "${dir:" + secretDir + ":PGPASSWORD}",
+		"connection.user":     "${dir:" + secretDir + ":PGUSER}",
+		"x":                   "${dir:" + filepath.Join(secretDir, "..data") + ":PGUSER}",
+	})
+	if err != nil {
+		t.Fatalf("Kubernetes' Secret layout: %v", err)
+	}
+	if got["connection.password"] != "k8s-pw" || got["connection.user"] != "k8s-user" || got["x"] != "k8s-user" {
+		t.Fatalf("Kubernetes' Secret layout: got %v ", got)
+	}
+	for _, c := range []struct {
+		ref  string
+		want error
+	}{
+		{"${dir:" + secretDir + ":abs}", ErrNotAllowed},
+		{"${dir:" + secretDir + ":rel}", ErrNotAllowed},
+		{"${dir:" + secretDir + ":chain}", ErrNotAllowed},
+		{"${dir:" + secretDir + ":through}", ErrNotAllowed},
+		{"${dir:" + secretDir + ":subdir}", ErrNotAllowed},
+		{"${dir:" + filepath.Join(secretDir, "subdir") + ":stolen}", ErrNotAllowed},
+		{"${dir:" + filepath.Join(secretDir, "..data", "nested") + ":stolen}", ErrNotAllowed},
+		{"${dir:" + secretDir + "/../outside:stolen}", ErrNotAllowed},
+		{"${dir:" + secretDir + ":dangling}", ErrMissing},
+	} {
+		_, err := r.Resolve(context.Background(), map[string]string{"database.name": c.ref})
+		if !errors.Is(err, c.want) {
+			t.Errorf("%s: got %v, want %v", c.ref, err, c.want)
+			continue
+		}
+		var ferrs config.Errors
+		if !errors.As(err, &ferrs) || len(ferrs) != 1 || ferrs[0].Name != "database.name" {
+			t.Errorf("%s: want one field error naming database.name, got %v", c.ref, err)
+		}
+		if msg := err.Error(); strings.Contains(msg, "OUTSIDEVALUE") || strings.Contains(msg, outside) {
+			t.Errorf("%s: the error shows a value or where the link leads: %s", c.ref, msg)
+		}
+	}
+	// The file provider reads through the same rule, links included.
+	fr := newResolver(t, config.ProviderSpec{Name: "file", Class: config.FileProviderClass, Params: map[string]string{config.ProviderAllowedPaths: secretDir}})
+	write(filepath.Join(ts, "db.properties"), "pw=k8s-props\n")
+	link("..data/db.properties", filepath.Join(secretDir, "db.properties"))
+	link("../outside/stolen", filepath.Join(secretDir, "out.properties"))
+	if got, err := fr.Resolve(context.Background(), map[string]string{"p": "${file:" + secretDir + "/db.properties:pw}"}); err != nil || got["p"] != "k8s-props" {
+		t.Errorf("file provider through ..data: %v %v", got, err)
+	}
+	if _, err := fr.Resolve(context.Background(), map[string]string{"p": "${file:" + secretDir + "/out.properties:pw}"}); !errors.Is(err, ErrNotAllowed) {
+		t.Errorf("file provider through a link out: %v", err)
+	}
+}
