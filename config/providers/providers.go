@@ -128,15 +128,20 @@ func (r *Resolver) Knows(v string) bool {
 }
 
 // Resolve returns a copy of raw with every reference replaced by its
-// value. Errors are config.Errors naming the setting (and the reference,
-// never a value). A nil Resolver returns raw unchanged. Resolve reads files
-// and the environment; ctx only bounds the call.
-func (r *Resolver) Resolve(ctx context.Context, raw map[string]string) (map[string]string, error) {
+// value, and the values the references were replaced with (each once, in
+// the order of the sorted settings): every one of them is a secret for
+// scrubbing, whatever setting it sits in (see connectors/secrets.Provided).
+// Errors are config.Errors naming the setting (and the reference, never a
+// value). A nil Resolver returns raw unchanged and no values. Resolve reads
+// files and the environment; ctx only bounds the call.
+func (r *Resolver) Resolve(ctx context.Context, raw map[string]string) (map[string]string, []string, error) {
 	if r == nil {
-		return raw, nil
+		return raw, nil, nil
 	}
 	out := maps.Clone(raw)
 	var errs Errors
+	var values []string
+	seen := map[string]bool{}
 	keys := make([]string, 0, len(raw))
 	for k := range raw {
 		keys = append(keys, k)
@@ -144,13 +149,14 @@ func (r *Resolver) Resolve(ctx context.Context, raw map[string]string) (map[stri
 	sort.Strings(keys)
 	for _, k := range keys {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		v := raw[k]
 		if !strings.Contains(v, "${") {
 			continue
 		}
 		var firstErr *Error
+		var got []string
 		res := refRE.ReplaceAllStringFunc(v, func(text string) string {
 			ref := Refs(text)[0]
 			val, err := r.lookup(ref)
@@ -160,18 +166,25 @@ func (r *Resolver) Resolve(ctx context.Context, raw map[string]string) (map[stri
 				}
 				return text
 			}
+			got = append(got, val)
 			return val
 		})
 		if firstErr != nil {
 			errs = append(errs, firstErr)
 			continue
 		}
+		for _, val := range got {
+			if !seen[val] {
+				seen[val] = true
+				values = append(values, val)
+			}
+		}
 		out[k] = res
 	}
 	if len(errs) > 0 {
-		return nil, errs
+		return nil, nil, errs
 	}
-	return out, nil
+	return out, values, nil
 }
 
 // Error is a reference that could not be resolved. Its message names the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -46,9 +47,14 @@ func TestResolveFileEnvDir(t *testing.T) {
 		"b":                   "${env:PROVIDER_TEST_TOKEN}",
 		"table.name.format":   "${topic}",
 	}
-	got, err := r.Resolve(context.Background(), raw)
+	got, values, err := r.Resolve(context.Background(), raw)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Every value a reference was replaced with, whatever the setting
+	// (the user inside a URL too): the secrets to scrub.
+	if want := []string{"from-dir", "from-env", "s3cr:et", "alice"}; !slices.Equal(values, want) {
+		t.Errorf("values = %q, want %q", values, want)
 	}
 	want := map[string]string{
 		"connection.password": "s3cr:et",
@@ -102,7 +108,7 @@ func TestResolveErrorsNameTheSetting(t *testing.T) {
 		{"${env:TXSINK_REST_AUTH_BEARER_TOKEN}", ErrNotAllowed},
 		{"${env:PROVIDER_TEST_UNSET_X}", ErrMissing},
 	} {
-		_, err := r.Resolve(context.Background(), map[string]string{"connection.password": c.value})
+		_, _, err := r.Resolve(context.Background(), map[string]string{"connection.password": c.value})
 		if !errors.Is(err, c.want) {
 			t.Errorf("%s: got %v, want %v", c.value, err, c.want)
 			continue
@@ -121,10 +127,10 @@ func TestEnvAllowlist(t *testing.T) {
 	t.Setenv("APP_DB_PASSWORD", "pw")
 	t.Setenv("OTHER", "x")
 	r := newResolver(t, config.ProviderSpec{Name: "env", Class: config.EnvProviderClass, Params: map[string]string{config.ProviderAllowlistPattern: "APP_.*"}})
-	if got, err := r.Resolve(context.Background(), map[string]string{"p": "${env:APP_DB_PASSWORD}"}); err != nil || got["p"] != "pw" {
+	if got, _, err := r.Resolve(context.Background(), map[string]string{"p": "${env:APP_DB_PASSWORD}"}); err != nil || got["p"] != "pw" {
 		t.Fatalf("allowed name: %v %v", got, err)
 	}
-	if _, err := r.Resolve(context.Background(), map[string]string{"p": "${env:OTHER}"}); !errors.Is(err, ErrNotAllowed) {
+	if _, _, err := r.Resolve(context.Background(), map[string]string{"p": "${env:OTHER}"}); !errors.Is(err, ErrNotAllowed) {
 		t.Fatalf("name outside the allowlist: %v", err)
 	}
 }
@@ -135,8 +141,8 @@ func TestNilResolverPassesThrough(t *testing.T) {
 		t.Fatalf("New(nil) = %v, %v", r, err)
 	}
 	raw := map[string]string{"p": "${file:/x:y}"}
-	got, err := r.Resolve(context.Background(), raw)
-	if err != nil || got["p"] != raw["p"] {
+	got, values, err := r.Resolve(context.Background(), raw)
+	if err != nil || got["p"] != raw["p"] || values != nil {
 		t.Fatalf("nil resolver: %v %v", got, err)
 	}
 }
@@ -185,7 +191,7 @@ func TestDirProviderSymlinks(t *testing.T) {
 	link(filepath.Join(outside, "gone"), filepath.Join(secretDir, "dangling"))
 
 	r := newResolver(t, config.ProviderSpec{Name: "dir", Class: config.DirProviderClass, Params: map[string]string{config.ProviderAllowedPaths: secretDir}})
-	got, err := r.Resolve(context.Background(), map[string]string{
+	got, values, err := r.Resolve(context.Background(), map[string]string{
 		"connection.password": "${dir:" + secretDir + ":PGPASSWORD}",
 		"connection.user":     "${dir:" + secretDir + ":PGUSER}",
 		"x":                   "${dir:" + filepath.Join(secretDir, "..data") + ":PGUSER}",
@@ -193,8 +199,8 @@ func TestDirProviderSymlinks(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Kubernetes' Secret layout: %v", err)
 	}
-	if got["connection.password"] != "k8s-pw" || got["connection.user"] != "k8s-user" || got["x"] != "k8s-user" {
-		t.Fatalf("Kubernetes' Secret layout: got %v ", got)
+	if got["connection.password"] != "k8s-pw" || got["connection.user"] != "k8s-user" || got["x"] != "k8s-user" || len(values) != 2 {
+		t.Fatalf("Kubernetes' Secret layout: got %v (values %q)", got, values)
 	}
 	for _, c := range []struct {
 		ref  string
@@ -210,7 +216,7 @@ func TestDirProviderSymlinks(t *testing.T) {
 		{"${dir:" + secretDir + "/../outside:stolen}", ErrNotAllowed},
 		{"${dir:" + secretDir + ":dangling}", ErrMissing},
 	} {
-		_, err := r.Resolve(context.Background(), map[string]string{"database.name": c.ref})
+		_, _, err := r.Resolve(context.Background(), map[string]string{"database.name": c.ref})
 		if !errors.Is(err, c.want) {
 			t.Errorf("%s: got %v, want %v", c.ref, err, c.want)
 			continue
@@ -228,10 +234,10 @@ func TestDirProviderSymlinks(t *testing.T) {
 	write(filepath.Join(ts, "db.properties"), "pw=k8s-props\n")
 	link("..data/db.properties", filepath.Join(secretDir, "db.properties"))
 	link("../outside/stolen", filepath.Join(secretDir, "out.properties"))
-	if got, err := fr.Resolve(context.Background(), map[string]string{"p": "${file:" + secretDir + "/db.properties:pw}"}); err != nil || got["p"] != "k8s-props" {
+	if got, _, err := fr.Resolve(context.Background(), map[string]string{"p": "${file:" + secretDir + "/db.properties:pw}"}); err != nil || got["p"] != "k8s-props" {
 		t.Errorf("file provider through ..data: %v %v", got, err)
 	}
-	if _, err := fr.Resolve(context.Background(), map[string]string{"p": "${file:" + secretDir + "/out.properties:pw}"}); !errors.Is(err, ErrNotAllowed) {
+	if _, _, err := fr.Resolve(context.Background(), map[string]string{"p": "${file:" + secretDir + "/out.properties:pw}"}); !errors.Is(err, ErrNotAllowed) {
 		t.Errorf("file provider through a link out: %v", err)
 	}
 }

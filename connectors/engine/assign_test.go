@@ -48,12 +48,12 @@ func TestPartialAssignmentAndResolve(t *testing.T) {
 	e, err := engine.New(reg, engine.Options{
 		WorkerID: "w1", Bootstrap: c.ListenAddrs(),
 		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Resolve: func(_ context.Context, raw map[string]string) (map[string]string, error) {
+		Resolve: func(_ context.Context, raw map[string]string) (map[string]string, []string, error) {
 			resolvedFrom = maps.Clone(raw)
 			out := maps.Clone(raw)
 			out["connection.url"] = db
 			out["connection.password"] = resolvedPassword // trust authentication ignores it
-			return out, nil
+			return out, []string{db, resolvedPassword}, nil
 		},
 	}, nil)
 	if err != nil {
