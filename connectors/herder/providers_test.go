@@ -11,6 +11,7 @@ import (
 	"github.com/txsink/txsink/config/providers"
 	"github.com/txsink/txsink/connectors"
 	"github.com/txsink/txsink/connectors/engine"
+	"github.com/txsink/txsink/connectors/secrets"
 )
 
 // TestValidateNamesReferencesNotValues: a configuration whose references
@@ -61,5 +62,15 @@ func TestValidateNamesReferencesNotValues(t *testing.T) {
 	}
 	if msg := err.Error(); strings.Contains(msg, "Canary") || strings.Contains(msg, "got 0") {
 		t.Errorf("the errors show a resolved value: %s", msg)
+	}
+}
+
+// TestActiveTopicsFromProvidersStayOff: a topic named by a config
+// provider reference is not written to the status topic as an active
+// topic.
+func TestActiveTopicsFromProvidersStayOff(t *testing.T) {
+	secs := secrets.Provided([]string{"orders-Canary"})
+	if got := notSecret([]string{"orders-Canary", "plain"}, secs); len(got) != 1 || got[0] != "plain" {
+		t.Errorf("notSecret = %q, want [plain]", got)
 	}
 }
