@@ -76,6 +76,9 @@ func TestPartialAssignmentAndResolve(t *testing.T) {
 	if !slices.Contains(e.Secrets(), resolvedPassword) {
 		t.Error("Secrets misses the resolved password")
 	}
+	if !slices.Contains(e.Secrets(), db) {
+		t.Error("Secrets misses the resolved URL (a value from a reference, in a setting that is not a secret)")
+	}
 	sn, _ := e.Snapshot("part")
 	if len(sn.Tasks) != 4 || sn.Tasks[1].State != "" || sn.Tasks[3].State != "" || sn.Tasks[0].State != engine.StateRunning {
 		t.Errorf("snapshot: %+v", sn.Tasks)
