@@ -253,3 +253,78 @@ func TestSecurityProviderValuesInTraces(t *testing.T) {
 	w.call(t, "GET", "/connectors/"+name+"/config", nil)
 	checkNotShown(t, w, []string{missingDB, missingDBFile, missingUser, missingUserFile, role, roleDB, rolePw, topic})
 }
+
+// TestSecurityDirProviderSymlinks (issue 25, item 6): the dir provider
+// refuses a file whose symbolic links lead out of its allowed directory
+// (absolute, "../", chained, through ..data, a directory outside), with a
+// 400 naming the setting and never the value, while Kubernetes' ..data
+// layout in the same directory resolves (the connector's user comes from
+// it and the connector runs).
+func TestSecurityDirProviderSymlinks(t *testing.T) {
+	pg := harness.Postgres(t)
+	sfx := randSuffix(t)
+	dbURL := pg.NewDatabase(t)
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw, _ := u.User.Password()
+	w, dir := providerWorker(t, nil, map[string]string{"user": u.User.Username(), "pw": pw})
+	outside := filepath.Join(filepath.Dir(dir), "outside")
+	stolen := "OutsideCanary" + sfx
+	if err := os.MkdirAll(filepath.Join(outside, "sub"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{filepath.Join(outside, "stolen"), filepath.Join(outside, "sub", "stolen")} {
+		if err := os.WriteFile(f, []byte(stolen), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for link, target := range map[string]string{
+		"abs":     filepath.Join(outside, "stolen"),
+		"rel":     "../outside/stolen",
+		"chain":   "rel",
+		"through": "..data/../../outside/stolen",
+		"subdir":  filepath.Join(outside, "sub"),
+	} {
+		if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	withUser := func(userRef string) string {
+		return "postgres://" + userRef + "@" + u.Host + u.Path + "?sslmode=disable"
+	}
+	refs := []string{
+		"${dir:" + dir + ":abs}", "${dir:" + dir + ":rel}", "${dir:" + dir + ":chain}", "${dir:" + dir + ":through}",
+		"${dir:" + filepath.Join(dir, "subdir") + ":stolen}", "${dir:" + dir + "/../outside:stolen}",
+	}
+	for i, ref := range refs {
+		for setting, cfg := range map[string]map[string]string{
+			"connection.url":  {"connection.url": withUser(ref)},
+			"connection.user": {"connection.url": "postgres://" + u.Host + u.Path + "?sslmode=disable", "connection.user": ref, "connection.password": "${dir:" + dir + ":pw}"},
+		} {
+			c := pgConnector("")
+			for k, v := range cfg {
+				c[k] = v
+			}
+			name := fmt.Sprintf("sec-dirlink-%d-%s", i, sfx)
+			code, body := w.call(t, "POST", "/connectors", map[string]any{"name": name, "config": c})
+			if code != 400 || !strings.Contains(body, setting) || !strings.Contains(body, "not allowed") {
+				t.Errorf("%s=%s: %d %s, want 400 naming %s, not allowed", setting, ref, code, body, setting)
+			}
+			if code == 201 {
+				w.settle(t, name, 30*time.Second)
+				w.call(t, "GET", "/connectors/"+name+"/status", nil)
+				w.call(t, "DELETE", "/connectors/"+name, nil)
+			}
+		}
+	}
+	// Kubernetes' layout resolves: user and password through ..data.
+	ok := pgConnector(withUser("${dir:" + dir + ":user}:${dir:" + dir + ":pw}"))
+	name := "sec-dirlink-k8s-" + sfx
+	w.must(t, 201, "POST", "/connectors", map[string]any{"name": name, "config": ok})
+	if state, trace := w.settle(t, name, time.Minute); state != "RUNNING" {
+		t.Errorf("the ..data layout: %s %s, want RUNNING", state, trace)
+	}
+	checkNotShown(t, w, []string{stolen})
+}
