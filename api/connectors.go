@@ -89,7 +89,7 @@ func (rs connectorsResource) list(w http.ResponseWriter, r *http.Request) {
 					ok = false
 					continue
 				}
-				cs := toStatus(st, rs.version(r.Context(), n))
+				cs := toStatus(rs.s.scrubStatus(st, nil), rs.version(r.Context(), n))
 				rs.s.withPeers(r, n, &cs)
 				e["status"] = cs
 			case "info":
@@ -267,7 +267,7 @@ func (rs connectorsResource) status(w http.ResponseWriter, r *http.Request) {
 		rs.s.handleErr(w, err, nil)
 		return
 	}
-	out := toStatus(st, rs.version(r.Context(), st.Name))
+	out := toStatus(rs.s.scrubStatus(st, nil), rs.version(r.Context(), st.Name))
 	rs.s.withPeers(r, name, &out)
 	writeJSON(w, http.StatusOK, out)
 }
@@ -295,7 +295,7 @@ func (rs connectorsResource) restart(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, toStatus(st, rs.version(r.Context(), name)))
+	writeJSON(w, http.StatusAccepted, toStatus(rs.s.scrubStatus(st, nil), rs.version(r.Context(), name)))
 }
 
 func boolParam(r *http.Request, name string) (bool, error) {
@@ -366,7 +366,7 @@ func (rs connectorsResource) taskStatus(w http.ResponseWriter, r *http.Request) 
 		rs.s.handleErr(w, err, nil)
 		return
 	}
-	out := toStatus(st, rs.version(r.Context(), name))
+	out := toStatus(rs.s.scrubStatus(st, nil), rs.version(r.Context(), name))
 	rs.s.withPeers(r, name, &out)
 	for _, t := range out.Tasks {
 		if t.ID == id {
@@ -403,6 +403,10 @@ func (rs connectorsResource) topics(w http.ResponseWriter, r *http.Request) {
 	}
 	if ts == nil {
 		ts = []string{}
+	}
+	secs := rs.s.h.Secrets()
+	for i, t := range ts {
+		ts[i] = secrets.ScrubString(t, secs) // a topic named by a config provider reference
 	}
 	writeJSON(w, http.StatusOK, map[string]activeTopics{name: {Topics: ts}})
 }

@@ -63,6 +63,13 @@ func scrubAttr(a slog.Attr, secs []string) slog.Attr {
 		return slog.Group(a.Key, out...)
 	case slog.KindAny:
 		return slog.String(a.Key, secrets.ScrubString(fmt.Sprint(v.Any()), secs))
+	default:
+		// Numbers, durations, times: a value from a config provider
+		// (tasks.max) may be logged as one. Kept as it is unless its text
+		// holds a secret.
+		if txt := v.String(); secrets.ScrubString(txt, secs) != txt {
+			return slog.String(a.Key, secrets.Hidden)
+		}
 	}
 	return a
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"slices"
 	"sort"
 	"time"
 
@@ -298,4 +299,50 @@ func toOffsets(ps []offsets.Position) connectorOffsets {
 		})
 	}
 	return out
+}
+
+// scrubStatus removes secrets from what a status shows besides its traces
+// (which the engine scrubbed): the topics of partitions and in-doubt
+// batches, which a config provider reference may have named, and the
+// errors of fence conflicts and waits. secs nil: every connector's
+// (Herder.Secrets).
+func (s *Server) scrubStatus(st engine.ConnectorStatus, secs []string) engine.ConnectorStatus {
+	if secs == nil {
+		secs = s.h.Secrets()
+	}
+	if len(secs) == 0 {
+		return st
+	}
+	scrub := func(v string) string { return secrets.ScrubString(v, secs) }
+	inDoubt := func(bs []engine.InDoubtBatch) []engine.InDoubtBatch {
+		out := slices.Clone(bs)
+		for i := range out {
+			out[i].Topic = scrub(out[i].Topic)
+		}
+		return out
+	}
+	st.Connector.Trace = scrub(st.Connector.Trace)
+	st.InDoubt = inDoubt(st.InDoubt)
+	tasks := make([]engine.TaskStatus, len(st.Tasks))
+	for i, t := range st.Tasks {
+		t.Trace = scrub(t.Trace)
+		t.Partitions = slices.Clone(t.Partitions)
+		for j := range t.Partitions {
+			t.Partitions[j].Topic = scrub(t.Partitions[j].Topic)
+		}
+		t.InDoubt = inDoubt(t.InDoubt)
+		if f := t.LastFenceConflict; f != nil {
+			c := *f
+			c.Error = scrub(c.Error)
+			t.LastFenceConflict = &c
+		}
+		if w := t.Waiting; w != nil {
+			c := *w
+			c.Error = scrub(c.Error)
+			t.Waiting = &c
+		}
+		tasks[i] = t
+	}
+	st.Tasks = tasks
+	return st
 }

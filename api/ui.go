@@ -61,13 +61,14 @@ func (s *Server) ui(w http.ResponseWriter, r *http.Request) {
 		s.handleErr(w, err, nil)
 		return
 	}
+	secs := s.h.Secrets()
 	for _, name := range names {
 		c := uiConnector{}
 		st, err := s.h.Status(ctx, name)
 		if err != nil {
 			continue // deleted meanwhile
 		}
-		c.Status = st
+		c.Status = s.scrubStatus(st, secs)
 		if page.WorkerID == "" {
 			page.WorkerID = st.Connector.WorkerID
 		}

@@ -128,15 +128,20 @@ func (r *Resolver) Knows(v string) bool {
 }
 
 // Resolve returns a copy of raw with every reference replaced by its
-// value. Errors are config.Errors naming the setting (and the reference,
-// never a value). A nil Resolver returns raw unchanged. Resolve reads files
-// and the environment; ctx only bounds the call.
-func (r *Resolver) Resolve(ctx context.Context, raw map[string]string) (map[string]string, error) {
+// value, and the values the references were replaced with (each once, in
+// the order of the sorted settings): every one of them is a secret for
+// scrubbing, whatever setting it sits in (see connectors/secrets.Provided).
+// Errors are config.Errors naming the setting (and the reference, never a
+// value). A nil Resolver returns raw unchanged and no values. Resolve reads
+// files and the environment; ctx only bounds the call.
+func (r *Resolver) Resolve(ctx context.Context, raw map[string]string) (map[string]string, []string, error) {
 	if r == nil {
-		return raw, nil
+		return raw, nil, nil
 	}
 	out := maps.Clone(raw)
 	var errs Errors
+	var values []string
+	seen := map[string]bool{}
 	keys := make([]string, 0, len(raw))
 	for k := range raw {
 		keys = append(keys, k)
@@ -144,13 +149,14 @@ func (r *Resolver) Resolve(ctx context.Context, raw map[string]string) (map[stri
 	sort.Strings(keys)
 	for _, k := range keys {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		v := raw[k]
 		if !strings.Contains(v, "${") {
 			continue
 		}
 		var firstErr *Error
+		var got []string
 		res := refRE.ReplaceAllStringFunc(v, func(text string) string {
 			ref := Refs(text)[0]
 			val, err := r.lookup(ref)
@@ -160,18 +166,25 @@ func (r *Resolver) Resolve(ctx context.Context, raw map[string]string) (map[stri
 				}
 				return text
 			}
+			got = append(got, val)
 			return val
 		})
 		if firstErr != nil {
 			errs = append(errs, firstErr)
 			continue
 		}
+		for _, val := range got {
+			if !seen[val] {
+				seen[val] = true
+				values = append(values, val)
+			}
+		}
 		out[k] = res
 	}
 	if len(errs) > 0 {
-		return nil, errs
+		return nil, nil, errs
 	}
-	return out, nil
+	return out, values, nil
 }
 
 // Error is a reference that could not be resolved. Its message names the
@@ -234,18 +247,31 @@ func (r *Resolver) lookup(ref Ref) (string, error) {
 }
 
 // within reports whether path lies below one of the allowed directories
-// (any path when none is given), also after following symbolic links.
-func within(path string, allowed []string) error {
+// (any path when none is given), also after following symbolic links. It
+// returns the path with its links resolved, which is what the caller
+// reads: a link that was checked is not followed a second time. A link
+// that stays inside an allowed directory (Kubernetes' Secret volumes:
+// dir/KEY -> ..data/KEY, ..data -> ..2026_12_03_10_00_00.123) is fine; one
+// that leaves it (absolute, "../", chained, to a directory) is refused.
+// The error names the path of the reference, never where a link points.
+func within(path string, allowed []string) (string, error) {
 	if !filepath.IsAbs(path) {
-		return fmt.Errorf("%w: %q is not an absolute path", ErrMalformed, path)
-	}
-	if len(allowed) == 0 {
-		return nil
+		return "", fmt.Errorf("%w: %q is not an absolute path", ErrMalformed, path)
 	}
 	clean := filepath.Clean(path)
+	if len(allowed) > 0 && !under(clean, allowed...) {
+		return "", fmt.Errorf("%w: %q is outside allowed.paths", ErrNotAllowed, path)
+	}
 	real, err := filepath.EvalSymlinks(clean)
-	if err != nil {
-		real = clean
+	switch {
+	case err != nil && len(allowed) == 0:
+		return clean, nil // the read reports it
+	case err != nil:
+		// Missing, or a dangling link: nothing is read (a link checked
+		// now could lead elsewhere by the time it is read).
+		return "", fmt.Errorf("%w: %s", ErrMissing, path)
+	case len(allowed) == 0:
+		return real, nil
 	}
 	for _, a := range allowed {
 		ra, err := filepath.EvalSymlinks(a)
@@ -253,14 +279,20 @@ func within(path string, allowed []string) error {
 			ra = a
 		}
 		if under(clean, a) && under(real, ra) {
-			return nil
+			return real, nil
 		}
 	}
-	return fmt.Errorf("%w: %q is outside allowed.paths", ErrNotAllowed, path)
+	return "", fmt.Errorf("%w: %q is a symbolic link, or lies under one, that leads outside allowed.paths", ErrNotAllowed, path)
 }
 
-func under(p, dir string) bool {
-	return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, string(filepath.Separator))+string(filepath.Separator))
+// under reports whether p is one of dirs or lies below one.
+func under(p string, dirs ...string) bool {
+	for _, dir := range dirs {
+		if p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, string(filepath.Separator))+string(filepath.Separator)) {
+			return true
+		}
+	}
+	return false
 }
 
 // fileProvider is FileConfigProvider: keys of a Java properties file.
@@ -270,10 +302,11 @@ func (f fileProvider) get(path string, keys []string) (map[string]string, error)
 	if path == "" {
 		return nil, fmt.Errorf("%w: want ${file:/path/file.properties:key}", ErrMalformed)
 	}
-	if err := within(path, f.allowed); err != nil {
+	real, err := within(path, f.allowed)
+	if err != nil {
 		return nil, err
 	}
-	b, err := os.ReadFile(path)
+	b, err := os.ReadFile(real)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("%w: file %s", ErrMissing, path)
@@ -303,7 +336,7 @@ func (d dirProvider) get(path string, keys []string) (map[string]string, error) 
 	if path == "" {
 		return nil, fmt.Errorf("%w: want ${dir:/path/dir:file}", ErrMalformed)
 	}
-	if err := within(path, d.allowed); err != nil {
+	if _, err := within(path, d.allowed); err != nil {
 		return nil, err
 	}
 	out := map[string]string{}
@@ -312,11 +345,17 @@ func (d dirProvider) get(path string, keys []string) (map[string]string, error) 
 			return nil, fmt.Errorf("%w: %q is not a file name", ErrMalformed, k)
 		}
 		file := filepath.Join(path, k)
-		st, err := os.Stat(file)
+		// The file itself may be a link (Kubernetes' KEY -> ..data/KEY):
+		// the rule applies to where it leads.
+		real, err := within(file, d.allowed)
+		if err != nil {
+			return nil, err
+		}
+		st, err := os.Stat(real)
 		if err != nil || !st.Mode().IsRegular() {
 			return nil, fmt.Errorf("%w: file %s", ErrMissing, file)
 		}
-		b, err := os.ReadFile(file)
+		b, err := os.ReadFile(real)
 		if err != nil {
 			return nil, fmt.Errorf("reading %s: %w", file, errors.Unwrap(err))
 		}

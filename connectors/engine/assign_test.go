@@ -48,12 +48,12 @@ func TestPartialAssignmentAndResolve(t *testing.T) {
 	e, err := engine.New(reg, engine.Options{
 		WorkerID: "w1", Bootstrap: c.ListenAddrs(),
 		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Resolve: func(_ context.Context, raw map[string]string) (map[string]string, error) {
+		Resolve: func(_ context.Context, raw map[string]string) (map[string]string, []string, error) {
 			resolvedFrom = maps.Clone(raw)
 			out := maps.Clone(raw)
 			out["connection.url"] = db
 			out["connection.password"] = resolvedPassword // trust authentication ignores it
-			return out, nil
+			return out, []string{db, resolvedPassword}, nil
 		},
 	}, nil)
 	if err != nil {
@@ -75,6 +75,9 @@ func TestPartialAssignmentAndResolve(t *testing.T) {
 	}
 	if !slices.Contains(e.Secrets(), resolvedPassword) {
 		t.Error("Secrets misses the resolved password")
+	}
+	if !slices.Contains(e.Secrets(), db) {
+		t.Error("Secrets misses the resolved URL (a value from a reference, in a setting that is not a secret)")
 	}
 	sn, _ := e.Snapshot("part")
 	if len(sn.Tasks) != 4 || sn.Tasks[1].State != "" || sn.Tasks[3].State != "" || sn.Tasks[0].State != engine.StateRunning {

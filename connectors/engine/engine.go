@@ -115,10 +115,13 @@ type Options struct {
 	OpenTimeout time.Duration
 	// Resolve, when set, replaces the config provider references of a
 	// connector's configuration (config/providers) with their values
-	// before its sink opens. The resolved configuration is never stored
-	// or shown; its secrets are removed from traces and from what Secrets
-	// returns. An error fails the connector's tasks with it as the trace.
-	Resolve func(ctx context.Context, raw map[string]string) (map[string]string, error)
+	// before its sink opens, and returns the values it put in. The
+	// resolved configuration is never stored or shown; its secrets, and
+	// every value a reference resolved to whatever its setting
+	// (secrets.Provided), are removed from traces and from what Secrets
+	// returns before the sink opens. An error fails the connector's tasks
+	// with it as the trace.
+	Resolve func(ctx context.Context, raw map[string]string) (resolved map[string]string, values []string, err error)
 }
 
 // Listener is told about the changes the engine makes on its own, so that
@@ -175,10 +178,15 @@ type Engine struct {
 	lis     Listener
 	metrics *metrics
 
-	mu     sync.Mutex // guards conns and closed
+	mu     sync.Mutex // guards conns, closed and opening
 	conns  map[string]*conn
 	closed bool
-	bg     sync.WaitGroup // restart timers at work
+	// opening holds the secrets of sinks opened for one call (withSink),
+	// resolved values included, while they are open: their log lines are
+	// scrubbed too.
+	opening map[int][]string
+	holds   int            // the key of the next opening entry
+	bg      sync.WaitGroup // restart timers at work
 
 	adminMu   sync.Mutex
 	admin     *kadm.Client
@@ -200,9 +208,14 @@ type conn struct {
 	obs  *observer
 	op   sync.Mutex
 
-	mu       sync.Mutex
-	cfg      Config
-	secrets  []string // of the stored configuration and, while open, of the resolved one
+	mu      sync.Mutex
+	cfg     Config
+	secrets []string // of the stored configuration and of the resolved one
+	// provided are the scrub strings of what the configuration's provider
+	// references last resolved to (secrets.Provided), kept until the next
+	// resolution replaces them: a changed configuration does not forget
+	// them while tasks that hold them may still log.
+	provided []string
 	tasksMax int
 	state    State
 	trace    string
@@ -316,6 +329,7 @@ func (e *Engine) setConfig(c *conn, cfg Config) {
 	secs := secrets.Of(e.reg, cfg.Raw)
 	n := TasksMax(e.reg, cfg.Raw)
 	c.mu.Lock()
+	secs = append(secs, c.provided...)
 	c.secrets, c.tasksMax = secs, n
 	c.mu.Unlock()
 	c.obs.setSecrets(secs)
@@ -648,10 +662,16 @@ func (e *Engine) startLocked(ctx context.Context, c *conn) {
 		return
 	}
 	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opt.OpenTimeout)
-	resolved, err := e.resolve(octx, raw)
+	resolved, values, err := e.resolve(octx, raw)
 	var run *Connector
 	if err == nil {
-		secs = append(secs, secrets.Of(e.reg, resolved)...)
+		// Registered before the sink opens: from here on any error or
+		// log line may carry a resolved value.
+		provided := secrets.Provided(values)
+		secs = append(append(secs, secrets.Of(e.reg, resolved)...), provided...)
+		c.mu.Lock()
+		c.provided = provided
+		c.mu.Unlock()
 		e.setSecrets(c, secs)
 		run, err = Open(octx, e.reg, resolved, e.taskOptions(c))
 	}
@@ -705,11 +725,28 @@ func (e *Engine) startLocked(ctx context.Context, c *conn) {
 
 // resolve replaces the configuration's config provider references
 // (Options.Resolve).
-func (e *Engine) resolve(ctx context.Context, raw map[string]string) (map[string]string, error) {
+func (e *Engine) resolve(ctx context.Context, raw map[string]string) (map[string]string, []string, error) {
 	if e.opt.Resolve == nil {
-		return raw, nil
+		return raw, nil, nil
 	}
 	return e.opt.Resolve(ctx, raw)
+}
+
+// holdSecrets adds secs to what Secrets returns until release is called.
+func (e *Engine) holdSecrets(secs []string) (release func()) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.opening == nil {
+		e.opening = map[int][]string{}
+	}
+	e.holds++
+	key := e.holds
+	e.opening[key] = secs
+	return func() {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		delete(e.opening, key)
+	}
 }
 
 // setSecrets sets the secrets removed from the connector's traces.
@@ -725,6 +762,11 @@ func (e *Engine) setSecrets(c *conn, secs []string) {
 // secrets.ScrubString).
 func (e *Engine) Secrets() []string {
 	var out []string
+	e.mu.Lock()
+	for _, s := range e.opening {
+		out = append(out, s...)
+	}
+	e.mu.Unlock()
 	for _, c := range e.all() {
 		c.mu.Lock()
 		out = append(out, c.secrets...)

@@ -2,16 +2,21 @@ package engine
 
 import (
 	"context"
+	"fmt"
+	"sort"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/secrets"
+	"github.com/txsink/txsink/offsets"
 )
 
 // metrics are the worker's Prometheus metrics. Labels carry only
 // connector names, topics, partitions, phases and outcomes: never a
-// configuration value.
+// configuration value. A topic that a config provider reference named is
+// a secret like any resolved value: its label is scrubbed (topicLabels).
 type metrics struct {
 	e *Engine
 
@@ -161,11 +166,12 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		obs    *observer
 		sink   connectors.Sink
 		hasRun bool
+		secs   []string
 	}
 	var snaps []connSnap
 	for _, c := range m.e.all() {
 		c.mu.Lock()
-		s := connSnap{name: c.name, state: c.state, tasks: map[State]int{}, obs: c.obs}
+		s := connSnap{name: c.name, state: c.state, tasks: map[State]int{}, obs: c.obs, secs: c.secrets}
 		if s.state == "" {
 			s.state = StateUnassigned
 		}
@@ -195,11 +201,13 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ends = m.e.endOffsets(ctx, topics)
 	}
 	for _, s := range snaps {
-		for _, p := range s.obs.positions() {
+		positions := s.obs.positions()
+		label := topicLabels(positions, s.secs)
+		for _, p := range positions {
 			part := strconv.Itoa(int(p.Partition))
-			ch <- prometheus.MustNewConstMetric(m.nextDesc, prometheus.GaugeValue, float64(p.Next), s.name, p.Topic, part)
+			ch <- prometheus.MustNewConstMetric(m.nextDesc, prometheus.GaugeValue, float64(p.Next), s.name, label[p.Topic], part)
 			if e, ok := ends[tp{p.Topic, p.Partition}]; ok {
-				ch <- prometheus.MustNewConstMetric(m.lagDesc, prometheus.GaugeValue, float64(max(e-p.Next, 0)), s.name, p.Topic, part)
+				ch <- prometheus.MustNewConstMetric(m.lagDesc, prometheus.GaugeValue, float64(max(e-p.Next, 0)), s.name, label[p.Topic], part)
 			}
 		}
 		if !s.hasRun {
@@ -216,4 +224,31 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.inDoubtDesc, prometheus.GaugeValue, float64(len(batches)), s.name)
 		ch <- prometheus.MustNewConstMetric(m.inDoubtAgeDesc, prometheus.GaugeValue, age, s.name)
 	}
+}
+
+// topicLabels returns the label of each topic of positions: its name with
+// the connector's secrets removed (a topic named by a config provider
+// reference shows as [hidden]), made unique with "#n" when two topics
+// scrub to the same text (metrics with the same labels would fail the
+// whole scrape).
+func topicLabels(positions []offsets.Position, secs []string) map[string]string {
+	var names []string
+	label := map[string]string{}
+	for _, p := range positions {
+		if _, ok := label[p.Topic]; !ok {
+			label[p.Topic] = ""
+			names = append(names, p.Topic)
+		}
+	}
+	sort.Strings(names)
+	used := map[string]bool{}
+	for _, n := range names {
+		l := secrets.ScrubString(n, secs)
+		for i := 2; used[l]; i++ {
+			l = fmt.Sprintf("%s#%d", secrets.ScrubString(n, secs), i)
+		}
+		used[l] = true
+		label[n] = l
+	}
+	return label
 }

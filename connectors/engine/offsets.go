@@ -75,11 +75,12 @@ func (e *Engine) withSink(ctx context.Context, name string, raw map[string]strin
 	}
 	octx, cancel := context.WithTimeout(ctx, e.opt.OpenTimeout)
 	defer cancel()
-	resolved, err := e.resolve(octx, raw)
+	resolved, values, err := e.resolve(octx, raw)
 	if err != nil {
 		return err
 	}
-	secs := secrets.Of(e.reg, resolved)
+	secs := append(secrets.Of(e.reg, resolved), secrets.Provided(values)...)
+	defer e.holdSecrets(secs)() // the sink's log lines
 	err = e.withOpenSink(octx, name, resolved, fn)
 	return scrubErr(err, secs)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/txsink/txsink/connectors/engine"
 	"github.com/txsink/txsink/connectors/herder/configlog"
+	"github.com/txsink/txsink/connectors/secrets"
 )
 
 // Active topics in distributed mode, as Kafka Connect keeps them: each
@@ -44,9 +45,12 @@ func (h *Distributed) appliedNames() []string {
 }
 
 // publishTopics writes the connector's active topics this worker noted and
-// has not written yet.
+// has not written yet. A topic that a config provider reference named is a
+// secret (its name is among the engine's secrets) and is never written:
+// resolved values do not go to the status topic.
 func (h *Distributed) publishTopics(name string) {
 	ts, _ := h.eng.ActiveTopics(name)
+	ts = notSecret(ts, h.eng.Secrets())
 	var fresh []string
 	h.mu.Lock()
 	seen := h.topics[name]
@@ -119,4 +123,15 @@ func (h *Distributed) RecentRounds(_ context.Context, name string) ([]engine.Rou
 	}
 	rs, _ := h.eng.RecentRounds(name)
 	return rs, nil
+}
+
+// notSecret returns the topics of ts whose names hold none of secs.
+func notSecret(ts, secs []string) []string {
+	var out []string
+	for _, t := range ts {
+		if secrets.ScrubString(t, secs) == t {
+			out = append(out, t)
+		}
+	}
+	return out
 }

@@ -120,14 +120,15 @@ type Info struct {
 
 // Resolve replaces the config provider references of a configuration
 // (engine.Options.Resolve; nil: none).
-type Resolve func(ctx context.Context, raw map[string]string) (map[string]string, error)
+type Resolve func(ctx context.Context, raw map[string]string) (resolved map[string]string, values []string, err error)
 
 // validate checks a configuration for create or update. name is the name
 // in the URL or create body; the configuration's "name", when present,
 // must equal it. With resolve, the configuration is checked with its
 // config provider references resolved (a reference that cannot be
-// resolved is an invalid setting), and the resolved secrets are removed
-// from the errors; the configuration returned keeps the references.
+// resolved is an invalid setting), and the errors show the references,
+// never what they resolved to (secrets.ResolvedErrors); the configuration
+// returned keeps the references.
 func validate(ctx context.Context, reg *connectors.Registry, resolve Resolve, name string, raw map[string]string) (map[string]string, error) {
 	cfg := make(map[string]string, len(raw)+1)
 	maps.Copy(cfg, raw)
@@ -144,16 +145,14 @@ func validate(ctx context.Context, reg *connectors.Registry, resolve Resolve, na
 		}
 		return cfg, nil
 	}
-	resolved, err := resolve(ctx, cfg)
+	resolved, values, err := resolve(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
 	if _, _, errs := reg.Validate(resolved); len(errs) > 0 {
-		secs := secrets.Of(reg, resolved)
-		for i := range errs {
-			errs[i].Msg = secrets.ScrubString(errs[i].Msg, secs)
-		}
-		return nil, errs
+		// An error about a setting that holds a reference names the
+		// reference, never the value it resolved to.
+		return nil, secrets.ResolvedErrors(reg, errs, cfg, resolved, values)
 	}
 	return cfg, nil
 }

@@ -5,7 +5,8 @@
 //
 // Everything the worker shows goes through it: the API (RedactConfig,
 // ScrubString), status traces and errors (ScrubString with the connector's
-// secrets, Of), and the log handler (ScrubString with every connector's
+// secrets, Of, and the values its config provider references resolved to,
+// Provided), and the log handler (ScrubString with every connector's
 // secrets). Metrics carry only connector names and fixed words (validated
 // names cannot hold secrets).
 package secrets
@@ -14,6 +15,7 @@ import (
 	"net/url"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/txsink/txsink/config"
@@ -335,12 +337,12 @@ func redactSetting(v string, secrets []string) string {
 // decoded. ScrubString removes them from free text (error traces). A
 // value that is a config provider reference (${file:…}, see
 // config/providers) is not a secret: it only says where the secret is,
-// and RedactConfig shows it.
+// and RedactConfig shows it; what it resolves to is (Provided).
 func Of(l Lookup, raw map[string]string) []string {
 	defs := defsFor(l, raw)
 	seen := map[string]bool{}
 	add := func(s string) {
-		if len(s) >= 3 && s != Hidden && !providers.IsReference(s) { // shorter strings would mangle unrelated text
+		if len(s) >= MinLen && s != Hidden && !providers.IsReference(s) { // shorter strings would mangle unrelated text
 			seen[s] = true
 		}
 	}
@@ -358,17 +360,7 @@ func Of(l Lookup, raw map[string]string) []string {
 			add(s)
 		}
 	}
-	out := make([]string, 0, len(seen))
-	for s := range seen {
-		out = append(out, s)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if len(out[i]) != len(out[j]) {
-			return len(out[i]) > len(out[j])
-		}
-		return out[i] < out[j]
-	})
-	return out
+	return sortedLongestFirst(seen)
 }
 
 // InClear returns the settings of raw, sorted, that hold a secret in clear
@@ -398,6 +390,62 @@ func InClear(l Lookup, raw map[string]string) []string {
 	return out
 }
 
+// MinLen is the length from which a secret is removed wherever it appears
+// in free text. A shorter string ("1", "db") would turn every message into
+// noise if every occurrence went; a secret setting's value that short is
+// not removed at all (Of), and a shorter value from a config provider is
+// removed only where it stands quoted (Provided).
+const MinLen = 3
+
+// Provided returns the strings to scrub for values that config provider
+// references were replaced with (providers.Resolver.Resolve): every such
+// value is a secret, whatever setting it sits in (a database or user
+// name, tasks.max, a topic). Each value counts as written, trimmed of
+// surrounding white space, percent-encoded (query and path) and escaped
+// as Go's %q shows it. A form of MinLen bytes or more is removed wherever
+// it appears; a shorter one only where it stands between double, single
+// or back quotes, as error messages quote values (`database "db" does not
+// exist`), the quotes included.
+func Provided(values []string) []string {
+	seen := map[string]bool{}
+	add := func(s string) {
+		switch {
+		case s == "" || s == Hidden || seen[s]:
+		case len(s) >= MinLen:
+			seen[s] = true
+		default:
+			for _, q := range []string{`"`, `'`, "`"} {
+				seen[q+s+q] = true
+			}
+		}
+	}
+	for _, v := range values {
+		for _, f := range []string{v, strings.TrimSpace(v)} {
+			add(f)
+			add(url.QueryEscape(f))
+			add(url.PathEscape(f))
+			if q := strconv.Quote(f); q[1:len(q)-1] != f {
+				add(q[1 : len(q)-1])
+			}
+		}
+	}
+	return sortedLongestFirst(seen)
+}
+
+func sortedLongestFirst(set map[string]bool) []string {
+	out := make([]string, 0, len(set))
+	for s := range set {
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if len(out[i]) != len(out[j]) {
+			return len(out[i]) > len(out[j])
+		}
+		return out[i] < out[j]
+	})
+	return out
+}
+
 // ScrubString is the redaction of free text (errors, status traces, log
 // lines): it replaces every secret in s with Hidden, then hides the
 // credentials of URLs and password-like key=value pairs that s itself
@@ -414,4 +462,76 @@ func defsFor(l Lookup, raw map[string]string) config.Defs {
 		return config.ConnectorDefs
 	}
 	return l.DefsFor(raw)
+}
+
+// ResolvedErrors rewrites the field errors of a configuration validated
+// with its config provider references resolved (raw as written, resolved
+// as checked, values what the references resolved to): an error about a
+// setting that holds references names them instead of showing its value
+// ("tasks.max: invalid value from ${env:X}: must be an integer"), and every secret, resolved values included, is removed from
+// every message (Of, Provided). In the message of the setting itself a
+// resolved value shorter than MinLen is removed as a whole word too (an
+// error about a value is likely to show it bare: "got 0").
+func ResolvedErrors(l Lookup, errs config.Errors, raw, resolved map[string]string, values []string) config.Errors {
+	if len(errs) == 0 {
+		return errs
+	}
+	secs := append(Of(l, resolved), Provided(values)...)
+	const mark = "\x00ref\x00"
+	out := make(config.Errors, len(errs))
+	for i, e := range errs {
+		refs := providers.Refs(raw[e.Name])
+		if len(refs) == 0 {
+			out[i] = config.FieldError{Name: e.Name, Msg: ScrubString(e.Msg, secs)}
+			continue
+		}
+		msg := e.Msg
+		if v := resolved[e.Name]; v != "" && strings.Contains(msg, strconv.Quote(v)) {
+			msg = strings.ReplaceAll(msg, strconv.Quote(v), "from "+mark)
+		} else {
+			msg = "value from " + mark + ": " + msg
+		}
+		msg = ScrubString(scrubWords(msg, values), secs)
+		shown := make([]string, len(refs))
+		for j, r := range refs {
+			shown[j] = r.Text
+		}
+		out[i] = config.FieldError{Name: e.Name, Msg: strings.ReplaceAll(msg, mark, strings.Join(shown, ", "))}
+	}
+	return out
+}
+
+// scrubWords replaces the values shorter than MinLen that stand in s as
+// whole words (not next to a letter, digit or '_') with Hidden.
+func scrubWords(s string, values []string) string {
+	for _, v := range values {
+		for _, f := range []string{v, strings.TrimSpace(v)} {
+			if f == "" || len(f) >= MinLen {
+				continue
+			}
+			var b strings.Builder
+			pos := 0
+			for from := 0; ; {
+				i := strings.Index(s[from:], f)
+				if i < 0 {
+					break
+				}
+				i += from
+				end := i + len(f)
+				if (i == 0 || !isWordByte(s[i-1])) && (end == len(s) || !isWordByte(s[end])) {
+					b.WriteString(s[pos:i])
+					b.WriteString(Hidden)
+					pos = end
+				}
+				from = end
+			}
+			b.WriteString(s[pos:])
+			s = b.String()
+		}
+	}
+	return s
+}
+
+func isWordByte(c byte) bool {
+	return c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 }
