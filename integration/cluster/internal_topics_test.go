@@ -24,7 +24,7 @@ import (
 // TestClusterInternalTopics (issue 25, item 1): a connector may not write
 // dead letters to, or consume, the cluster's config, status or offsets
 // topic, a name starting __, "." or ".." (400 naming the setting, on
-// POST, PUT and validate); and a record that reaches the config or status
+// POST, PUT, PATCH and validate); and a record that reaches the config or status
 // topic other than from the cluster's workers (here a plain producer of
 // the test: the two-record attack of the issue, which stopped another
 // connector and replaced its configuration, and forged statuses) is
@@ -68,6 +68,10 @@ func TestClusterInternalTopics(t *testing.T) {
 			delete(cfg, "topics")
 		}
 		cfg[at.key] = at.value
+		patch := map[string]any{"errors.tolerance": "all", "errors.deadletterqueue.topic.replication.factor": "1", at.key: at.value}
+		if at.key == "topics.regex" {
+			patch["topics"] = nil
+		}
 		for _, req := range []struct {
 			method, path string
 			body         any
@@ -75,6 +79,7 @@ func TestClusterInternalTopics(t *testing.T) {
 			{"POST", "/connectors", map[string]any{"name": name, "config": cfg}},
 			{"PUT", "/connectors/" + name + "/config", cfg},
 			{"PUT", "/connectors/" + victim + "/config", cfg},
+			{"PATCH", "/connectors/" + victim + "/config", patch},
 		} {
 			code, out := do(t, w, req.method, req.path, req.body)
 			if code != 400 || !strings.Contains(out, at.key) {
