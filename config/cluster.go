@@ -31,10 +31,10 @@ const (
 var ClusterDefs = Defs{
 	{Name: KeyClusterGroupID, Type: String, Group: clusterGroup, Doc: "Selects distributed mode: the workers with this group id form one cluster through Kafka's group coordinator, keep connector configurations and target states in config.storage.topic and statuses in status.storage.topic, and share the connectors' tasks. Any worker answers the REST API; writes are forwarded to the leader. Unset: standalone mode (configurations in data.dir). See docs/cluster.md.",
 		Check: checkGroupID},
-	{Name: KeyConfigTopic, Type: String, Group: clusterGroup, Doc: "Distributed mode (required): the compacted one-partition topic of connector configurations, target states and task counts; created at start if missing. Holds connector configurations, so its secrets must be config provider references (config.providers)."},
+	{Name: KeyConfigTopic, Type: String, Group: clusterGroup, Doc: "Distributed mode (required): the compacted one-partition topic of connector configurations, target states and task counts; created at start if missing. Holds connector configurations, so its secrets must be config provider references (config.providers). The leader writes a random signing key to it; the cluster's config and status records carry a signature made with it, and records without a valid one are ignored and counted (docs/security.md, Internal topics). No connector may use it as a dead-letter or source topic."},
 	{Name: KeyConfigReplication, Type: Int, Default: "3", Min: -1, Max: 32767, Group: clusterGroup, Doc: "Replication factor of config.storage.topic when txsink creates it; -1: the broker's default.",
 		Check: checkReplication},
-	{Name: KeyStatusTopic, Type: String, Group: clusterGroup, Doc: "Distributed mode (required): the compacted topic of connector and task states, which every worker writes for what it runs; created at start if missing."},
+	{Name: KeyStatusTopic, Type: String, Group: clusterGroup, Doc: "Distributed mode (required): the compacted topic of connector and task states, which every worker writes for what it runs (signed, as the config topic's records); created at start if missing. No connector may use it as a dead-letter or source topic."},
 	{Name: KeyStatusReplication, Type: Int, Default: "3", Min: -1, Max: 32767, Group: clusterGroup, Doc: "Replication factor of status.storage.topic when txsink creates it; -1: the broker's default.",
 		Check: checkReplication},
 	{Name: KeyStatusPartitions, Type: Int, Default: "5", Min: 1, Max: 1000, Group: clusterGroup, Doc: "Partitions of status.storage.topic when txsink creates it."},
@@ -68,6 +68,22 @@ type Cluster struct {
 	// IgnoredOffsetSettings lists the offset.storage.* settings given
 	// (accepted and ignored; the caller may say so in its log).
 	IgnoredOffsetSettings []string
+	// OffsetTopic is offset.storage.topic: txsink does not use it, but a
+	// Kafka Connect cluster sharing the worker file does.
+	OffsetTopic string
+}
+
+// Topics maps the worker's own topics (those of config.storage.topic,
+// status.storage.topic and offset.storage.topic that are set) to the
+// settings that name them: no connector may write to or consume them.
+func (c Cluster) Topics() map[string]string {
+	out := map[string]string{}
+	for name, key := range map[string]string{c.OffsetTopic: KeyOffsetTopic, c.StatusTopic: KeyStatusTopic, c.ConfigTopic: KeyConfigTopic} {
+		if name != "" {
+			out[name] = key
+		}
+	}
+	return out
 }
 
 // parseCluster reads distributed mode's settings from validated values.
@@ -88,6 +104,7 @@ func parseCluster(v Values) (Cluster, Errors) {
 		Rebalance:          ms(KeyRebalanceTimeoutMs),
 		MaxDelay:           ms(KeyScheduledRebalanceMaxMs),
 		AdvertisedListener: v[KeyRESTAdvertisedListener],
+		OffsetTopic:        strings.TrimSpace(v[KeyOffsetTopic]),
 	}
 	for _, k := range []string{KeyOffsetTopic, KeyOffsetReplication, KeyOffsetPartitions} {
 		if v[k] != "" {

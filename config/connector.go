@@ -2,7 +2,9 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -51,7 +53,7 @@ var ConnectorDefs = Defs{
 		Check: CheckName},
 	{Name: KeyClass, Type: String, Required: true, Group: "Common", Doc: "The sink type: a registered sink name (postgres) or its class alias (for example io.txsink.postgres.PostgresSinkConnector)."},
 	{Name: KeyTasksMax, Type: Int, Default: "1", Min: 1, Max: 256, Group: "Common", Doc: "Maximum number of tasks (consumers in the connector's group) this worker runs."},
-	{Name: KeyTopics, Type: List, Group: "Common", Doc: "Comma-separated Kafka topics to consume. Set this or topics.regex.",
+	{Name: KeyTopics, Type: List, Group: "Common", Doc: "Comma-separated Kafka topics to consume. Set this or topics.regex. Not the worker's own topics (config.storage.topic, status.storage.topic, offset.storage.topic), names starting __ (Kafka's own), . or .. (docs/security.md, Internal topics).",
 		Check: func(v string) error {
 			for _, t := range strings.Split(v, ",") {
 				if t = strings.TrimSpace(t); t == "" {
@@ -63,7 +65,7 @@ var ConnectorDefs = Defs{
 			}
 			return nil
 		}},
-	{Name: KeyTopicsRegex, Type: String, Group: "Common", Doc: "Consume every topic whose whole name matches this regular expression (Go's RE2 syntax, which Java's patterns mostly share; anchored at both ends, as Kafka Connect matches), instead of the topics list. Topics created later are picked up at the next metadata refresh (metadata.max.age.ms) without a restart; internal topics are never consumed.",
+	{Name: KeyTopicsRegex, Type: String, Group: "Common", Doc: "Consume every topic whose whole name matches this regular expression (Go's RE2 syntax, which Java's patterns mostly share; anchored at both ends, as Kafka Connect matches), instead of the topics list. Topics created later are picked up at the next metadata refresh (metadata.max.age.ms) without a restart; internal topics are never consumed. A pattern that matches the worker's own topics or a name starting __ is refused unless it matches any name (such as .*): those topics are then never consumed.",
 		Check: func(v string) error {
 			if _, err := regexp.Compile(v); err != nil {
 				return fmt.Errorf("invalid regular expression: %v", err)
@@ -80,7 +82,7 @@ var ConnectorDefs = Defs{
 	{Name: KeyOffsetsInitial, Type: String, Default: "earliest", Enum: []string{"earliest", "latest"}, Group: "Offsets", Doc: "Where a partition with no offset stored in the sink starts."},
 	{Name: KeyGroupID, Type: String, Group: "Offsets", Doc: "Kafka consumer group; default txsink-<name>. Its committed offsets mirror the sink's and record the 2PC decision."},
 	{Name: KeyErrorsTolerance, Type: String, Default: "none", Enum: []string{"none", "all"}, Group: "Errors", Doc: "none: a bad record stops its task at exactly that offset with the error in the status; all: bad records go to the dead-letter destinations (the sink's dead-letter table, written in the same sink transaction, and/or the dead-letter topic, errors.deadletterqueue.topic.name); at least one must be set."},
-	{Name: KeyDLQTopic, Type: String, Group: "Errors", Doc: "Kafka topic for bad records (errors.tolerance=all), as in Kafka Connect: each is produced with its original key, value, headers and timestamp; created when missing (1 partition). exactly_once: produced inside the round's Kafka transaction, the one that records the commit decision, so a dead letter exists exactly when its batch committed (read the topic with isolation.level=read_committed). The other modes produce after the batch commits in the sink (at most once across a crash between the two: see the README, Dead letters). May be set together with the sink's dead-letter table.",
+	{Name: KeyDLQTopic, Type: String, Group: "Errors", Doc: "Kafka topic for bad records (errors.tolerance=all), as in Kafka Connect: each is produced with its original key, value, headers and timestamp; created when missing (1 partition). exactly_once: produced inside the round's Kafka transaction, the one that records the commit decision, so a dead letter exists exactly when its batch committed (read the topic with isolation.level=read_committed). The other modes produce after the batch commits in the sink (at most once across a crash between the two: see the README, Dead letters). May be set together with the sink's dead-letter table. Not the worker's own topics (config.storage.topic, status.storage.topic, offset.storage.topic), a name starting __ (Kafka's own, such as __consumer_offsets), . or .. (docs/security.md, Internal topics).",
 		Check: func(v string) error {
 			if len(v) > 249 || strings.ContainsAny(v, " \t/\\,") {
 				return fmt.Errorf("invalid topic name %q", v)
@@ -188,6 +190,109 @@ func CheckTopics(v Values) Errors {
 		return Errors{{Name: KeyTopics, Msg: "Must configure one of topics or topics.regex"}}
 	}
 	return nil
+}
+
+// kafkaInternalTopics are the broker's own topics a pattern is checked
+// against (every name starting __ is refused where a name is given).
+var kafkaInternalTopics = []string{"__consumer_offsets", "__transaction_state"}
+
+// wildcardProbes are names a pattern must all match to count as a
+// wildcard (".*"), which may match the reserved topics: those are then
+// excluded from what it consumes (ExcludedTopics).
+var wildcardProbes = []string{"a", "orders", "Z9-x_y.z", "__txsink-probe"}
+
+// ReservedTopicReason says why a connector may not consume or write the
+// topic name ("" when it may): "." and "..", a name starting "__" (Kafka's
+// own topics, such as __consumer_offsets and __transaction_state), or one
+// of worker's topics (name → the worker setting that names it, such as
+// config.storage.topic).
+func ReservedTopicReason(name string, worker map[string]string) string {
+	switch {
+	case name == "." || name == "..":
+		return fmt.Sprintf("%q is not a topic name", name)
+	case strings.HasPrefix(name, "__"):
+		return fmt.Sprintf("%q starts with __: names starting __ belong to Kafka itself (such as __consumer_offsets and __transaction_state)", name)
+	case worker[name] != "":
+		return fmt.Sprintf("%q is this worker's %s", name, worker[name])
+	}
+	return ""
+}
+
+// CheckTopicNames refuses a dead-letter topic or a consumed topic that is
+// reserved (ReservedTopicReason): a connector writing to the cluster's
+// config or status topic could forge configurations and statuses, and
+// one reading them or Kafka's own topics would copy them into a database.
+// A topics.regex that matches a reserved name is refused unless it is a
+// wildcard (it matches any name, as ".*" does); a task never consumes the
+// reserved names it matches (ExcludedTopics). worker maps the worker's
+// topics to the settings that name them.
+func CheckTopicNames(v Values, worker map[string]string) Errors {
+	var errs Errors
+	if dlq := strings.TrimSpace(v[KeyDLQTopic]); dlq != "" {
+		if why := ReservedTopicReason(dlq, worker); why != "" {
+			errs = append(errs, FieldError{Name: KeyDLQTopic, Msg: why + "; a connector may not write dead letters to it"})
+		}
+	}
+	for _, t := range v.List(KeyTopics) {
+		if why := ReservedTopicReason(strings.TrimSpace(t), worker); why != "" {
+			errs = append(errs, FieldError{Name: KeyTopics, Msg: why + "; a connector may not consume it"})
+		}
+	}
+	if p := strings.TrimSpace(v[KeyTopicsRegex]); p != "" {
+		re, err := regexp.Compile("^(?:" + p + ")$")
+		if err != nil {
+			return errs // the setting's own check reports it
+		}
+		if name := firstReserved(re, worker); name != "" && !wildcard(re) {
+			errs = append(errs, FieldError{Name: KeyTopicsRegex, Msg: fmt.Sprintf("matches %s; a connector may not consume it (a pattern may match it only when it matches any name, such as .*; such a pattern never consumes it)", ReservedTopicReason(name, worker))})
+		} else if prefix, _ := re.LiteralPrefix(); strings.HasPrefix(prefix, "__") {
+			errs = append(errs, FieldError{Name: KeyTopicsRegex, Msg: "matches only names starting with __, which belong to Kafka itself; a connector may not consume them"})
+		}
+	}
+	return errs
+}
+
+// ExcludedTopics returns the regular expressions of the reserved topics a
+// topics.regex pattern (anchored) matches, for the consumer to leave out:
+// the worker's topics it matches, and every name starting __ when it
+// matches one. None when it matches no reserved name.
+func ExcludedTopics(pattern string, worker map[string]string) []string {
+	re, err := regexp.Compile(pattern)
+	if err != nil || pattern == "" {
+		return nil
+	}
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(worker)) {
+		if re.MatchString(name) {
+			out = append(out, "^"+regexp.QuoteMeta(name)+"$")
+		}
+	}
+	for _, n := range append([]string{"__txsink-probe"}, kafkaInternalTopics...) {
+		if re.MatchString(n) {
+			out = append(out, "^__")
+			break
+		}
+	}
+	return out
+}
+
+func firstReserved(re *regexp.Regexp, worker map[string]string) string {
+	names := append([]string{".", ".."}, kafkaInternalTopics...)
+	for _, n := range append(names, slices.Sorted(maps.Keys(worker))...) {
+		if re.MatchString(n) {
+			return n
+		}
+	}
+	return ""
+}
+
+func wildcard(re *regexp.Regexp) bool {
+	for _, p := range wildcardProbes {
+		if !re.MatchString(p) {
+			return false
+		}
+	}
+	return true
 }
 
 // TopicsPattern returns topics.regex anchored at both ends ("" when

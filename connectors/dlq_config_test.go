@@ -51,3 +51,28 @@ func TestDeadLetterTopicSettings(t *testing.T) {
 		t.Errorf("replication factor 0: error on %q", f)
 	}
 }
+
+// TestReservedTopicsPolicy: the registry refuses the worker's own topics
+// (its policy's ReservedTopics) as a dead-letter or consumed topic, on the
+// setting, the path both PUT and validate take.
+func TestReservedTopicsPolicy(t *testing.T) {
+	reg := &connectors.Registry{}
+	if err := reg.Register(postgres.Spec()); err != nil {
+		t.Fatal(err)
+	}
+	reg.SetPolicy(connectors.Policy{ReservedTopics: config.Cluster{ConfigTopic: "cfg", StatusTopic: "st"}.Topics()})
+	for _, c := range []struct{ key, value, field string }{
+		{config.KeyDLQTopic, "cfg", config.KeyDLQTopic},
+		{config.KeyDLQTopic, "st", config.KeyDLQTopic},
+		{config.KeyDLQTopic, "__transaction_state", config.KeyDLQTopic},
+		{config.KeyTopics, "orders,st", config.KeyTopics},
+		{config.KeyDLQTopic, "orders-dlq", ""},
+	} {
+		raw := map[string]string{"name": "c", "connector.class": "postgres", "topics": "orders",
+			"connection.url": "postgres://u@db.example/app", "errors.tolerance": "all", c.key: c.value}
+		_, _, errs := reg.Validate(raw)
+		if c.field == "" && len(errs) > 0 || c.field != "" && len(errs.For(c.field)) == 0 {
+			t.Errorf("%s=%s: %v, want an error on %q", c.key, c.value, errs, c.field)
+		}
+	}
+}

@@ -28,6 +28,12 @@ type Policy struct {
 	// txsink.test.unsafe.disable.fencing. Only a process started with an
 	// explicit test flag sets it.
 	UnsafeTestSettings bool
+	// ReservedTopics maps the worker's own topics (distributed mode's
+	// config.storage.topic, status.storage.topic and offset.storage.topic)
+	// to the setting that names each: no connector may write dead letters
+	// to them or consume them (config.CheckTopicNames), nor to or from "."
+	// and "..", nor names starting "__" (Kafka's own topics).
+	ReservedTopics map[string]string
 }
 
 // EnvCredentialsFor reports whether every one of the endpoints

@@ -261,6 +261,7 @@ func (r *Registry) Validate(raw map[string]string) (Spec, config.Values, config.
 	if dlq := v[config.KeyDLQTopic]; dlq != "" && slices.Contains(v.List(config.KeyTopics), dlq) {
 		errs = append(errs, config.FieldError{Name: config.KeyDLQTopic, Msg: fmt.Sprintf("the dead-letter topic %q may not be one of the connector's topics", dlq)})
 	}
+	errs = append(errs, config.CheckTopicNames(v, p.ReservedTopics)...)
 	if v.Int(config.KeyDLQReplication) == 0 {
 		errs = append(errs, config.FieldError{Name: config.KeyDLQReplication, Msg: "must be -1 (the broker's default) or at least 1, got 0"})
 	}

@@ -786,6 +786,8 @@ func (e *Engine) taskOptions(c *conn) TaskOptions {
 		InstanceID: e.opt.WorkerID,
 		Log:        log,
 		Observer:   c.obs,
+
+		ReservedTopics: e.reg.Policy().ReservedTopics,
 	}
 }
 

@@ -32,6 +32,9 @@ type TaskOptions struct {
 	Log        *slog.Logger
 	// Observer, when set, receives task events (status, metrics).
 	Observer Observer
+	// ReservedTopics are the worker's own topics (connectors.Policy): a
+	// topics.regex never consumes them, nor names starting "__".
+	ReservedTopics map[string]string
 }
 
 // Observer receives a task's events. Methods must not block.
@@ -169,6 +172,9 @@ func (t *Task) clientOpts(onAssign func(context.Context, map[string]map[int32]kg
 		// the group rebalances and assign recovers and fences them as any
 		// other partition.
 		opts = append(opts, kgo.ConsumeTopics(p), kgo.ConsumeRegex())
+		if ex := config.ExcludedTopics(p, t.opt.ReservedTopics); len(ex) > 0 {
+			opts = append(opts, kgo.ConsumeExcludeTopics(ex...))
+		}
 	} else {
 		opts = append(opts, kgo.ConsumeTopics(t.conn.Topics...))
 	}

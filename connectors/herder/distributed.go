@@ -149,7 +149,9 @@ func NewDistributed(reg *connectors.Registry, opt DistributedOptions) (*Distribu
 		return nil, err
 	}
 	h.adm = kadm.NewClient(h.kcl)
-	base := configlog.Options{Bootstrap: opt.Engine.Bootstrap, KafkaOpts: opt.Engine.KafkaOpts, Log: h.log}
+	// One keyring: the config log finds the cluster's signing key, the
+	// leader's writer and the status log sign with it, both logs verify.
+	base := configlog.Options{Bootstrap: opt.Engine.Bootstrap, KafkaOpts: opt.Engine.KafkaOpts, Log: h.log, Keys: configlog.NewKeyring()}
 	h.logOpt = base
 	h.logOpt.Topic = opt.Cluster.ConfigTopic
 	cfgOpt := h.logOpt
@@ -221,7 +223,6 @@ func (h *Distributed) Start(ctx context.Context) error {
 		}
 	}
 	h.goBG(func() { h.cfgLog.Run(h.runCtx) })
-	h.goBG(func() { h.stLog.Run(h.runCtx) })
 	h.goBG(func() { h.runTopics(h.runCtx) })
 	h.goBG(func() {
 		for attempt := 0; h.runCtx.Err() == nil; attempt++ {
@@ -229,6 +230,9 @@ func (h *Distributed) Start(ctx context.Context) error {
 			off, err := h.cfgLog.ReadToEnd(rctx)
 			cancel()
 			if err == nil {
+				// The status log starts once the config topic was read:
+				// it then knows the cluster's signing key if one exists.
+				h.goBG(func() { h.stLog.Run(h.runCtx) })
 				h.mu.Lock()
 				h.ready = true
 				h.mu.Unlock()
@@ -320,7 +324,7 @@ func (h *Distributed) Sync(ctx context.Context) error {
 func (h *Distributed) metadata() []byte {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	md := membership.Metadata{Worker: h.id, URL: h.opt.URL, ConfigOffset: h.cfgLog.Offset()}
+	md := membership.Metadata{Worker: h.id, URL: h.opt.URL, ConfigOffset: h.cfgLog.Offset(), Signs: true}
 	if h.plan != nil {
 		md.Generation = h.planGen
 		md.Owned = h.plan.Mine(h.memberID)
@@ -359,6 +363,10 @@ func (h *Distributed) assign(ctx context.Context, leaderID string, members []mem
 		plan.Workers[m.ID] = membership.Worker{ID: md.Worker, URL: md.URL}
 	}
 	plan.LeaderURL = plan.Workers[leaderID].URL
+	if off, err = h.ensureKey(ctx, w, in.Members, off); err != nil {
+		return nil, err
+	}
+	plan.ConfigOffset = off
 	for name, c := range h.cfgLog.Connectors() {
 		in.Units = append(in.Units, membership.Unit{Connector: name, Task: -1})
 		for i := range c.Tasks {
@@ -397,6 +405,40 @@ func (h *Distributed) assign(ctx context.Context, leaderID string, members []mem
 		assignments[m.ID] = b
 	}
 	return assignments, nil
+}
+
+// ensureKey writes the cluster's signing key to the config topic when it
+// has none and every member signs (a cluster upgraded from a txsink
+// without signing gets its key once its last older worker is gone: until
+// then records stay unsigned, which those workers need), and returns the
+// offset the config log then reached.
+func (h *Distributed) ensureKey(ctx context.Context, w *configlog.Writer, members map[string]membership.Metadata, off int64) (int64, error) {
+	keys := h.cfgLog.Keys()
+	if keys.Known() {
+		return off, nil
+	}
+	for id, md := range members {
+		if !md.Signs {
+			h.log.Info("the cluster's records stay unsigned while a worker of an older txsink is a member", "member", id, "worker_id", md.Worker)
+			return off, nil
+		}
+	}
+	rec, err := configlog.PutClusterKey()
+	if err != nil {
+		return 0, err
+	}
+	if _, err := w.Write(ctx, []configlog.Record{rec}); err != nil {
+		return 0, fmt.Errorf("writing the cluster's signing key: %w", err)
+	}
+	h.log.Info("wrote the cluster's signing key to the config topic", "topic", h.opt.Cluster.ConfigTopic)
+	off, err = h.cfgLog.ReadToEnd(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if !keys.Known() {
+		return 0, errors.New("the cluster's signing key was written but not read back")
+	}
+	return off, nil
 }
 
 func cmpUnit(a, b membership.Unit) int {
@@ -473,6 +515,17 @@ func fmtUnits(us []membership.Unit) []string {
 
 // configChanged is told what the config topic changed.
 func (h *Distributed) configChanged(ch configlog.Change) {
+	if ch.KeyLearned {
+		// Write every status and active topic again, signed: those
+		// written before the key are ignored from now on.
+		h.mu.Lock()
+		clear(h.published)
+		clear(h.topics)
+		h.mu.Unlock()
+		for _, n := range h.appliedNames() {
+			h.kick(n, nil)
+		}
+	}
 	for _, n := range ch.Connectors {
 		h.kick(n, nil)
 	}

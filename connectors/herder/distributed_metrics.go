@@ -2,6 +2,8 @@ package herder
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/txsink/txsink/connectors/herder/configlog"
 )
 
 // clusterMetrics are distributed mode's Prometheus metrics, read from the
@@ -14,6 +16,7 @@ type clusterMetrics struct {
 	workerDesc *prometheus.Desc
 	unitsDesc  *prometheus.Desc
 	pending    *prometheus.Desc
+	ignored    *prometheus.Desc
 }
 
 func newClusterMetrics(h *Distributed) *clusterMetrics {
@@ -25,13 +28,14 @@ func newClusterMetrics(h *Distributed) *clusterMetrics {
 		workerDesc: prometheus.NewDesc("txsink_cluster_workers", "Workers in the current generation of the cluster.", nil, nil),
 		unitsDesc:  prometheus.NewDesc("txsink_cluster_assigned", "Connectors (kind=connector) and tasks (kind=task) the plan gives this worker.", []string{"kind"}, nil),
 		pending:    prometheus.NewDesc("txsink_cluster_pending_tasks", "Connectors and tasks waiting for a departed worker (scheduled.rebalance.max.delay.ms), in the current plan.", nil, nil),
+		ignored:    prometheus.NewDesc("txsink_cluster_records_ignored_total", "Records of the config topic (topic=config) or the status topic (topic=status) this worker ignored because the cluster did not sign them (reason: unsigned, bad_signature, second_key, bad_key): written there by something other than the cluster's workers.", []string{"topic", "reason"}, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (m *clusterMetrics) Describe(ch chan<- *prometheus.Desc) {
 	m.rebalances.Describe(ch)
-	for _, d := range []*prometheus.Desc{m.genDesc, m.leaderDesc, m.workerDesc, m.unitsDesc, m.pending} {
+	for _, d := range []*prometheus.Desc{m.genDesc, m.leaderDesc, m.workerDesc, m.unitsDesc, m.pending, m.ignored} {
 		ch <- d
 	}
 }
@@ -62,4 +66,9 @@ func (m *clusterMetrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.unitsDesc, prometheus.GaugeValue, conns, "connector")
 	ch <- prometheus.MustNewConstMetric(m.unitsDesc, prometheus.GaugeValue, tasks, "task")
 	ch <- prometheus.MustNewConstMetric(m.pending, prometheus.GaugeValue, pending)
+	for topic, counts := range map[string]configlog.Rejected{"config": h.cfgLog.Rejected(), "status": h.stLog.Rejected()} {
+		for _, reason := range []string{configlog.ReasonUnsigned, configlog.ReasonBadSignature, configlog.ReasonSecondKey, configlog.ReasonBadKey} {
+			ch <- prometheus.MustNewConstMetric(m.ignored, prometheus.CounterValue, float64(counts[reason]), topic, reason)
+		}
+	}
 }

@@ -88,6 +88,11 @@ func (h *Distributed) write(ctx context.Context, name string, build func(cur con
 	}
 	off, err := w.Write(ctx, ch.recs)
 	if errors.Is(err, configlog.ErrFenced) {
+		// A newer producer of the cluster's transactional id exists: a
+		// new leader, or a producer that is not the cluster's (its
+		// records are not signed, so they are ignored). Either way a
+		// rebalance gives the cluster a leader whose writer is current.
+		h.group.Rejoin()
 		return errorf(ErrRebalance, msgStale)
 	}
 	if err != nil {

@@ -46,6 +46,9 @@ type Change struct {
 	// TopicsReset names the connectors whose active topics were reset
 	// (status topic: tombstones of their topic records).
 	TopicsReset []string
+	// KeyLearned is set when the batch held the cluster's signing key
+	// (records written from now on are signed).
+	KeyLearned bool
 }
 
 // Options configure a ConfigLog or a StatusLog.
@@ -57,6 +60,10 @@ type Options struct {
 	// OnChange, when set, is called from the reading goroutine after each
 	// batch of records that changed something; it must not block long.
 	OnChange func(Change)
+	// Keys is the cluster's signing key, shared by the config log (which
+	// finds it), the status log and the leader's writer (nil: a keyring
+	// of the log's own).
+	Keys *Keyring
 }
 
 // ConfigLog reads the config topic from its start into the connectors'
@@ -68,12 +75,14 @@ type ConfigLog struct {
 	adm *kadm.Client
 	log *slog.Logger
 
-	mu      sync.Mutex
-	conns   map[string]*Connector
-	next    int64         // the offset after the last record read (control records included)
-	moved   chan struct{} // closed and replaced whenever next moves
-	live    bool          // caught up once: restart requests from now on are requests
-	unknown []string      // records refused (another version)
+	mu       sync.Mutex
+	conns    map[string]*Connector
+	next     int64         // the offset after the last record read (control records included)
+	moved    chan struct{} // closed and replaced whenever next moves
+	live     bool          // caught up once: restart requests from now on are requests
+	unknown  []string      // records refused (another version)
+	keys     *Keyring
+	rejected Rejected // records ignored: not signed by the cluster
 }
 
 // NewConfigLog returns a reader of opt.Topic; Run reads.
@@ -93,7 +102,10 @@ func NewConfigLog(opt Options) (*ConfigLog, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ConfigLog{opt: opt, cl: cl, adm: kadm.NewClient(cl), log: opt.Log, conns: map[string]*Connector{}, moved: make(chan struct{})}, nil
+	if opt.Keys == nil {
+		opt.Keys = NewKeyring()
+	}
+	return &ConfigLog{opt: opt, cl: cl, adm: kadm.NewClient(cl), log: opt.Log, conns: map[string]*Connector{}, moved: make(chan struct{}), keys: opt.Keys, rejected: Rejected{}}, nil
 }
 
 // Run reads the topic until ctx ends. Whoever calls Run closes the log
@@ -125,7 +137,7 @@ func (l *ConfigLog) Run(ctx context.Context) {
 		close(l.moved)
 		l.moved = make(chan struct{})
 		l.mu.Unlock()
-		if l.opt.OnChange != nil && (len(ch.Connectors) > 0 || len(ch.Restarts) > 0) {
+		if l.opt.OnChange != nil && (len(ch.Connectors) > 0 || len(ch.Restarts) > 0 || ch.KeyLearned) {
 			l.opt.OnChange(ch)
 		}
 	}
@@ -150,6 +162,18 @@ func poll(ctx context.Context, cl *kgo.Client, log *slog.Logger, what string) (k
 // (and remembered when it is of another version).
 func (l *ConfigLog) apply(r *kgo.Record, changed map[string]bool, ch *Change) {
 	key := string(r.Key)
+	if strings.HasPrefix(key, clusterKeyPrefix) {
+		l.applyKey(r, ch)
+		return
+	}
+	// Before the key record every record is one of a cluster that
+	// predates signing; after it only signed ones are the cluster's.
+	if l.keys.Known() {
+		if reason := l.keys.verify(l.opt.Topic, r); reason != "" {
+			l.reject(r, reason)
+			return
+		}
+	}
 	if err := l.applyRecord(key, r.Value, changed, ch); err != nil {
 		l.log.Error("config topic record left unapplied", "topic", l.opt.Topic, "offset", r.Offset, "key", key, "err", err)
 		if errors.Is(err, ErrVersion) {
@@ -159,6 +183,45 @@ func (l *ConfigLog) apply(r *kgo.Record, changed map[string]bool, ch *Change) {
 		}
 	}
 }
+
+// applyKey reads a key record: the first one sets the cluster's key,
+// any later one is refused (a leader writes one only while none exists).
+func (l *ConfigLog) applyKey(r *kgo.Record, ch *Change) {
+	if l.keys.Known() {
+		l.reject(r, ReasonSecondKey)
+		return
+	}
+	b, err := parseKey(r.Value)
+	if err != nil {
+		l.log.Error("config topic key record left unapplied", "topic", l.opt.Topic, "offset", r.Offset, "err", err)
+		l.reject(r, ReasonBadKey)
+		return
+	}
+	if l.keys.setKey(b) {
+		ch.KeyLearned = true
+		l.log.Info("cluster signing key read: config and status records are checked from here on", "topic", l.opt.Topic, "offset", r.Offset)
+	}
+}
+
+// reject counts and logs a record that the cluster did not write (without
+// its key or value: they are whatever its producer chose).
+func (l *ConfigLog) reject(r *kgo.Record, reason string) {
+	l.mu.Lock()
+	l.rejected[reason]++
+	l.mu.Unlock()
+	l.log.Warn("config topic record ignored: not signed by this cluster", "topic", l.opt.Topic, "partition", r.Partition, "offset", r.Offset, "reason", reason)
+}
+
+// Rejected returns the counts of records ignored because the cluster did
+// not sign them, per reason.
+func (l *ConfigLog) Rejected() Rejected {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.rejected.clone()
+}
+
+// Keys returns the log's keyring.
+func (l *ConfigLog) Keys() *Keyring { return l.keys }
 
 // update changes a connector's state under the lock, creating it unless
 // the record is a tombstone.

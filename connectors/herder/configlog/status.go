@@ -36,10 +36,12 @@ type StatusLog struct {
 	cl  *kgo.Client
 	log *slog.Logger
 
-	mu     sync.Mutex
-	conns  map[string]*Status
-	tasks  map[string]map[int]*Status
-	topics map[string]map[string]bool // connector → its active topics
+	mu       sync.Mutex
+	conns    map[string]*Status
+	tasks    map[string]map[int]*Status
+	topics   map[string]map[string]bool // connector → its active topics
+	keys     *Keyring
+	rejected Rejected
 }
 
 // NewStatusLog returns the status log of opt.Topic; Run reads it.
@@ -59,11 +61,16 @@ func NewStatusLog(opt Options) (*StatusLog, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &StatusLog{opt: opt, cl: cl, log: opt.Log, conns: map[string]*Status{}, tasks: map[string]map[int]*Status{}, topics: map[string]map[string]bool{}}, nil
+	if opt.Keys == nil {
+		opt.Keys = NewKeyring()
+	}
+	return &StatusLog{opt: opt, cl: cl, log: opt.Log, conns: map[string]*Status{}, tasks: map[string]map[int]*Status{}, topics: map[string]map[string]bool{}, keys: opt.Keys, rejected: Rejected{}}, nil
 }
 
 // Run reads the topic until ctx ends. Whoever calls Run closes the log
-// after it returned.
+// after it returned. Start it once the config log read its topic to the
+// end, so that it knows the cluster's key if there is one: until a key is
+// known, unsigned records are those of a cluster that predates signing.
 func (l *StatusLog) Run(ctx context.Context) {
 	for ctx.Err() == nil {
 		fs, ok := poll(ctx, l.cl, l.log, "status")
@@ -72,6 +79,9 @@ func (l *StatusLog) Run(ctx context.Context) {
 		}
 		changed, reset := map[string]bool{}, map[string]bool{}
 		fs.EachRecord(func(r *kgo.Record) {
+			if !l.trusted(ctx, r) {
+				return
+			}
 			if strings.HasPrefix(string(r.Key), statusTopic) {
 				if name, tombstone := l.applyTopic(r); tombstone {
 					reset[name] = true
@@ -93,6 +103,39 @@ func (l *StatusLog) Run(ctx context.Context) {
 			l.opt.OnChange(ch)
 		}
 	}
+}
+
+// trusted reports whether a record was written by the cluster: with the
+// cluster's key known, its signature must be valid; a signed record read
+// before the key is known waits for it (a worker signed it, so the config
+// topic holds the key). A record that is not trusted is counted and
+// logged without its content.
+func (l *StatusLog) trusted(ctx context.Context, r *kgo.Record) bool {
+	if !l.keys.Known() {
+		if !signed(r) {
+			return true
+		}
+		if err := l.keys.wait(ctx); err != nil {
+			return false
+		}
+	}
+	reason := l.keys.verify(l.opt.Topic, r)
+	if reason == "" {
+		return true
+	}
+	l.mu.Lock()
+	l.rejected[reason]++
+	l.mu.Unlock()
+	l.log.Warn("status topic record ignored: not signed by this cluster", "topic", l.opt.Topic, "partition", r.Partition, "offset", r.Offset, "reason", reason)
+	return false
+}
+
+// Rejected returns the counts of records ignored because the cluster did
+// not sign them, per reason.
+func (l *StatusLog) Rejected() Rejected {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.rejected.clone()
 }
 
 // apply applies one record and returns the connector it concerns ("" when
@@ -254,6 +297,8 @@ func (l *StatusLog) put(key string, s *Status) {
 }
 
 func (l *StatusLog) produce(r *kgo.Record) {
+	r.Topic = l.opt.Topic
+	l.keys.sign(r)
 	l.cl.Produce(context.Background(), r, func(r *kgo.Record, err error) {
 		if err != nil {
 			l.log.Warn("writing to the status topic", "key", string(r.Key), "err", err)

@@ -24,6 +24,7 @@ var ErrFenced = errors.New("config topic writer fenced by a newer leader")
 // worker whole or not at all. Its methods are safe for concurrent use.
 type Writer struct {
 	topic string
+	keys  *Keyring
 	mu    sync.Mutex
 	cl    *kgo.Client
 }
@@ -51,10 +52,11 @@ func NewWriter(ctx context.Context, opt Options, groupID string) (*Writer, error
 		cl.Close()
 		return nil, fmt.Errorf("starting the config topic writer: %w", fenced(err))
 	}
-	return &Writer{topic: opt.Topic, cl: cl}, nil
+	return &Writer{topic: opt.Topic, cl: cl, keys: opt.Keys}, nil
 }
 
-// Write writes recs in one transaction and returns the offset of the last
+// Write writes recs in one transaction, signed with opt.Keys' key once it
+// is known, and returns the offset of the last
 // one. An error wrapping ErrFenced means a newer leader exists; after any
 // error the records may or may not have been written (read the topic to
 // know). Cancelling ctx aborts the transaction when it is not yet
@@ -71,6 +73,7 @@ func (w *Writer) Write(ctx context.Context, recs []Record) (int64, error) {
 	krs := make([]*kgo.Record, len(recs))
 	for i, r := range recs {
 		krs[i] = &kgo.Record{Topic: w.topic, Partition: 0, Key: []byte(r.Key), Value: r.Value}
+		w.keys.sign(krs[i]) // once the cluster's key is known (opt.Keys)
 	}
 	res := w.cl.ProduceSync(ctx, krs...)
 	if err := res.FirstErr(); err != nil {

@@ -43,6 +43,10 @@ type Metadata struct {
 	// Owned is what the worker runs, under the assignment of Generation.
 	Generation int32  `json:"generation"`
 	Owned      []Unit `json:"owned"`
+	// Signs is set by a worker that signs the config and status topics'
+	// records: the leader writes the cluster's key only when every member
+	// does (an older worker would write records the others ignore).
+	Signs bool `json:"signs,omitempty"`
 }
 
 // Worker is a member of a generation.
