@@ -3,6 +3,8 @@ package connectors
 import (
 	"net"
 	"strings"
+
+	"github.com/txsink/txsink/connectors/convert"
 )
 
 // Policy is what a worker lets a connector configuration make it do, beyond
@@ -28,6 +30,10 @@ type Policy struct {
 	// txsink.test.unsafe.disable.fencing. Only a process started with an
 	// explicit test flag sets it.
 	UnsafeTestSettings bool
+	// Registry is what the converters' Schema Registry clients may do:
+	// the hosts they may reach, how much of an answer they read, how long
+	// a request may take (schema.registry.* worker settings).
+	Registry convert.RegistryPolicy
 }
 
 // EnvCredentialsFor reports whether every one of the endpoints

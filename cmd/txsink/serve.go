@@ -95,6 +95,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 		UnixSockets:        wc.Connections.UnixSockets,
 		EnvCredentialHosts: wc.Connections.EnvCredentialHosts,
 		UnsafeTestSettings: *unsafeTest,
+		Registry:           registryPolicy(wc),
 	})
 	if *unsafeTest {
 		log.Warn("started with -" + unsafeTestFlag + ": connectors may switch off exactly-once safeguards; never do this in production")
