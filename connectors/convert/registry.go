@@ -298,8 +298,9 @@ func (r *registry) subjectVersion(ctx context.Context, subject string, version i
 
 // do runs one request against each registry URL in turn until one
 // answers. A "not found" answer wraps errUnknownSchema; when no URL
-// answers, the error wraps record.ErrUnavailable and says, for each URL,
-// why (never with credentials).
+// answers, the error wraps record.ErrUnavailable (and ErrRegistryRefused
+// when the worker's policy refused a URL's request or answer) and says,
+// for each URL, why (never with credentials nor an answer's text).
 func (r *registry) do(ctx context.Context, what string, req func(*sr.Client) error) error {
 	var why []string
 	refused := false
