@@ -290,6 +290,15 @@ func TestSecurityRegistryRedirect(t *testing.T) {
 	thief := hostilesr.New(hostilesr.Schema(regSecAvro))
 	defer thief.Close()
 	tu, _ := url.Parse(thief.URL)
+	// Checked however the test ends.
+	defer func() {
+		for _, r := range thief.Requests() {
+			t.Errorf("the other origin got %s %s with Authorization %q", r.Method, r.Path, r.Authorization)
+		}
+		if strings.Contains(w.output(), "Reg-S3cret-25") {
+			t.Error("the worker's log shows the password")
+		}
+	}()
 	const userInfo = "ann:Reg-S3cret-25"
 	auth := "Basic " + base64.StdEncoding.EncodeToString([]byte(userInfo))
 	type spelling struct {
@@ -340,12 +349,6 @@ func TestSecurityRegistryRedirect(t *testing.T) {
 			t.Errorf("%s: the registry itself did not get the credentials", s.name)
 		}
 		t.Logf("%s: %s", s.name, msg)
-	}
-	for _, r := range thief.Requests() {
-		t.Errorf("the other origin got %s %s with Authorization %q", r.Method, r.Path, r.Authorization)
-	}
-	if strings.Contains(w.output(), "Reg-S3cret-25") {
-		t.Error("the worker's log shows the password")
 	}
 }
 
