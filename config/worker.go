@@ -55,6 +55,9 @@ const (
 	KeyCORSAllowMethods      = "access.control.allow.methods"
 	KeyConnUnixSocket        = "connection.unix.socket.enabled"
 	KeyConnEnvCredHosts      = "connection.env.credentials.hosts"
+	KeyRegistryAllowedHosts  = "schema.registry.allowed.hosts"
+	KeyRegistryMaxResponse   = "schema.registry.max.response.bytes"
+	KeyRegistryTimeoutMs     = "schema.registry.request.timeout.ms"
 	KeyRestartEnabled        = "task.restart.enabled"
 	KeyRestartInitialMs      = "task.restart.backoff.initial.ms"
 	KeyRestartMaxMs          = "task.restart.backoff.max.ms"
@@ -102,6 +105,10 @@ var WorkerDefs = slices.Concat(Defs{
 	{Name: KeyCORSAllowMethods, Type: String, Group: "REST", Doc: "Kafka Connect's CORS setting: the methods allowed cross-origin (Access-Control-Allow-Methods), comma-separated. Empty: GET, POST, HEAD."},
 	{Name: KeyConnUnixSocket, Type: Boolean, Default: "false", Group: "Security", Doc: "Let connectors connect to PostgreSQL over a Unix-domain socket (a host that is a directory, or an empty host). Off, because over the local socket a database may let in the worker's OS user without a password."},
 	{Name: KeyConnEnvCredHosts, Type: List, Group: "Security", Doc: "host or host:port entries (or *) to which connectors may send the worker's own PostgreSQL credentials from its environment: PGUSER (or the OS user name) when a connector names no user, and PGPASSWORD, the password file (PGPASSFILE, ~/.pgpass), a service file's password and client certificates (PGSSLCERT, ~/.postgresql) when it names no password. Empty: never."},
+	{Name: KeyRegistryAllowedHosts, Type: List, Group: "Security", Doc: "Schema Registry hosts the converters of connectors may reach (their schema.registry.url), comma-separated: host, host:port, *.domain, an IP address, or * for any. Empty: any host. Link-local addresses (169.254.0.0/16, fe80::/10) and cloud metadata services (169.254.169.254, fd00:ec2::254, 100.100.100.200, metadata.google.internal, …) are refused even with *, unless listed here by address (or, for a metadata name, by that name); the addresses a name resolves to are checked again on every connection.",
+		Check: checkRegistryHosts},
+	{Name: KeyRegistryMaxResponse, Type: Long, Default: "4194304", Min: 1024, Max: 1 << 30, Group: "Security", Doc: "Largest Schema Registry answer a converter reads, in bytes; a larger one is not read further and the task waits and retries (an environment failure, never a bad record)."},
+	{Name: KeyRegistryTimeoutMs, Type: Long, Default: "10000", Min: 100, Max: 600000, Group: "Security", Doc: "Time one Schema Registry request may take, reading the whole answer included (a registry that sends its answer a byte at a time is cut off)."},
 	{Name: KeyRestartEnabled, Type: Boolean, Default: "true", Group: "Restarts", Doc: "Restart failed tasks and connectors automatically with exponential backoff. A task stopped at a bad record (errors.tolerance=none) is never restarted automatically."},
 	{Name: KeyRestartInitialMs, Type: Long, Default: "1000", Min: 10, Max: 3600000, Group: "Restarts", Doc: "First automatic restart delay; it doubles with each consecutive failure."},
 	{Name: KeyRestartMaxMs, Type: Long, Default: "60000", Min: 10, Max: 86400000, Group: "Restarts", Doc: "Largest automatic restart delay."},
@@ -167,6 +174,11 @@ type REST struct {
 type Connections struct {
 	UnixSockets        bool
 	EnvCredentialHosts []string
+	// RegistryHosts, RegistryMaxResponse and RegistryTimeout bound the
+	// converters' Schema Registry clients (schema.registry.*).
+	RegistryHosts       []string
+	RegistryMaxResponse int64
+	RegistryTimeout     time.Duration
 }
 
 // LoadWorker merges the worker settings from, in increasing precedence:
@@ -280,8 +292,11 @@ func ParseWorker(raw map[string]string) (Worker, error) {
 			AdvertisedHost: v[KeyRESTAdvertisedHost], AdvertisedPort: int(v.Int(KeyRESTAdvertisedPort)),
 		},
 		Connections: Connections{
-			UnixSockets:        v.Bool(KeyConnUnixSocket),
-			EnvCredentialHosts: v.List(KeyConnEnvCredHosts),
+			UnixSockets:         v.Bool(KeyConnUnixSocket),
+			EnvCredentialHosts:  v.List(KeyConnEnvCredHosts),
+			RegistryHosts:       v.List(KeyRegistryAllowedHosts),
+			RegistryMaxResponse: v.Int(KeyRegistryMaxResponse),
+			RegistryTimeout:     time.Duration(v.Int(KeyRegistryTimeoutMs)) * time.Millisecond,
 		},
 		RestartEnabled: v.Bool(KeyRestartEnabled),
 		RestartInitial: time.Duration(v.Int(KeyRestartInitialMs)) * time.Millisecond,
@@ -493,6 +508,31 @@ func checkAllowedHosts(v string) error {
 		name := strings.TrimPrefix(h, "*.")
 		if strings.ContainsAny(name, ":/*@ ") || name == "" {
 			return fmt.Errorf("%q: want a host name without port, *.domain, or *", h)
+		}
+	}
+	return nil
+}
+
+// checkRegistryHosts validates schema.registry.allowed.hosts: host,
+// host:port, [ipv6]:port, *.domain, or *.
+func checkRegistryHosts(v string) error {
+	for _, h := range strings.Split(v, ",") {
+		h = strings.TrimSpace(h)
+		if h == "" || h == "*" {
+			continue
+		}
+		host := h
+		if hh, port, err := net.SplitHostPort(h); err == nil {
+			if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+				return fmt.Errorf("%q: the port must be a number from 1 to 65535", h)
+			}
+			host = hh
+		} else if ip := net.ParseIP(strings.Trim(h, "[]")); ip != nil {
+			host = ip.String()
+		}
+		name := strings.TrimPrefix(host, "*.")
+		if name == "" || strings.ContainsAny(name, ":/*@ []") && net.ParseIP(name) == nil {
+			return fmt.Errorf("%q: want host, host:port, *.domain, an IP address, or *", h)
 		}
 	}
 	return nil

@@ -62,11 +62,34 @@ func TestLoadWorkerErrorsNameTheSetting(t *testing.T) {
 		{map[string]string{KeyKafkaSecurityProtocol: "TLS"}, "kafka.security.protocol: invalid value \"TLS\""},
 		{map[string]string{KeyRestartInitialMs: "5000", KeyRestartMaxMs: "100"}, "task.restart.backoff.max.ms: must be at least"},
 		{map[string]string{KeyRESTMaxBodyBytes: "1"}, "rest.max.body.bytes: must be between 1024"},
+		{map[string]string{KeyRegistryAllowedHosts: "http://sr:8081"}, "schema.registry.allowed.hosts: "},
+		{map[string]string{KeyRegistryAllowedHosts: "sr, a b"}, "schema.registry.allowed.hosts: "},
+		{map[string]string{KeyRegistryAllowedHosts: "sr:99999"}, "schema.registry.allowed.hosts: "},
+		{map[string]string{KeyRegistryAllowedHosts: "user@sr"}, "schema.registry.allowed.hosts: "},
+		{map[string]string{KeyRegistryMaxResponse: "10"}, "schema.registry.max.response.bytes: must be between 1024"},
+		{map[string]string{KeyRegistryTimeoutMs: "0"}, "schema.registry.request.timeout.ms: must be between 100"},
 	} {
 		_, err := LoadWorker("", nil, c.raw)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: error %v, want %q", c.raw, err, c.want)
 		}
+	}
+}
+
+func TestRegistrySettings(t *testing.T) {
+	w, err := LoadWorker("", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := w.Connections; len(c.RegistryHosts) != 0 || c.RegistryMaxResponse != 4<<20 || c.RegistryTimeout != 10*time.Second {
+		t.Errorf("defaults: %+v", c)
+	}
+	w, err = LoadWorker("", nil, map[string]string{KeyRegistryAllowedHosts: "sr.example.com:8081, *.sr.internal,127.0.0.1,[::1]:8081,fe80::1", KeyRegistryMaxResponse: "1048576", KeyRegistryTimeoutMs: "2500"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := w.Connections; len(c.RegistryHosts) != 5 || c.RegistryMaxResponse != 1<<20 || c.RegistryTimeout != 2500*time.Millisecond {
+		t.Errorf("settings: %+v", c)
 	}
 }
 

@@ -3,6 +3,8 @@ package connectors
 import (
 	"net"
 	"strings"
+
+	"github.com/txsink/txsink/connectors/convert"
 )
 
 // Policy is what a worker lets a connector configuration make it do, beyond
@@ -34,6 +36,10 @@ type Policy struct {
 	// to them or consume them (config.CheckTopicNames), nor to or from "."
 	// and "..", nor names starting "__" (Kafka's own topics).
 	ReservedTopics map[string]string
+	// Registry is what the converters' Schema Registry clients may do:
+	// the hosts they may reach, how much of an answer they read, how long
+	// a request may take (schema.registry.* worker settings).
+	Registry convert.RegistryPolicy
 }
 
 // EnvCredentialsFor reports whether every one of the endpoints

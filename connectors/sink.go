@@ -271,7 +271,7 @@ func (r *Registry) Validate(raw map[string]string) (Spec, config.Values, config.
 		}
 	}
 	if len(errs) == 0 {
-		if _, err := convert.NewPipeline(v); err != nil {
+		if _, err := convert.NewPipeline(v, convert.WithRegistryPolicy(p.Registry)); err != nil {
 			var fe config.FieldError
 			if !errors.As(err, &fe) {
 				fe = config.FieldError{Name: convert.KeyValueConverter, Msg: err.Error()}

@@ -183,7 +183,7 @@ func cmdRun(args []string, stderr io.Writer) int {
 	// REST client: it may use Unix sockets and the environment's
 	// credentials (see docs/security.md).
 	reg := registry()
-	reg.SetPolicy(connectors.Policy{UnixSockets: true, EnvCredentialHosts: []string{"*"}, UnsafeTestSettings: *unsafeTest})
+	reg.SetPolicy(connectors.Policy{UnixSockets: true, EnvCredentialHosts: []string{"*"}, UnsafeTestSettings: *unsafeTest, Registry: registryPolicy(wc)})
 	connSecrets := secrets.Of(reg, raw)
 	rt, err := newWorkerRuntime(wc, stderr, func() []string { return connSecrets })
 	if err != nil {

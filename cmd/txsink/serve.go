@@ -96,6 +96,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 		EnvCredentialHosts: wc.Connections.EnvCredentialHosts,
 		UnsafeTestSettings: *unsafeTest,
 		ReservedTopics:     wc.Cluster.Topics(),
+		Registry:           registryPolicy(wc),
 	})
 	if *unsafeTest {
 		log.Warn("started with -" + unsafeTestFlag + ": connectors may switch off exactly-once safeguards; never do this in production")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/txsink/txsink/api"
 	"github.com/txsink/txsink/config"
+	"github.com/txsink/txsink/connectors/convert"
 )
 
 // workerFlags are the worker settings "run", "serve" and "verify" read the
@@ -162,4 +163,14 @@ func workerSecrets(wc config.Worker) []string {
 		}
 	}
 	return out
+}
+
+// registryPolicy is what the worker settings let the converters' Schema
+// Registry clients do (schema.registry.*).
+func registryPolicy(wc config.Worker) convert.RegistryPolicy {
+	return convert.RegistryPolicy{
+		AllowedHosts:     wc.Connections.RegistryHosts,
+		MaxResponseBytes: wc.Connections.RegistryMaxResponse,
+		Timeout:          wc.Connections.RegistryTimeout,
+	}
 }

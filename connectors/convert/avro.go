@@ -30,8 +30,8 @@ type Avro struct {
 	progs idCache[*avroProgram]
 }
 
-func newAvroConverter(settings map[string]string, _ bool) (Converter, error) {
-	reg, err := newRegistry(settings)
+func newAvroConverter(settings map[string]string, _ bool, rp RegistryPolicy) (Converter, error) {
+	reg, err := newRegistry(settings, rp)
 	if err != nil {
 		return nil, err
 	}

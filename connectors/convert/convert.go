@@ -58,8 +58,10 @@ type Scratch struct {
 // under the converter's prefix, with the prefix removed
 // ("value.converter.schemas.enable" arrives as "schemas.enable"). isKey
 // says whether it converts keys. A bad setting is a config.FieldError
-// naming the setting under the prefix; the caller adds the prefix.
-type Factory func(settings map[string]string, isKey bool) (Converter, error)
+// naming the setting under the prefix; the caller adds the prefix. rp is
+// the worker's policy for Schema Registry clients (converters without a
+// registry ignore it).
+type Factory func(settings map[string]string, isKey bool, rp RegistryPolicy) (Converter, error)
 
 // Plugin describes a converter class for the registry and for the
 // connector-plugins listing.
@@ -107,13 +109,31 @@ func Lookup(class string) (Plugin, bool) {
 }
 
 // New builds the converter named by class with settings (the prefix
-// already removed).
-func New(class string, settings map[string]string, isKey bool) (Converter, error) {
+// already removed), under the default RegistryPolicy unless an option
+// gives the worker's.
+func New(class string, settings map[string]string, isKey bool, opts ...Option) (Converter, error) {
 	p, ok := Lookup(class)
 	if !ok {
 		return nil, fmt.Errorf("unknown converter class %q; known: %s", class, strings.Join(classNames(), ", "))
 	}
-	return p.New(settings, isKey)
+	return p.New(settings, isKey, applyOptions(opts).registry)
+}
+
+// Option changes how converters and pipelines are built.
+type Option func(*options)
+
+type options struct{ registry RegistryPolicy }
+
+// WithRegistryPolicy makes the converters' Schema Registry clients follow
+// the worker's policy (the default: RegistryPolicy's zero value).
+func WithRegistryPolicy(p RegistryPolicy) Option { return func(o *options) { o.registry = p } }
+
+func applyOptions(opts []Option) options {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
 }
 
 func classNames() []string {

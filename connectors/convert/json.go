@@ -27,8 +27,8 @@ const (
 
 func init() {
 	register(Plugin{Class: JSONClass, Aliases: []string{"JsonConverter", "json"}, Version: "4.1.1", New: newJSONFromSettings})
-	register(Plugin{Class: StringClass, Aliases: []string{"StringConverter", "string"}, Version: "4.1.1", New: func(map[string]string, bool) (Converter, error) { return stringConverter{}, nil }})
-	register(Plugin{Class: ByteArrayClass, Aliases: []string{"ByteArrayConverter"}, Version: "4.1.1", New: func(map[string]string, bool) (Converter, error) { return byteArrayConverter{}, nil }})
+	register(Plugin{Class: StringClass, Aliases: []string{"StringConverter", "string"}, Version: "4.1.1", New: func(map[string]string, bool, RegistryPolicy) (Converter, error) { return stringConverter{}, nil }})
+	register(Plugin{Class: ByteArrayClass, Aliases: []string{"ByteArrayConverter"}, Version: "4.1.1", New: func(map[string]string, bool, RegistryPolicy) (Converter, error) { return byteArrayConverter{}, nil }})
 }
 
 // envelopeMode says how the JSON converter treats Kafka Connect's
@@ -66,7 +66,7 @@ type JSON struct {
 // are not JSON as a string.
 func NewDefaultJSON(isKey bool) *JSON { return &JSON{mode: envelopeAuto, lenientKey: isKey} }
 
-func newJSONFromSettings(settings map[string]string, _ bool) (Converter, error) {
+func newJSONFromSettings(settings map[string]string, _ bool, _ RegistryPolicy) (Converter, error) {
 	c := &JSON{mode: envelopeRequired}
 	if v, ok := settings["schemas.enable"]; ok {
 		b, err := strconv.ParseBool(strings.TrimSpace(v))

@@ -42,8 +42,8 @@ type JSONSchema struct {
 	progs    idCache[*jsonSchemaProg]
 }
 
-func newJSONSchemaConverter(settings map[string]string, _ bool) (Converter, error) {
-	reg, err := newRegistry(settings)
+func newJSONSchemaConverter(settings map[string]string, _ bool, rp RegistryPolicy) (Converter, error) {
+	reg, err := newRegistry(settings, rp)
 	if err != nil {
 		return nil, err
 	}

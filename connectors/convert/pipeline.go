@@ -90,13 +90,13 @@ type Pipeline struct {
 // NewPipeline builds the pipeline of a connector from its validated
 // settings. Its errors are config.FieldErrors naming the offending
 // setting.
-func NewPipeline(v config.Values) (*Pipeline, error) {
+func NewPipeline(v config.Values, opts ...Option) (*Pipeline, error) {
 	p := &Pipeline{}
 	var err error
-	if p.key, err = converterFor(v, KeyKeyConverter, true); err != nil {
+	if p.key, err = converterFor(v, KeyKeyConverter, true, opts); err != nil {
 		return nil, err
 	}
-	if p.value, err = converterFor(v, KeyValueConverter, false); err != nil {
+	if p.value, err = converterFor(v, KeyValueConverter, false, opts); err != nil {
 		return nil, err
 	}
 	if p.chain, err = transform.NewChain(v); err != nil {
@@ -113,7 +113,7 @@ func DefaultPipeline() *Pipeline {
 	return &Pipeline{key: NewDefaultJSON(true), value: NewDefaultJSON(false), cdc: newCDCStage(nil)}
 }
 
-func converterFor(v config.Values, prefix string, isKey bool) (Converter, error) {
+func converterFor(v config.Values, prefix string, isKey bool, opts []Option) (Converter, error) {
 	class := strings.TrimSpace(v[prefix])
 	if class == "" {
 		return NewDefaultJSON(isKey), nil
@@ -124,7 +124,7 @@ func converterFor(v config.Values, prefix string, isKey bool) (Converter, error)
 			settings[rest] = val
 		}
 	}
-	c, err := New(class, settings, isKey)
+	c, err := New(class, settings, isKey, opts...)
 	if err != nil {
 		var fe config.FieldError
 		if errors.As(err, &fe) {

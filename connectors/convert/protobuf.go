@@ -39,8 +39,8 @@ type Protobuf struct {
 	files idCache[*protoSchema]
 }
 
-func newProtobufConverter(settings map[string]string, _ bool) (Converter, error) {
-	reg, err := newRegistry(settings)
+func newProtobufConverter(settings map[string]string, _ bool, rp RegistryPolicy) (Converter, error) {
+	reg, err := newRegistry(settings, rp)
 	if err != nil {
 		return nil, err
 	}

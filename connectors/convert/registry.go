@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -14,7 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
+	"unicode"
 
 	"github.com/twmb/franz-go/pkg/sr"
 	"golang.org/x/sync/singleflight"
@@ -31,9 +32,6 @@ const (
 	settingKeystoreLocation   = "schema.registry.ssl.keystore.location"
 )
 
-// registryTimeout bounds one request to one registry URL.
-const registryTimeout = 10 * time.Second
-
 // maxReferenceDepth bounds how deep schema references nest.
 const maxReferenceDepth = 32
 
@@ -49,9 +47,9 @@ type registry struct {
 }
 
 // newRegistry builds a registry client from a converter's settings (the
-// converter prefix removed). Errors are config.FieldErrors naming the
-// setting; they never quote a credential.
-func newRegistry(settings map[string]string) (*registry, error) {
+// converter prefix removed), within the worker's policy. Errors are
+// config.FieldErrors naming the setting; they never quote a credential.
+func newRegistry(settings map[string]string, policy RegistryPolicy) (*registry, error) {
 	get := func(k string) string { return strings.TrimSpace(settings[k]) }
 	for _, k := range []string{settingTruststoreLocation, settingKeystoreLocation} {
 		if get(k) != "" {
@@ -68,6 +66,9 @@ func newRegistry(settings map[string]string) (*registry, error) {
 		u, err := url.Parse(raw)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return nil, config.FieldError{Name: SettingRegistryURL, Msg: "not an http or https URL: " + redactURL(raw)}
+		}
+		if err := policy.checkURL(u); err != nil {
+			return nil, config.FieldError{Name: SettingRegistryURL, Msg: err.Error()}
 		}
 		if u.User != nil && urlUser == nil {
 			urlUser = u.User
@@ -124,10 +125,7 @@ func newRegistry(settings map[string]string) (*registry, error) {
 	if err != nil {
 		return nil, err
 	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.TLSClientConfig = tlsCfg
-	httpcl := &http.Client{Timeout: registryTimeout, Transport: tr}
-	opts = append(opts, sr.HTTPClient(httpcl))
+	opts = append(opts, sr.HTTPClient(policy.httpClient(tlsCfg)))
 	for _, u := range r.urls {
 		cl, err := sr.NewClient(append(opts, sr.URLs(u))...)
 		if err != nil {
@@ -300,15 +298,18 @@ func (r *registry) subjectVersion(ctx context.Context, subject string, version i
 
 // do runs one request against each registry URL in turn until one
 // answers. A "not found" answer wraps errUnknownSchema; when no URL
-// answers, the error wraps record.ErrUnavailable and says, for each URL,
-// why (never with credentials).
+// answers, the error wraps record.ErrUnavailable (and ErrRegistryRefused
+// when the worker's policy refused a URL's request or answer) and says,
+// for each URL, why (never with credentials nor an answer's text).
 func (r *registry) do(ctx context.Context, what string, req func(*sr.Client) error) error {
 	var why []string
+	refused := false
 	for i, cl := range r.clients {
 		err := req(cl)
 		if err == nil {
 			return nil
 		}
+		refused = refused || errors.Is(err, ErrRegistryRefused)
 		reason, notFound := classifyRegistryError(err)
 		if notFound {
 			return fmt.Errorf("%w: schema registry %s answered %s", errUnknownSchema, r.urls[i], reason)
@@ -318,20 +319,31 @@ func (r *registry) do(ctx context.Context, what string, req func(*sr.Client) err
 			break
 		}
 	}
-	return record.Errorf(record.ErrUnavailable, "schema registry unavailable (%s): %s", what, strings.Join(why, "; "))
+	err := record.Errorf(record.ErrUnavailable, "schema registry unavailable (%s): %s", what, strings.Join(why, "; "))
+	if refused {
+		return refusedError{err}
+	}
+	return err
 }
+
+// refusedError is an unavailable registry of which at least one URL was
+// refused by the worker's policy: it wraps ErrRegistryRefused too.
+type refusedError struct{ err error }
+
+func (e refusedError) Error() string   { return e.err.Error() }
+func (e refusedError) Unwrap() []error { return []error{e.err, ErrRegistryRefused} }
 
 // classifyRegistryError says why a request failed, and whether the
 // registry answered that the schema does not exist (HTTP 404 with one of
 // its 404xx error codes; a 404 without one is a wrong URL, not a missing
-// schema).
+// schema). Of an answer it shows only the registry's error JSON
+// (error_code and message), never other text of the body: the URL may
+// name a server that is no registry, and its answers must not reach the
+// status.
 func classifyRegistryError(err error) (reason string, notFound bool) {
 	var re *sr.ResponseError
 	if errors.As(err, &re) {
-		msg := record.Truncate(strings.TrimSpace(re.Message), 200)
-		if msg == "" {
-			msg = record.Truncate(strings.TrimSpace(string(re.Raw)), 200)
-		}
+		msg := registryMessage(re)
 		switch {
 		case re.StatusCode == http.StatusNotFound && re.ErrorCode >= 40400 && re.ErrorCode < 40500:
 			return fmt.Sprintf("%d (error code %d: %s)", re.StatusCode, re.ErrorCode, msg), true
@@ -346,12 +358,21 @@ func classifyRegistryError(err error) (reason string, notFound bool) {
 		}
 		return fmt.Sprintf("HTTP %d: %s", re.StatusCode, msg), false
 	}
+	var refused *registryRefusal
+	if errors.As(err, &refused) {
+		return refused.Msg, false
+	}
 	var ne net.Error
 	switch {
 	case errors.Is(err, context.Canceled):
 		return "request cancelled", false
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
-		return "timed out", false
+		return "timed out (the worker's " + config.KeyRegistryTimeoutMs + " bounds a request, the whole answer included)", false
+	}
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &se) || errors.As(err, &te) {
+		return "the answer is not a Schema Registry response (not the JSON expected; not shown)", false
 	}
 	var ue *url.Error
 	if errors.As(err, &ue) {
@@ -359,6 +380,29 @@ func classifyRegistryError(err error) (reason string, notFound bool) {
 		return ue.Err.Error(), false
 	}
 	return err.Error(), false
+}
+
+// registryMessage returns the message of a registry's error JSON
+// ({"error_code": …, "message": …}), cut to 200 characters with
+// control characters replaced; for any other body only its size.
+func registryMessage(re *sr.ResponseError) string {
+	var e struct {
+		ErrorCode *int    `json:"error_code"`
+		Message   *string `json:"message"`
+	}
+	if len(re.Raw) == 0 {
+		return "empty answer"
+	}
+	if json.Unmarshal(re.Raw, &e) != nil || e.ErrorCode == nil || e.Message == nil {
+		return fmt.Sprintf("not a Schema Registry error response (%d bytes, not shown)", len(re.Raw))
+	}
+	msg := strings.Map(func(r rune) rune {
+		if unicode.IsPrint(r) {
+			return r
+		}
+		return '?'
+	}, strings.TrimSpace(*e.Message))
+	return record.Truncate(msg, 200)
 }
 
 // The process-wide caches: fetched schemas, referenced schemas and what

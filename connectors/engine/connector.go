@@ -65,7 +65,7 @@ func Open(ctx context.Context, reg *connectors.Registry, raw map[string]string, 
 	if opt.InstanceID == "" {
 		opt.InstanceID = NewInstanceID()
 	}
-	pipe, err := convert.NewPipeline(v)
+	pipe, err := convert.NewPipeline(v, convert.WithRegistryPolicy(reg.Policy().Registry))
 	if err != nil {
 		return nil, err
 	}

@@ -92,7 +92,7 @@ func (e *Engine) withOpenSink(octx context.Context, name string, raw map[string]
 		return errs
 	}
 	conn := config.ParseConnector(v)
-	pipe, err := convert.NewPipeline(v)
+	pipe, err := convert.NewPipeline(v, convert.WithRegistryPolicy(e.reg.Policy().Registry))
 	if err != nil {
 		return err
 	}
