@@ -468,7 +468,7 @@ func (d *driver) startStage(r *task.Round) {
 			})
 		}
 		_ = g.Wait()
-		d.in.push(task.Event{Type: task.EventStaged, Seq: r.ID})
+		d.in.push(task.Event{Type: task.EventStaged, Seq: r.ID, StagedAll: int(sr.ahead.Load()) == len(r.Batches)})
 	}()
 }
 

@@ -186,11 +186,13 @@ const (
 	// EventPolled: the poll Seq returned Records (possibly none: it was
 	// cancelled, or the client had nothing).
 	EventPolled
-	// EventStaged: the write-ahead of round Seq is over (successful or
-	// not: a batch whose staging failed is written by its round).
+	// EventStaged: the write-ahead of round Seq is over, successful for
+	// every batch when StagedAll is set (a batch whose staging failed is
+	// written by its round, which then reports EventWritten).
 	EventStaged
 	// EventWritten: the running round Seq wrote its rows (exactly_once:
 	// every prepare returned); the round after it may be written ahead.
+	// A local round's rows are written when it is done.
 	EventWritten
 	// EventRoundDone: round Seq ended with Result.
 	EventRoundDone
@@ -233,6 +235,8 @@ type Event struct {
 	Partitions []TP
 	// Lost marks an EventRevoked of partitions lost without a rebalance.
 	Lost bool
+	// StagedAll marks an EventStaged whose every batch was written ahead.
+	StagedAll bool
 	// Records are the records of EventPolled, in the order polled.
 	Records []*kgo.Record
 	// Result is the result of EventRoundDone.
@@ -525,7 +529,7 @@ func (m *Machine) Step(ev Event) ([]Action, error) {
 		out = m.polled(ev.Records, out)
 	case EventStaged:
 		if r := m.find(ev.Seq); r != nil && r.staging {
-			r.staging, r.staged, r.written = false, true, true
+			r.staging, r.staged, r.written = false, true, ev.StagedAll
 		}
 		// else: a round dropped since.
 	case EventWritten:

@@ -33,7 +33,8 @@ var update = flag.Bool("update", false, "rewrite the golden transcripts in testd
 //	revoke N t/0 ... [lost]   EventRevoked, acknowledged as N
 //	poll N t/0:100-104 ...    EventPolled for poll N: records 100..104 of
 //	                          t/0 (t/0:100,102 lists single offsets)
-//	staged R                  EventStaged for round R
+//	staged R [partial]        EventStaged for round R (partial: a batch's
+//	                          write-ahead failed)
 //	written R                 EventWritten for round R
 //	done R [result...]        EventRoundDone for round R: "committed" (every
 //	                          batch), "committed=t/0,..." (those batches),
@@ -271,7 +272,8 @@ func (h *harness) parse(f []string) (Event, error) {
 		return ev, nil
 	case "staged":
 		seq, err := strconv.ParseUint(f[1], 10, 64)
-		return Event{Type: EventStaged, Seq: seq}, err
+		// "staged R partial": some batch's write-ahead failed.
+		return Event{Type: EventStaged, Seq: seq, StagedAll: len(f) < 3 || f[2] != "partial"}, err
 	case "written":
 		seq, err := strconv.ParseUint(f[1], 10, 64)
 		return Event{Type: EventWritten, Seq: seq}, err

@@ -326,11 +326,18 @@ func (w *world) answerPoll() {
 func (w *world) finishStaging() {
 	r := w.staging[0]
 	w.staging = w.staging[1:]
+	// A batch's write-ahead may fail (a lock timeout, a schema change):
+	// its round writes it.
+	all := true
 	for _, b := range r.Batches {
+		if w.rng.IntN(4) == 0 {
+			all = false
+			continue
+		}
 		w.staged[b.ID] = true
 		w.write(b)
 	}
-	w.step(Event{Type: EventStaged, Seq: r.ID})
+	w.step(Event{Type: EventStaged, Seq: r.ID, StagedAll: all})
 }
 
 // finishRound applies a round to the sink, or fails it in one of the ways
