@@ -204,3 +204,38 @@ func TestSecuritySmallerTLSDowngrade(t *testing.T) {
 		t.Errorf("the stored password went in clear text to the server after the downgrade (%d logins)", leaked)
 	}
 }
+
+// TestSecuritySmallerValidateAll (item 7c): validate on a real worker
+// reports every error of a configuration without a name, each on its
+// setting, with error_count counting them all.
+func TestSecuritySmallerValidateAll(t *testing.T) {
+	w := secServe(t, serveOpts{})
+	for _, body := range []map[string]string{
+		{"connector.class": "postgres", "topics": "t", "connection.url": "postgres://u@127.0.0.1/db?sslrootcert=/etc/passwd", "insert.mode": "upsert", "pk.mode": "none", "errors.tolerance": "all"},
+		{"connector.class": "postgres", "topics": "t", "connection.url": "postgres://u@127.0.0.1/db?ssl=false", "insert.mode": "upsert", "pk.mode": "none", "errors.tolerance": "all"},
+	} {
+		var ci struct {
+			ErrorCount int `json:"error_count"`
+			Configs    []struct {
+				Value struct {
+					Name   string   `json:"name"`
+					Errors []string `json:"errors"`
+				} `json:"value"`
+			} `json:"configs"`
+		}
+		_ = json.Unmarshal([]byte(w.must(t, 200, "PUT", "/connector-plugins/postgres/config/validate", body)), &ci)
+		errsOf, total := map[string]int{}, 0
+		for _, c := range ci.Configs {
+			errsOf[c.Value.Name] += len(c.Value.Errors)
+			total += len(c.Value.Errors)
+		}
+		for _, k := range []string{"name", "connection.url", "pk.mode", "errors.deadletterqueue.table.name"} {
+			if errsOf[k] == 0 {
+				t.Errorf("%s: no error on %s (errors: %v)", body["connection.url"], k, errsOf)
+			}
+		}
+		if ci.ErrorCount != total || total < 4 {
+			t.Errorf("error_count %d, errors listed %d", ci.ErrorCount, total)
+		}
+	}
+}
