@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -96,6 +97,8 @@ func checkIdent(key, s string) error {
 		return fmt.Errorf("%s: %q is longer than %d bytes", key, s, maxIdentifier)
 	case strings.IndexByte(s, 0) >= 0:
 		return fmt.Errorf("%s: must not contain NUL", key)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%s: %q is not valid UTF-8", key, s)
 	}
 	return nil
 }
