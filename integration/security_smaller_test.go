@@ -4,12 +4,16 @@ package integration
 // serve" and the harness's PostgreSQL.
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txsink/txsink/integration/harness"
 )
@@ -237,5 +241,97 @@ func TestSecuritySmallerValidateAll(t *testing.T) {
 		if ci.ErrorCount != total || total < 4 {
 			t.Errorf("error_count %d, errors listed %d", ci.ErrorCount, total)
 		}
+	}
+}
+
+// TestSecuritySmallerColumnName (item 7b): a record whose field name
+// cannot be a PostgreSQL column (over 63 bytes, a NUL byte) goes to the
+// dead-letter table exactly once with errors.tolerance=all, its error
+// naming the field, and the rest of the batch is written; with none the
+// partition stops at exactly that record, the trace naming the field.
+func TestSecuritySmallerColumnName(t *testing.T) {
+	k := harness.Kafka(t)
+	pg := harness.Postgres(t)
+	dbURL := pg.NewDatabase(t)
+	pool, err := pgxpool.New(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	long := strings.Repeat("c", 64)
+	values := []string{`{"id":0}`, `{"id":1,"` + long + `":1}`, `{"id":2,"color":"red"}`, `{"id":3,"a\u0000b":1}`, `{"id":4}`}
+	sfx := randSuffix(t)
+	produceTo := func(topic string) {
+		k.CreateTopic(t, topic, 1)
+		cl, err := kgo.NewClient(kgo.SeedBrokers(k.Bootstrap))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		for _, v := range values {
+			if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: topic, Value: []byte(v)}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	count := func(sql string) int {
+		var n int
+		if err := pool.QueryRow(context.Background(), sql).Scan(&n); err != nil {
+			return -1
+		}
+		return n
+	}
+	w := secServe(t, serveOpts{})
+
+	// errors.tolerance=all.
+	topic, dlq := "colname-all-"+sfx, "dlq_colname_"+sfx
+	produceTo(topic)
+	cfg := baseConnector("colname-all-"+sfx, topic, dbURL, "exactly_once_sink")
+	cfg["auto.create"], cfg["auto.evolve"] = "true", "true"
+	cfg["errors.tolerance"], cfg["errors.deadletterqueue.table.name"] = "all", dlq
+	w.must(t, 201, "POST", "/connectors", map[string]any{"name": cfg["name"], "config": cfg})
+	deadline := time.Now().Add(time.Minute)
+	for count(`SELECT count(*) FROM "`+topic+`"`) < 3 && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if n := count(`SELECT count(*) FROM "` + topic + `"`); n != 3 {
+		state, trace := w.connectorState(t, cfg["name"])
+		t.Fatalf("tolerance=all: %d rows, want 3 (%s %s)", n, state, tail(trace, 400))
+	}
+	rows, err := pool.Query(context.Background(), `SELECT kafka_offset, error FROM "`+dlq+`" ORDER BY kafka_offset`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var off int64
+		var msg string
+		if err := rows.Scan(&off, &msg); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprint(off))
+		if !strings.Contains(msg, "cannot be a PostgreSQL column name") || off == 1 && !strings.Contains(msg, long) {
+			t.Errorf("dead letter @%d: %q, want it to name the field", off, msg)
+		}
+	}
+	if fmt.Sprint(got) != "[1 3]" {
+		t.Errorf("dead letters at %v, want [1 3], each once", got)
+	}
+	if state, trace := w.connectorState(t, cfg["name"]); state != "RUNNING" {
+		t.Errorf("tolerance=all: %s %s", state, tail(trace, 400))
+	}
+
+	// errors.tolerance=none.
+	topic = "colname-none-" + sfx
+	produceTo(topic)
+	cfg = baseConnector("colname-none-"+sfx, topic, dbURL, "exactly_once_sink")
+	cfg["auto.create"], cfg["auto.evolve"] = "true", "true"
+	w.must(t, 201, "POST", "/connectors", map[string]any{"name": cfg["name"], "config": cfg})
+	state, trace := w.awaitState(t, cfg["name"], "FAILED", time.Minute)
+	if state != "FAILED" || !strings.Contains(trace, "["+"0]@1") || !strings.Contains(trace, long) {
+		t.Errorf("tolerance=none: %s %q, want FAILED at offset 1 naming the field", state, tail(trace, 400))
+	}
+	if n := count(`SELECT count(*) FROM "` + topic + `"`); n != 1 {
+		t.Errorf("tolerance=none: %d rows, want 1 (the record before the bad one)", n)
 	}
 }
