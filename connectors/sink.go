@@ -252,11 +252,25 @@ func (r *Registry) Validate(raw map[string]string) (Spec, config.Values, config.
 	}
 	v, errs := spec.AllDefs().Validate(raw)
 	p := r.Policy()
-	if len(errs) == 0 {
-		errs = config.CheckTopics(v)
+	// Every check runs whatever the others found, so that one answer
+	// lists every problem (as Kafka Connect's validate does). A later
+	// check's error about a setting an earlier one already faulted is
+	// left out: it would only restate it (a missing connection.url is
+	// also not a valid URL).
+	more := func(later config.Errors) {
+		faulted := map[string]bool{}
+		for _, e := range errs {
+			faulted[e.Name] = true
+		}
+		for _, e := range later {
+			if !faulted[e.Name] {
+				errs = append(errs, e)
+			}
+		}
 	}
-	if len(errs) == 0 && spec.Validate != nil {
-		errs = spec.Validate(v, p)
+	more(config.CheckTopics(v))
+	if spec.Validate != nil {
+		more(spec.Validate(v, p))
 	}
 	if dlq := v[config.KeyDLQTopic]; dlq != "" && slices.Contains(v.List(config.KeyTopics), dlq) {
 		errs = append(errs, config.FieldError{Name: config.KeyDLQTopic, Msg: fmt.Sprintf("the dead-letter topic %q may not be one of the connector's topics", dlq)})
@@ -270,15 +284,7 @@ func (r *Registry) Validate(raw map[string]string) (Spec, config.Values, config.
 			errs = append(errs, config.FieldError{Name: key, Msg: "is a test-only switch that breaks exactly-once delivery; this worker refuses it (only a process started with -allow-unsafe-test-settings accepts it)"})
 		}
 	}
-	if len(errs) == 0 {
-		if _, err := convert.NewPipeline(v, convert.WithRegistryPolicy(p.Registry)); err != nil {
-			var fe config.FieldError
-			if !errors.As(err, &fe) {
-				fe = config.FieldError{Name: convert.KeyValueConverter, Msg: err.Error()}
-			}
-			errs = config.Errors{fe}
-		}
-	}
+	more(convert.Check(v, convert.WithRegistryPolicy(p.Registry)))
 	return spec, v, errs
 }
 

@@ -111,30 +111,41 @@ type Config struct {
 	UnsafeNoFencing bool
 }
 
-// Validate checks cross-field rules; every message starts with the
-// offending setting.
+// Validate checks cross-field rules and returns the first problem; every
+// message starts with the offending setting.
 func (c Config) Validate() error {
+	if errs := c.problems(); len(errs) > 0 {
+		return errs[0]
+	}
+	return nil
+}
+
+// problems returns every cross-field problem, each message starting with
+// the offending setting.
+func (c Config) problems() []error {
+	var errs []error
 	if c.ErrorsTolerance == "all" && c.DLQTable == "" && c.DLQTopic == "" {
-		return errors.New(KeyDLQTable + ": required when errors.tolerance=all (or set " + config.KeyDLQTopic + ")")
+		errs = append(errs, errors.New(KeyDLQTable+": required when errors.tolerance=all (or set "+config.KeyDLQTopic+")"))
 	}
 	if c.TruncateApply {
-		return errors.New(convert.KeyCDCTruncate + ": apply is not supported by the ClickHouse sink (a TRUNCATE cannot be part of a batch's idempotent redo); use refuse")
+		errs = append(errs, errors.New(convert.KeyCDCTruncate+": apply is not supported by the ClickHouse sink (a TRUNCATE cannot be part of a batch's idempotent redo); use refuse"))
 	}
 	if c.DeleteEnabled && c.VersionColumn == "" {
-		return errors.New(KeyDeleteEnabled + ": needs version.column (the ReplacingMergeTree version that orders a deletion after the row it deletes)")
+		errs = append(errs, errors.New(KeyDeleteEnabled+": needs version.column (the ReplacingMergeTree version that orders a deletion after the row it deletes)"))
 	}
 	if c.DeleteEnabled && c.DeletedColumn == "" {
-		return errors.New(KeyDeletedColumn + ": required when delete.enabled")
+		errs = append(errs, errors.New(KeyDeletedColumn+": required when delete.enabled"))
 	}
 	if c.PKMode == "kafka" && len(c.PKFields) != 0 {
-		return errors.New(KeyPKFields + ": must be empty with pk.mode=kafka (the coordinate columns are the key)")
+		errs = append(errs, errors.New(KeyPKFields+": must be empty with pk.mode=kafka (the coordinate columns are the key)"))
 	}
 	for _, name := range []string{c.Database, c.OffsetsTable, c.IntentsTable, c.DLQTable} {
 		if strings.ContainsAny(name, "\x00`") {
-			return fmt.Errorf("%s: %q must not contain NUL or backquotes", KeyDatabase, name)
+			errs = append(errs, fmt.Errorf("%s: %q must not contain NUL or backquotes", KeyDatabase, name))
+			break
 		}
 	}
-	return nil
+	return errs
 }
 
 // ErrURL is wrapped by every error about connection.url.
@@ -182,15 +193,28 @@ func ParseURL(raw string) (*url.URL, error) {
 	return u, nil
 }
 
-// ParseConfig builds the sink's Config from validated settings.
+// ParseConfig builds the sink's Config from validated settings; the error
+// is the first problem.
 func ParseConfig(c config.Connector, v config.Values) (Config, error) {
+	cfg, errs := parseConfig(c, v)
+	if len(errs) > 0 {
+		return Config{}, errs[0]
+	}
+	return cfg, nil
+}
+
+// parseConfig builds the sink's Config and returns every problem of the
+// settings, each message starting with the offending setting.
+func parseConfig(c config.Connector, v config.Values) (Config, []error) {
+	var errs []error
 	u, err := ParseURL(v[KeyURL])
 	if err != nil {
-		return Config{}, fmt.Errorf("%s: %w", KeyURL, err)
+		errs = append(errs, fmt.Errorf("%s: %w", KeyURL, err))
+		u = &url.URL{}
 	}
 	engine, err := ParseEngine(v[KeyAutoEngine])
 	if err != nil {
-		return Config{}, fmt.Errorf("%s: %w", KeyAutoEngine, err)
+		errs = append(errs, fmt.Errorf("%s: %w", KeyAutoEngine, err))
 	}
 	cfg := Config{
 		Connector:       c.Name,
@@ -250,7 +274,7 @@ func ParseConfig(c config.Connector, v config.Values) (Config, error) {
 	if cfg.BlockRows <= 0 {
 		cfg.BlockRows = 100000
 	}
-	return cfg, cfg.Validate()
+	return cfg, append(errs, cfg.problems()...)
 }
 
 // Spec returns the registry entry of the ClickHouse sink.
@@ -266,19 +290,23 @@ func Spec() connectors.Spec {
 	}
 }
 
+// validate returns every problem of the sink's settings at once.
 func validate(v config.Values, _ connectors.Policy) config.Errors {
-	c := config.ParseConnector(v)
-	if _, err := ParseConfig(c, v); err != nil {
+	_, problems := parseConfig(config.ParseConnector(v), v)
+	var errs config.Errors
+	for _, err := range problems {
 		name := KeyURL
 		if i := strings.Index(err.Error(), ":"); i > 0 && !strings.Contains(err.Error()[:i], " ") {
 			name = err.Error()[:i]
 		}
-		return config.Errors{{Name: name, Msg: err.Error()}}
+		errs = append(errs, config.FieldError{Name: name, Msg: err.Error()})
 	}
-	return nil
+	return errs
 }
 
-// identity is the user and addresses a stored password is bound to.
+// identity is what a stored password is bound to: the user, the
+// addresses, and whether the connection is TLS (secure). Turning secure
+// off, or on, without sending the password again drops it.
 func identity(v config.Values) (string, error) {
 	cfg, err := ParseConfig(config.ParseConnector(v), v)
 	if err != nil {
@@ -286,7 +314,7 @@ func identity(v config.Values) (string, error) {
 	}
 	addrs := slices.Clone(cfg.Addr)
 	slices.Sort(addrs)
-	return cfg.User + "@" + strings.Join(addrs, ","), nil
+	return fmt.Sprintf("%s@%s (secure=%t)", cfg.User, strings.Join(addrs, ","), cfg.Secure), nil
 }
 
 func (c Config) options() *clickhouse.Options {

@@ -2,6 +2,8 @@ package convert
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
@@ -104,6 +106,31 @@ func NewPipeline(v config.Values, opts ...Option) (*Pipeline, error) {
 	}
 	p.cdc = newCDCStage(v)
 	return p, nil
+}
+
+// Check returns every problem of the converter and transform settings of
+// v, where NewPipeline stops at the first: the key converter's, the value
+// converter's and the transforms'. An error that names no setting is
+// reported on the stage's own setting.
+func Check(v config.Values, opts ...Option) config.Errors {
+	var errs config.Errors
+	add := func(err error, setting string) {
+		if err == nil {
+			return
+		}
+		var fe config.FieldError
+		if !errors.As(err, &fe) {
+			fe = config.FieldError{Name: setting, Msg: err.Error()}
+		}
+		errs = append(errs, fe)
+	}
+	_, err := converterFor(v, KeyKeyConverter, true, opts)
+	add(err, KeyKeyConverter)
+	_, err = converterFor(v, KeyValueConverter, false, opts)
+	add(err, KeyValueConverter)
+	_, err = transform.NewChain(v)
+	add(err, "transforms")
+	return errs
 }
 
 // DefaultPipeline is the pipeline of a connector with no converter
@@ -213,9 +240,12 @@ func (e prefixed) Unwrap() error { return e.err }
 // RegistryTargets names where a connector's converters send registry
 // credentials: the scheme, host and port of every key.converter and
 // value.converter schema.registry.url, without user information, in a
-// canonical text ("" when there is none). The worker binds stored
-// converter secrets to it, as it binds a sink's password to its hosts: a
-// change of the registry that does not send the secret again drops it.
+// canonical text ("" when there is none), with how the registry's TLS
+// certificate is checked: the trusted certificates (by digest) and the
+// host name check, when set. The worker binds stored converter secrets to
+// it, as it binds a sink's password to its hosts: a change of the registry,
+// or of how it is authenticated, that does not send the secret again drops
+// it.
 func RegistryTargets(v map[string]string) string {
 	var parts []string
 	for _, p := range []string{KeyKeyConverter, KeyValueConverter} {
@@ -233,8 +263,23 @@ func RegistryTargets(v map[string]string) string {
 			hosts = append(hosts, strings.ToLower(u.Scheme)+"://"+strings.ToLower(u.Host))
 		}
 		if len(hosts) > 0 {
-			parts = append(parts, p+"="+strings.Join(hosts, ","))
+			parts = append(parts, p+"="+strings.Join(hosts, ",")+registryTLSIdentity(v, p+"."))
 		}
 	}
 	return strings.Join(parts, " ")
+}
+
+// registryTLSIdentity is the part of a converter's registry target that
+// says how the registry is authenticated: a digest of the trusted
+// certificates when set, and a host name check that is off.
+func registryTLSIdentity(v map[string]string, prefix string) string {
+	s := ""
+	if trust := strings.TrimSpace(v[prefix+SettingTruststoreCerts]); trust != "" {
+		sum := sha256.Sum256([]byte(trust))
+		s += " trust=sha256:" + hex.EncodeToString(sum[:8])
+	}
+	if check, ok := v[prefix+SettingEndpointVerification]; ok && strings.TrimSpace(check) == "" {
+		s += " hostcheck=none" // Kafka's convention: empty turns the host name check off
+	}
+	return s
 }

@@ -774,6 +774,13 @@ func (d *driver) close() {
 		d.s = nil
 	}
 	d.ackAll()
+	// Leaving the group revoked what the task owned: tell the observer,
+	// as the loop would have, so that the status shows no stale owner.
+	for _, ev := range d.in.take() {
+		if ev.Type == task.EventRevoked {
+			d.report(task.Report{Type: task.ReportRevoked, Partitions: ev.Partitions})
+		}
+	}
 }
 
 // pollGate keeps polls out of a transaction's Begin and End. A poll

@@ -236,7 +236,7 @@ func (h *Distributed) reconfigure(ctx context.Context, name string, chg secrets.
 		if len(dropped) > 0 {
 			var errs config.Errors
 			for _, k := range dropped {
-				errs = append(errs, config.FieldError{Name: k, Msg: "the connector moves to another host, port or user: send this secret again (its config provider reference) instead of " + secrets.Hidden})
+				errs = append(errs, config.FieldError{Name: k, Msg: "the connector moves to another host, port, user or TLS mode: send this secret again (its config provider reference) instead of " + secrets.Hidden})
 			}
 			return change{}, errs
 		}

@@ -374,7 +374,7 @@ func (h *Standalone) reconfigure(ctx context.Context, name string, change secret
 	m.mu.Unlock()
 	h.log.Info("connector reconfigured", "connector", name)
 	if len(droppedKeys) > 0 {
-		h.log.Warn("stored secrets dropped: the connector moved to another host, port or user without them", "connector", name, "settings", droppedKeys, "connector_fails", dropped != "")
+		h.log.Warn("stored secrets dropped: the connector moved to another host, port, user or TLS mode without them", "connector", name, "settings", droppedKeys, "connector_fails", dropped != "")
 	}
 	if err := h.persist(); err != nil {
 		return Info{}, err

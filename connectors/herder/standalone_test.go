@@ -146,4 +146,22 @@ func TestRegistryCredentialsBoundToRegistry(t *testing.T) {
 	if got, _ := w.Config("a"); got[info] != "" {
 		t.Fatalf("moving the registry kept its secret: %q", got[info])
 	}
+	// Changing how the registry is authenticated (issue 25, item 7): other
+	// trusted certificates, or no host name check, on the same URL.
+	for _, c := range []struct{ k, v string }{
+		{"value.converter.schema.registry.ssl.truststore.certificates", testPEM},
+		{"value.converter.schema.registry.ssl.endpoint.identification.algorithm", ""},
+	} {
+		set(info, "u:zzz-registry-secret")
+		set(c.k, c.v)
+		if got, _ := w.Config("a"); got[info] != "" {
+			t.Errorf("%s=%q kept the registry secret: %q", c.k, c.v, got[info])
+		}
+	}
 }
+
+// testPEM is a certificate for the trust store settings (never used to
+// connect).
+const testPEM = `-----BEGIN CERTIFICATE-----
+MIIBfTCCASOgAwIBAgIUQ5o8a2Vc8x0gFq0uWn9kP5oJqvYwCgYIKoZIzj0EAwIw
+-----END CERTIFICATE-----`

@@ -177,6 +177,65 @@ func (cs *ConnString) Identity(user string) string {
 	return cs.User(user) + "@" + strings.Join(eps, ",")
 }
 
+// TLS is the canonical text of how the driver protects the connection and
+// authenticates the server: "sslmode=… sslnegotiation=… channel_binding=…".
+// The sslmode is read back from the connection attempts pgx built (its
+// TLS configurations, in order), so it is the mode in effect whatever the
+// spelling: sslmode=require and JDBC's ssl=true are the same, a
+// percent-encoded key counts, and so does the worker's PGSSLMODE when the
+// URL names none. A connection over Unix sockets only has no TLS
+// ("disable"), as in pgx.
+func (cs *ConnString) TLS() string {
+	nego := cs.cfg.SSLNegotiation
+	if nego == "" {
+		nego = "postgres"
+	}
+	return "sslmode=" + cs.sslMode() + " sslnegotiation=" + nego + " channel_binding=" + cs.cfg.ChannelBinding
+}
+
+// sslMode names the sslmode of the attempts pgx makes to the first TCP
+// endpoint: libpq's modes give one or two attempts per host (allow: plain
+// then TLS; prefer: TLS then plain), each TLS attempt checking the server
+// as its mode says.
+func (cs *ConnString) sslMode() string {
+	all := append([]*pgconn.FallbackConfig{{Host: cs.cfg.Host, Port: cs.cfg.Port, TLSConfig: cs.cfg.TLSConfig}}, cs.cfg.Fallbacks...)
+	var first *pgconn.FallbackConfig
+	var attempts []*tls.Config
+	for _, fb := range all {
+		if network, _ := pgconn.NetworkAddress(fb.Host, fb.Port); network == "unix" {
+			continue
+		}
+		if first == nil {
+			first = fb
+		}
+		if fb.Host == first.Host && fb.Port == first.Port {
+			attempts = append(attempts, fb.TLSConfig)
+		}
+	}
+	if first == nil {
+		return "disable"
+	}
+	second := func() *tls.Config {
+		if len(attempts) > 1 {
+			return attempts[1]
+		}
+		return nil
+	}
+	switch t := attempts[0]; {
+	case t == nil && second() != nil:
+		return "allow"
+	case t == nil:
+		return "disable"
+	case !t.InsecureSkipVerify:
+		return "verify-full"
+	case t.VerifyPeerCertificate != nil:
+		return "verify-ca"
+	case len(attempts) > 1 && second() == nil:
+		return "prefer"
+	}
+	return "require"
+}
+
 // passfilePassword is the password pgx finds in the worker's password file
 // (PGPASSFILE or ~/.pgpass) for cfg, "" when none: pgx consults it when the
 // connection string gives an empty password.

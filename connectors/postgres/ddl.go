@@ -142,7 +142,9 @@ func (w *Writer) createTableSQL(ident string, rec *record.Record) (string, error
 			return nil
 		}
 		if err := checkIdent("column", c.name); err != nil {
-			return record.FieldErrorf(c.name, record.ErrIncompatible, "cannot be a PostgreSQL column: %v", err)
+			// The record's fault, not the table's: it is dead-lettered
+			// under errors.tolerance=all.
+			return record.FieldErrorf(c.name, record.ErrUnknownField, "cannot be a PostgreSQL column name (%v): rename the field with a transform (ReplaceField)", err)
 		}
 		seen[c.name] = true
 		cols = append(cols, c)
@@ -258,11 +260,16 @@ func (w *Writer) createTable(ctx context.Context, tx pgx.Tx, name string, rec *r
 // addColumns is auto.evolve: one nullable column per field of value that
 // t lacks, in the order of names. Columns are never dropped or changed.
 func (w *Writer) addColumns(ctx context.Context, tx pgx.Tx, t *table, value record.Value, names []string) ([]string, error) {
-	var done []string
+	// Every name is checked before any column is added: a name no column
+	// can have is the record's fault (dead-lettered under
+	// errors.tolerance=all), and its record adds none of its columns.
 	for _, n := range names {
 		if err := checkIdent("column", n); err != nil {
-			return nil, record.FieldErrorf(n, record.ErrIncompatible, "cannot be a PostgreSQL column (%v): rename the field with a transform (ReplaceField)", err)
+			return nil, record.FieldErrorf(n, record.ErrUnknownField, "cannot be a PostgreSQL column name (%v): rename the field with a transform (ReplaceField)", err)
 		}
+	}
+	var done []string
+	for _, n := range names {
 		typ, _ := fieldType(value, n)
 		sql := "ALTER TABLE " + t.Ident + " ADD COLUMN IF NOT EXISTS " + pgx.Identifier{n}.Sanitize() + " " + typ
 		if _, err := tx.Exec(ctx, sql); err != nil {

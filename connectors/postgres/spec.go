@@ -92,28 +92,34 @@ func writerConfig(c config.Connector, v config.Values) WriterConfig {
 	}
 }
 
+// validate returns every problem of the sink's settings at once.
 func validate(v config.Values, p connectors.Policy) config.Errors {
 	c := config.ParseConnector(v)
-	if err := writerConfig(c, v).Validate(); err != nil {
-		return config.Errors{{Name: fieldOf(err.Error()), Msg: err.Error()}}
+	var errs config.Errors
+	for _, err := range writerConfig(c, v).problems() {
+		errs = append(errs, config.FieldError{Name: fieldOf(err.Error()), Msg: err.Error()})
 	}
 	cs, err := ParseConnString(v[KeyURL], p)
-	if err != nil {
-		return config.Errors{{Name: KeyURL, Msg: err.Error()}}
+	switch {
+	case err != nil:
+		errs = append(errs, config.FieldError{Name: KeyURL, Msg: err.Error()})
+	case !cs.HasUser && v[KeyUser] == "" && !p.EnvCredentialsFor(cs.Endpoints):
+		errs = append(errs, config.FieldError{Name: KeyUser, Msg: "no user in connection.url or connection.user; this worker does not lend its own (PGUSER, the OS user) to " + strings.Join(cs.Endpoints, ",") + " (worker setting connection.env.credentials.hosts)"})
 	}
-	if !cs.HasUser && v[KeyUser] == "" && !p.EnvCredentialsFor(cs.Endpoints) {
-		return config.Errors{{Name: KeyUser, Msg: "no user in connection.url or connection.user; this worker does not lend its own (PGUSER, the OS user) to " + strings.Join(cs.Endpoints, ",") + " (worker setting connection.env.credentials.hosts)"}}
-	}
-	return nil
+	return errs
 }
 
-// identity is the user, hosts and ports a stored password is bound to.
+// identity is what a stored password is bound to: the user, hosts and
+// ports, and how the connection is protected (sslmode, sslnegotiation,
+// channel_binding as pgx applies them). A change of any of them, a TLS
+// downgrade as much as another host, drops the stored password unless the
+// change sends it again.
 func identity(v config.Values) (string, error) {
 	cs, err := ParseConnString(v[KeyURL], connectors.Policy{UnixSockets: true})
 	if err != nil {
 		return "", err
 	}
-	return cs.Identity(v[KeyUser]), nil
+	return cs.Identity(v[KeyUser]) + " (" + cs.TLS() + ")", nil
 }
 
 // fieldOf extracts the setting name a WriterConfig.Validate message starts

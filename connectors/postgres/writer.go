@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -96,77 +97,93 @@ func checkIdent(key, s string) error {
 		return fmt.Errorf("%s: %q is longer than %d bytes", key, s, maxIdentifier)
 	case strings.IndexByte(s, 0) >= 0:
 		return fmt.Errorf("%s: must not contain NUL", key)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%s: %q is not valid UTF-8", key, s)
 	}
 	return nil
 }
 
-// Validate checks the configuration (with defaults applied to empty fields).
-// Every message starts with the offending config key.
+// Validate checks the configuration (with defaults applied to empty fields)
+// and returns its first problem. Every message starts with the offending
+// config key.
 func (c WriterConfig) Validate() error {
+	if errs := c.problems(); len(errs) > 0 {
+		return errs[0]
+	}
+	return nil
+}
+
+// problems returns every problem of the configuration (with defaults
+// applied to empty fields), each message starting with the offending
+// config key, so that validate can report them all at once.
+func (c WriterConfig) problems() []error {
 	c = c.withDefaults()
+	var errs []error
+	add := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if c.Connector == "" || strings.IndexByte(c.Connector, 0) >= 0 {
-		return errors.New("name: the connector name must be set (and contain no NUL)")
+		add(errors.New("name: the connector name must be set (and contain no NUL)"))
 	}
 	if err := checkIdent("table.name.format", c.Schema); err != nil {
-		return fmt.Errorf("schema: %w", err)
+		add(fmt.Errorf("schema: %w", err))
 	}
 	if strings.IndexByte(c.TableNameFormat, 0) >= 0 {
-		return errors.New("table.name.format: must not contain NUL")
-	}
-	if err := record.CheckTableNameFormat(c.TableNameFormat); err != nil {
-		return fmt.Errorf("table.name.format: %w", err)
+		add(errors.New("table.name.format: must not contain NUL"))
+	} else if err := record.CheckTableNameFormat(c.TableNameFormat); err != nil {
+		add(fmt.Errorf("table.name.format: %w", err))
 	}
 	switch c.InsertMode {
 	case InsertModeInsert, InsertModeUpsert:
 	default:
-		return fmt.Errorf("insert.mode: must be %q or %q, got %q", InsertModeInsert, InsertModeUpsert, c.InsertMode)
+		add(fmt.Errorf("insert.mode: must be %q or %q, got %q", InsertModeInsert, InsertModeUpsert, c.InsertMode))
 	}
 	switch c.PKMode {
 	case PKModeNone, PKModeRecordKey, PKModeRecordValue, PKModeKafka:
 	default:
-		return fmt.Errorf("pk.mode: must be one of none, record_key, record_value, kafka, got %q", c.PKMode)
+		add(fmt.Errorf("pk.mode: must be one of none, record_key, record_value, kafka, got %q", c.PKMode))
 	}
 	if c.InsertMode == InsertModeUpsert && c.PKMode == PKModeNone {
-		return errors.New("pk.mode: insert.mode=upsert needs a primary key: set pk.mode to record_key, record_value or kafka")
+		add(errors.New("pk.mode: insert.mode=upsert needs a primary key: set pk.mode to record_key, record_value or kafka"))
 	}
 	if c.PKMode == PKModeNone && len(c.PKFields) > 0 {
-		return errors.New("pk.fields: must be empty when pk.mode=none")
+		add(errors.New("pk.fields: must be empty when pk.mode=none"))
 	}
 	if c.PKMode == PKModeKafka && len(c.PKFields) != 0 && len(c.PKFields) != 3 {
-		return fmt.Errorf("pk.fields: pk.mode=kafka takes none or exactly 3 names (topic, partition, offset columns), got %d", len(c.PKFields))
+		add(fmt.Errorf("pk.fields: pk.mode=kafka takes none or exactly 3 names (topic, partition, offset columns), got %d", len(c.PKFields)))
 	}
 	seen := map[string]bool{}
 	for _, f := range c.PKFields {
 		if err := checkIdent("pk.fields", f); err != nil {
-			return err
-		}
-		if seen[f] {
-			return fmt.Errorf("pk.fields: %q is listed twice", f)
+			add(err)
+		} else if seen[f] {
+			add(fmt.Errorf("pk.fields: %q is listed twice", f))
 		}
 		seen[f] = true
 	}
 	if c.DeleteEnabled && c.PKMode != PKModeRecordKey {
-		return fmt.Errorf("delete.enabled: requires pk.mode=record_key, got pk.mode=%s", c.PKMode)
+		add(fmt.Errorf("delete.enabled: requires pk.mode=record_key, got pk.mode=%s", c.PKMode))
 	}
 	switch c.ErrorsTolerance {
 	case ToleranceNone:
 	case ToleranceAll:
 		if c.DLQTable == "" && c.DLQTopic == "" {
-			return errors.New("errors.deadletterqueue.table.name: required when errors.tolerance=all (or set errors.deadletterqueue.topic.name)")
+			add(errors.New("errors.deadletterqueue.table.name: required when errors.tolerance=all (or set errors.deadletterqueue.topic.name)"))
 		}
 	default:
-		return fmt.Errorf("errors.tolerance: must be %q or %q, got %q", ToleranceNone, ToleranceAll, c.ErrorsTolerance)
+		add(fmt.Errorf("errors.tolerance: must be %q or %q, got %q", ToleranceNone, ToleranceAll, c.ErrorsTolerance))
 	}
 	if c.DLQTable != "" {
 		s, t := c.dlqName()
 		if err := checkIdent("errors.deadletterqueue.table.name", s); err != nil {
-			return err
-		}
-		if err := checkIdent("errors.deadletterqueue.table.name", t); err != nil {
-			return err
+			add(err)
+		} else {
+			add(checkIdent("errors.deadletterqueue.table.name", t))
 		}
 	}
-	return nil
+	return errs
 }
 
 // dlqName splits DLQTable into schema and table.
