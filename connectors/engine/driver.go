@@ -297,6 +297,12 @@ func (d *driver) startSession() error {
 		}
 		out, ps, err := t.assign(actx, s.outcome, offs)
 		if err == nil && len(ps) > 0 {
+			// The observer hears of an assignment and a revocation in
+			// the callbacks themselves, so that a partition moving
+			// between tasks is never shown owned by both.
+			if obs := t.opt.Observer; obs != nil {
+				obs.Assigned(t.id, ps)
+			}
 			d.in.push(task.Event{Type: task.EventAssigned, Positions: ps})
 		}
 		return out, err
@@ -311,6 +317,11 @@ func (d *driver) startSession() error {
 			}
 			if len(parts) == 0 {
 				return
+			}
+			if obs := t.opt.Observer; obs != nil {
+				for topic, ps := range rev {
+					obs.Revoked(t.id, topic, ps)
+				}
 			}
 			seq := d.revSeq.Add(1)
 			ack := d.ackChan(seq)
@@ -697,10 +708,8 @@ func (d *driver) report(r task.Report) {
 	t, obs := d.t, d.t.opt.Observer
 	switch r.Type {
 	case task.ReportAssigned:
+		// (The observer heard of it in the assignment callback.)
 		t.log.Info("partitions assigned and fenced", "positions", fmtPositions(r.Positions))
-		if obs != nil {
-			obs.Assigned(t.id, r.Positions)
-		}
 	case task.ReportRevoked:
 		byTopic := map[string][]int32{}
 		for _, p := range r.Partitions {
@@ -708,9 +717,6 @@ func (d *driver) report(r task.Report) {
 		}
 		for topic, ps := range byTopic {
 			t.log.Info("partitions revoked", "topic", topic, "partitions", ps)
-			if obs != nil {
-				obs.Revoked(t.id, topic, ps)
-			}
 		}
 	case task.ReportRound:
 		s := r.Stats
@@ -774,13 +780,6 @@ func (d *driver) close() {
 		d.s = nil
 	}
 	d.ackAll()
-	// Leaving the group revoked what the task owned: tell the observer,
-	// as the loop would have, so that the status shows no stale owner.
-	for _, ev := range d.in.take() {
-		if ev.Type == task.EventRevoked {
-			d.report(task.Report{Type: task.ReportRevoked, Partitions: ev.Partitions})
-		}
-	}
 }
 
 // pollGate keeps polls out of a transaction's Begin and End. A poll
