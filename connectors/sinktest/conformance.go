@@ -69,6 +69,11 @@ type Harness struct {
 	// skipped, and StagerWhy says why.
 	Stager    bool
 	StagerWhy string
+	// Known lists cases (by subtest path below Conformance, e.g.
+	// "redo/same-fence") that fail on this sink because of a known bug,
+	// with the reason: they are skipped with it, visibly. Remove an entry
+	// once its bug is fixed.
+	Known map[string]string
 }
 
 // Conformance runs every case of the sink contract on the sink open
@@ -461,30 +466,47 @@ func testInDoubt(t *testing.T, s *suite) {
 
 // testRedo: a batch range prepared again after an abort yields the same
 // rows exactly once: in the same instance with the same fence (a round
-// the decision aborted), and in another instance under a new fence.
+// the decision aborted cleanly, which the runtime redoes without a new
+// Acquire), and in another instance under a new fence.
 func testRedo(t *testing.T, s *suite) {
-	ctx := ctxT(t)
-	a := s.h.Open(t)
-	topic := s.h.NewTopic(t, 1)
-	pos := acquire(t, a, topic, 0, 0)
-	recs := s.records(t, topic, 0, 5)
-	bt := s.batch(recs, 0, pos.Fence)
-	t.Run("same-owner", func(t *testing.T) {
+	t.Run("same-fence", func(t *testing.T) {
+		if why := s.h.Known["redo/same-fence"]; why != "" {
+			t.Skipf("known sink bug, declared by the harness: %s", why)
+		}
+		ctx := ctxT(t)
+		a := s.h.Open(t)
+		topic := s.h.NewTopic(t, 1)
+		pos := acquire(t, a, topic, 0, 0)
+		recs := s.records(t, topic, 0, 5)
+		bt := s.batch(recs, 0, pos.Fence)
 		if err := a.Prepare(ctx, bt); err != nil {
 			t.Fatal(err)
 		}
 		if err := a.Abort(ctx, bt.ID); err != nil {
 			t.Fatal(err)
 		}
-		mustPrepareCommit(t, a, bt)
+		if err := a.Prepare(ctx, bt); err != nil {
+			t.Fatalf("Prepare again after Abort, same fence: %v", err)
+		}
+		if got := s.inDoubt(t, s.h.Open(t)); !slices.Equal(got, []twophase.BatchID{bt.ID}) {
+			t.Fatalf("InDoubt after the second Prepare: %v, want [%s]", got, bt.ID)
+		}
+		if err := a.Commit(ctx, bt.ID); err != nil {
+			t.Fatalf("Commit of the batch prepared again after Abort: %v", err)
+		}
 		s.noneInDoubt(t, a, "after the redo")
 		s.rows(t, topic, ids(recs), "after prepare, abort, prepare, commit")
 		wantNext(t, a, topic, 0, recs[4].Offset+1, "after the redo")
 	})
-	more := s.records(t, topic, 0, 3)
 	t.Run("new-owner", func(t *testing.T) {
-		cur, _ := position(t, a, topic, 0)
-		bm := s.batch(more, cur.Next, cur.Fence)
+		ctx := ctxT(t)
+		a := s.h.Open(t)
+		topic := s.h.NewTopic(t, 1)
+		pos := acquire(t, a, topic, 0, 0)
+		first := s.records(t, topic, 0, 2)
+		mustPrepareCommit(t, a, s.batch(first, 0, pos.Fence))
+		more := s.records(t, topic, 0, 3)
+		bm := s.batch(more, first[1].Offset+1, pos.Fence)
 		if err := a.Prepare(ctx, bm); err != nil {
 			t.Fatal(err)
 		}
@@ -495,7 +517,8 @@ func testRedo(t *testing.T, s *suite) {
 		q := acquire(t, b, topic, 0, 0)
 		mustPrepareCommit(t, b, s.batch(more, q.Next, q.Fence))
 		s.noneInDoubt(t, b, "after the redo")
-		s.rows(t, topic, ids(recs, more), "after a redo by a new owner")
+		s.rows(t, topic, ids(first, more), "after a redo by a new owner")
+		wantNext(t, a, topic, 0, more[2].Offset+1, "after a redo by a new owner")
 	})
 }
 
