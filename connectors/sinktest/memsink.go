@@ -137,6 +137,7 @@ type MemSink struct {
 	Tolerate bool
 
 	dead    bool
+	fenced  int
 	staged  map[twophase.BatchID][]Row
 	letters map[twophase.BatchID][]connectors.DeadLetter
 }
@@ -280,11 +281,22 @@ func (m *MemSink) Initialize(ctx context.Context, topic string, partition int32,
 	return nil
 }
 
+// Fenced counts the compare-and-sets this instance lost (Prepare and
+// WriteLocal refused with twophase.ErrFenced).
+func (m *MemSink) Fenced() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.fenced
+}
+
 // cas checks that b continues the stored position under its fence; st.mu
 // is held.
 func (m *MemSink) cas(b *twophase.Batch) (*slot, error) {
 	sl := m.store.slot(b.ID.Connector, b.ID.Topic, b.ID.Partition)
 	if sl.held != nil || sl.next != b.Prev || sl.fence != b.Fence {
+		m.mu.Lock()
+		m.fenced++
+		m.mu.Unlock()
 		return nil, &offsets.FencedError{Connector: b.ID.Connector, Topic: b.ID.Topic, Partition: b.ID.Partition, WantNext: b.Prev, Fence: b.Fence, GotNext: sl.next, GotFenc: sl.fence}
 	}
 	return sl, nil
