@@ -1,0 +1,483 @@
+package engine_test
+
+// The driver on kfake with the in-memory sink (connectors/sinktest): no
+// database, no processes. Crashes and zombies are sink instances that die
+// or freeze at a named point while their durable state, a shared
+// sinktest.MemStore, lives on for the next owner.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/txsink/txsink/connectors"
+	"github.com/txsink/txsink/connectors/engine"
+	"github.com/txsink/txsink/connectors/sinktest"
+	"github.com/txsink/txsink/offsets"
+	"github.com/txsink/txsink/twophase"
+)
+
+// memModes are the delivery guarantees the driver tests cover, with
+// rounds.max.in.flight (2 pipelines the two-phase modes).
+var memModes = []struct{ name, delivery, inFlight string }{
+	{"exactly_once", "exactly_once", "2"},
+	{"exactly_once/rounds=1", "exactly_once", "1"},
+	{"exactly_once_sink", "exactly_once_sink", "2"},
+	{"exactly_once_sink/rounds=1", "exactly_once_sink", "1"},
+	{"at_least_once", "at_least_once", "1"},
+}
+
+// memRig is a kfake cluster with transactional upstream data and a store.
+type memRig struct {
+	c     *kfake.Cluster
+	store *sinktest.MemStore
+	want  map[coord]string
+	topic string
+}
+
+func newMemRig(t *testing.T, partitions, txns int) *memRig {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(partitions), "ev"), kfake.GroupMinSessionTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	r := &memRig{c: c, store: sinktest.NewStore(), topic: "ev"}
+	if txns > 0 {
+		r.want = produceSpread(t, c.ListenAddrs(), "ev", txns)
+	}
+	return r
+}
+
+// produceSpread is produceTxns with the records of each transaction spread
+// round-robin over the partitions, so that every partition has data and
+// every round touches every partition.
+func produceSpread(t *testing.T, addrs []string, topic string, n int) map[coord]string {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.TransactionalID("up-"+topic), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	want := map[coord]string{}
+	seq := 0
+	for i := range n {
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		var recs []*kgo.Record
+		for range 3 + i%17 {
+			seq++
+			recs = append(recs, &kgo.Record{Value: fmt.Appendf(nil, `{"id":"%d","seq":%d}`, seq, seq)})
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		abort := i%4 == 3
+		if err := cl.EndTransaction(ctx, kgo.TransactionEndTry(!abort)); err != nil {
+			t.Fatal(err)
+		}
+		if !abort {
+			for j, r := range recs {
+				want[coord{r.Partition, r.Offset}] = fmt.Sprint(seq - len(recs) + 1 + j)
+			}
+		}
+	}
+	return want
+}
+
+// open opens connector "mem" (all instances share its group and offsets)
+// with a new MemSink instance, configured by configure.
+func (r *memRig) open(t *testing.T, delivery, inFlight, instance string, obs engine.Observer, configure func(*sinktest.MemSink), extra ...string) *engine.Connector {
+	t.Helper()
+	reg := &connectors.Registry{}
+	if err := reg.Register(sinktest.Spec(r.store, configure)); err != nil {
+		t.Fatal(err)
+	}
+	raw := map[string]string{
+		"name": "mem", "connector.class": "memory", "topics": r.topic,
+		"delivery.guarantee": delivery, "rounds.max.in.flight": inFlight,
+		"batch.max.records": "30", "batch.linger.ms": "5", "session.timeout.ms": "3000",
+		"shutdown.grace.ms": "2000",
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		raw[extra[i]] = extra[i+1]
+	}
+	level := slog.LevelError
+	if os.Getenv("TXSINK_DRIVER_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("instance", instance)
+	conn, err := engine.Open(context.Background(), reg, raw, engine.TaskOptions{Bootstrap: r.c.ListenAddrs(), InstanceID: instance, Log: log, Observer: obs, KafkaOpts: kafkaOpts(instance)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+// kafkaOpts bounds a rebalance to 3 s, so that a task whose sink call is
+// frozen while it holds a revocation (the local guarantees finish the
+// round first) is dropped from the group quickly, as a process frozen
+// whole would be after session.timeout.ms. TXSINK_DRIVER_DEBUG=kgo logs
+// the Kafka client.
+func kafkaOpts(instance string) []kgo.Opt {
+	opts := []kgo.Opt{kgo.RebalanceTimeout(3 * time.Second)}
+	if os.Getenv("TXSINK_DRIVER_DEBUG") == "kgo" {
+		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelDebug, func() string { return "[" + instance + "] " })))
+	}
+	return opts
+}
+
+// waitFor polls cond every 10 ms until it holds or 30 s pass.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30s: not %s", what)
+		}
+		time.Sleep(10 * time.Millisecond) // a poll interval, not a wait for an event
+	}
+}
+
+// distinct counts the distinct stored coordinates.
+func (r *memRig) distinct() int {
+	seen := map[coord]bool{}
+	for _, row := range r.store.Rows() {
+		seen[coord{row.Partition, row.Offset}] = true
+	}
+	return len(seen)
+}
+
+// check verifies the rows: only produced, committed records, each once
+// (at least once when dups), in offset order per partition, and nothing
+// left prepared.
+func (r *memRig) check(t *testing.T, dups bool) {
+	t.Helper()
+	seen := map[coord]int{}
+	last := map[int32]int64{}
+	for _, row := range r.store.Rows() {
+		k := coord{row.Partition, row.Offset}
+		var v struct{ ID string }
+		_ = json.Unmarshal(row.Value, &v)
+		if r.want[k] != v.ID {
+			t.Errorf("row p%d@%d id %q: produced %q (aborted upstream?)", k.p, k.off, v.ID, r.want[k])
+		}
+		if prev, ok := last[row.Partition]; ok && row.Offset <= prev && (!dups || seen[k] == 0) {
+			t.Errorf("p%d: offset %d stored after %d (seq %d)", row.Partition, row.Offset, prev, row.Seq)
+		}
+		last[row.Partition] = row.Offset
+		seen[k]++
+	}
+	for k := range r.want {
+		if seen[k] == 0 || (!dups && seen[k] != 1) {
+			t.Errorf("p%d@%d written %d times", k.p, k.off, seen[k])
+		}
+	}
+	if p := r.store.Prepared(); len(p) != 0 {
+		t.Errorf("left prepared: %v", p)
+	}
+}
+
+// drain waits until every wanted record is stored, then stops conn
+// gracefully (its rounds end) so that check sees a settled store.
+func (r *memRig) drain(t *testing.T, conn *engine.Connector) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("all %d records stored", len(r.want)), func() bool { return r.distinct() >= len(r.want) })
+	conn.Stop()
+}
+
+// TestDriverDrain: a drain of transactional upstream data (every fourth
+// transaction aborted) is exact and in offset order, in every mode.
+func TestDriverDrain(t *testing.T) {
+	for _, m := range memModes {
+		t.Run(m.name, func(t *testing.T) {
+			r := newMemRig(t, 3, 40)
+			obs := &roundObserver{}
+			conn := r.open(t, m.delivery, m.inFlight, "a", obs, nil)
+			conn.Start(nil)
+			r.drain(t, conn)
+			r.check(t, false)
+			ahead := obs.writtenAhead()
+			if pipelined := m.inFlight == "2" && m.delivery != "at_least_once"; pipelined != (ahead > 0) {
+				t.Errorf("%d batches written ahead (pipelined: %t)", ahead, pipelined)
+			}
+		})
+	}
+}
+
+// crashAt returns a hook that crashes its instance at the n-th hit of p.
+func crashAt(p sinktest.Point, n int64, hits *atomic.Int64) func(context.Context, sinktest.Point, twophase.BatchID) error {
+	return func(_ context.Context, q sinktest.Point, _ twophase.BatchID) error {
+		if q == p && hits.Add(1) == n {
+			return sinktest.ErrCrashed
+		}
+		return nil
+	}
+}
+
+// TestDriverCrash: the sink instance dies at each point of the third round
+// it reaches there; the task is stopped (its process "died") and a new
+// task over a new instance of the same store takes over. The result is
+// exact (at_least_once: complete) with nothing left prepared.
+func TestDriverCrash(t *testing.T) {
+	twoPhase := []sinktest.Point{sinktest.BeforePrepare, sinktest.AfterPrepare, sinktest.BeforeCommit, sinktest.AfterCommit, sinktest.InAcquire}
+	local := []sinktest.Point{sinktest.BeforeLocalCommit, sinktest.AfterLocalCommit, sinktest.InAcquire}
+	for _, m := range memModes {
+		points := local
+		if m.delivery == "exactly_once" {
+			points = twoPhase
+		}
+		if m.delivery == "at_least_once" {
+			points = append(points, sinktest.BetweenLocal)
+		}
+		for _, p := range points {
+			t.Run(m.name+"/"+string(p), func(t *testing.T) {
+				r := newMemRig(t, 3, 40)
+				var hits atomic.Int64
+				var a *sinktest.MemSink
+				n := int64(4) // in the second round
+
+				if p == sinktest.InAcquire {
+					n = 1
+				}
+				connA := r.open(t, m.delivery, m.inFlight, "a", nil, func(s *sinktest.MemSink) {
+					a, s.Hook = s, crashAt(p, n, &hits)
+				})
+				connA.Start(nil)
+				waitFor(t, "the sink crashed", a.Crashed)
+				connA.Stop()
+				// The crash left the batch in doubt: the new owner must
+				// recover it.
+				if (p == sinktest.AfterPrepare || p == sinktest.BeforeCommit) && len(r.store.Prepared()) == 0 {
+					t.Fatalf("after the crash at %s nothing is prepared", p)
+				}
+				connB := r.open(t, m.delivery, m.inFlight, "a", nil, nil)
+				connB.Start(nil)
+				r.drain(t, connB)
+				r.check(t, m.delivery == "at_least_once")
+			})
+		}
+	}
+}
+
+// blockAt returns a hook that freezes at the first hit of p until release
+// is closed (or its call's ctx ends), and closes reached when it froze.
+func blockAt(p sinktest.Point, reached, release chan struct{}) func(context.Context, sinktest.Point, twophase.BatchID) error {
+	var once sync.Once
+	return func(ctx context.Context, q sinktest.Point, _ twophase.BatchID) error {
+		if q != p {
+			return nil
+		}
+		first := false
+		once.Do(func() { first = true })
+		if !first {
+			return nil
+		}
+		close(reached)
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// TestDriverZombie: task A freezes, as a stopped process would, in its sink
+// with a round that writes every partition, and its heartbeats stop; the
+// group drops it after session.timeout.ms, task B (same group, another
+// worker) takes the partitions, fences them and commits; A is released
+// and must be fenced: no duplicate, no loss.
+func TestDriverZombie(t *testing.T) {
+	for _, m := range memModes {
+		if m.delivery == "at_least_once" {
+			continue // unfenced by design
+		}
+		p := sinktest.BeforePrepare
+		if m.delivery == "exactly_once_sink" {
+			p = sinktest.BeforeLocalCommit
+		}
+		t.Run(m.name+"/"+string(p), func(t *testing.T) {
+			r := newMemRig(t, 3, 40)
+			release := make(chan struct{})
+			var frozen atomic.Int64
+			var a *sinktest.MemSink
+			// One round takes the whole backlog: every partition.
+			connA := r.open(t, m.delivery, m.inFlight, "a", nil, func(s *sinktest.MemSink) {
+				a = s
+				s.Hook = func(ctx context.Context, q sinktest.Point, _ twophase.BatchID) error {
+					if q != p {
+						return nil
+					}
+					frozen.Add(1)
+					select {
+					case <-release:
+						return nil
+					case <-ctx.Done():
+						return ctx.Err()
+					}
+				}
+			}, "batch.max.records", "10000")
+			connA.Start(nil)
+			waitFor(t, "task A frozen on every partition", func() bool { return frozen.Load() >= 3 })
+			// A's heartbeats are lost while it is frozen: the broker closes
+			// the connection of each.
+			var member atomic.Value
+			var thawed atomic.Bool
+			r.c.ControlKey(int16(kmsg.Heartbeat), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				r.c.KeepControl()
+				hb := req.(*kmsg.HeartbeatRequest)
+				member.CompareAndSwap(nil, hb.MemberID)
+				if !thawed.Load() && member.Load() == hb.MemberID {
+					return nil, errors.New("task A is frozen"), true
+				}
+				return nil, nil, false
+			})
+			waitFor(t, "task A heartbeats", func() bool { return member.Load() != nil })
+			connB := r.open(t, m.delivery, m.inFlight, "b", nil, nil)
+			connB.Start(nil)
+			waitFor(t, "task B commits", func() bool { return len(r.store.Rows()) > 0 })
+			thawed.Store(true)
+			close(release)
+			waitFor(t, "task A fenced", func() bool { return a.Fenced() > 0 })
+			waitFor(t, fmt.Sprintf("all %d records stored", len(r.want)), func() bool { return r.distinct() >= len(r.want) })
+			connA.Stop()
+			connB.Stop()
+			r.check(t, false)
+		})
+	}
+}
+
+// TestDriverRebalanceMidRound: a second task joins while the first is in
+// the middle of a round (frozen after its prepare, released as soon as
+// the second joined): the rebalance ends exact.
+func TestDriverRebalanceMidRound(t *testing.T) {
+	for _, m := range memModes {
+		p := sinktest.AfterPrepare
+		if m.delivery != "exactly_once" {
+			p = sinktest.AfterLocalCommit
+		}
+		t.Run(m.name, func(t *testing.T) {
+			r := newMemRig(t, 4, 40)
+			reached, release := make(chan struct{}), make(chan struct{})
+			connA := r.open(t, m.delivery, m.inFlight, "a", nil, func(s *sinktest.MemSink) {
+				s.Hook = blockAt(p, reached, release)
+			})
+			connA.Start(nil)
+			<-reached
+			obsB := &assignObserver{}
+			connB := r.open(t, m.delivery, m.inFlight, "b", obsB, nil)
+			connB.Start(nil)
+			close(release)
+			waitFor(t, "task B assigned", func() bool { return obsB.n.Load() > 0 })
+			r.drain(t, connB)
+			connA.Stop()
+			r.check(t, m.delivery == "at_least_once")
+		})
+	}
+}
+
+type assignObserver struct {
+	roundObserver
+	n atomic.Int64
+}
+
+func (o *assignObserver) Assigned(_ int, ps []offsets.Position) {
+	if len(ps) > 0 {
+		o.n.Add(1)
+	}
+}
+
+// TestDriverBadRecordStops: with errors.tolerance=none a bad record stops
+// the task with an error naming it; its partition is stored up to exactly
+// that offset.
+func TestDriverBadRecordStops(t *testing.T) {
+	for _, m := range memModes {
+		t.Run(m.name, func(t *testing.T) {
+			r := newMemRig(t, 1, 20)
+			// The bad record: the 25th committed one of partition 0.
+			var bad int64 = -1
+			var offs []int64
+			for k := range r.want {
+				offs = append(offs, k.off)
+			}
+			slices.Sort(offs)
+			bad = offs[24]
+			conn := r.open(t, m.delivery, m.inFlight, "a", nil, func(s *sinktest.MemSink) {
+				s.Bad = map[sinktest.Coord]error{{Topic: "ev", Partition: 0, Offset: bad}: errors.New("cannot convert")}
+			})
+			exits := make(chan error, 1)
+			conn.Start(func(_ int, err error) { exits <- err })
+			var err error
+			select {
+			case err = <-exits:
+			case <-time.After(30 * time.Second):
+				t.Fatal("task still running 30s after a bad record")
+			}
+			conn.Stop()
+			if !errors.Is(err, engine.ErrTaskStopped) || !strings.Contains(err.Error(), fmt.Sprintf("offset %d", bad)) {
+				t.Fatalf("task ended with %v; want it stopped at offset %d", err, bad)
+			}
+			rows := r.store.Rows()
+			for _, row := range rows {
+				if row.Offset >= bad {
+					t.Errorf("row at offset %d, past the bad record %d", row.Offset, bad)
+				}
+			}
+			if len(rows) != 24 {
+				t.Errorf("%d rows, want the 24 before the bad record", len(rows))
+			}
+			pos, _ := r.store.Open("mem").Positions(context.Background())
+			if len(pos) != 1 || pos[0].Next != bad {
+				t.Errorf("stored positions %+v, want next=%d", pos, bad)
+			}
+			if p := r.store.Prepared(); len(p) != 0 {
+				t.Errorf("left prepared: %v", p)
+			}
+		})
+	}
+}
+
+// TestDriverPauseResume: a connector started paused joins, fences its
+// partitions and writes nothing; resumed, it drains exactly.
+func TestDriverPauseResume(t *testing.T) {
+	for _, m := range memModes {
+		t.Run(m.name, func(t *testing.T) {
+			r := newMemRig(t, 3, 20)
+			var writes atomic.Int64
+			obs := &assignObserver{}
+			conn := r.open(t, m.delivery, m.inFlight, "a", obs, func(s *sinktest.MemSink) {
+				s.Hook = func(_ context.Context, p sinktest.Point, _ twophase.BatchID) error {
+					if p == sinktest.BeforePrepare || p == sinktest.BeforeLocalCommit {
+						writes.Add(1)
+					}
+					return nil
+				}
+			})
+			conn.SetPaused(true)
+			conn.Start(nil)
+			waitFor(t, "partitions assigned", func() bool { return obs.n.Load() > 0 })
+			if w, n := writes.Load(), len(r.store.Rows()); w != 0 || n != 0 {
+				t.Fatalf("paused task wrote: %d write calls, %d rows", w, n)
+			}
+			conn.SetPaused(false)
+			r.drain(t, conn)
+			r.check(t, false)
+		})
+	}
+}
