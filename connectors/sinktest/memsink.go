@@ -538,6 +538,20 @@ func (m *MemSink) ResetOffsets(ctx context.Context, all bool, positions []offset
 	st := m.store
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	// A partition held by a prepared batch is not edited: its batch is
+	// resolved first (as the PostgreSQL sink's row lock refuses it).
+	for k, sl := range st.slots {
+		if k.connector != m.connector || sl.held == nil {
+			continue
+		}
+		held := all
+		for _, p := range positions {
+			held = held || (p.Topic == k.topic && p.Partition == k.partition)
+		}
+		if held {
+			return fmt.Errorf("sinktest: %s[%d] held by prepared batch %s: %w", k.topic, k.partition, sl.held, offsets.ErrBusy)
+		}
+	}
 	if all {
 		for k, sl := range st.slots {
 			if k.connector == m.connector {

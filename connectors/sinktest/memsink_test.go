@@ -20,8 +20,8 @@ func batch(prev, fence, first, last int64) *twophase.Batch {
 	return b
 }
 
-// acquire fences partition 0 of t and initializes it at 0.
-func acquire(t *testing.T, m *MemSink) int64 {
+// acquireP0 fences partition 0 of t and initializes it at 0.
+func acquireP0(t *testing.T, m *MemSink) int64 {
 	t.Helper()
 	ctx := context.Background()
 	pos, err := m.Acquire(ctx, "t", []int32{0})
@@ -42,7 +42,7 @@ func TestTwoPhaseContract(t *testing.T) {
 	ctx := context.Background()
 	st := NewStore()
 	a := st.Open("c")
-	fa := acquire(t, a)
+	fa := acquireP0(t, a)
 	if err := a.Prepare(ctx, batch(5, fa, 5, 9)); !errors.Is(err, twophase.ErrFenced) {
 		t.Fatalf("prepare from a wrong prev: %v, want fenced", err)
 	}
@@ -74,7 +74,7 @@ func TestTwoPhaseContract(t *testing.T) {
 		t.Fatalf("rows %+v", rows)
 	}
 	// B takes over: A is fenced.
-	fb := acquire(t, b)
+	fb := acquireP0(t, b)
 	if err := a.Prepare(ctx, batch(5, fa, 5, 9)); !errors.Is(err, twophase.ErrFenced) {
 		t.Fatalf("zombie prepare: %v, want fenced", err)
 	}
@@ -108,7 +108,7 @@ func TestCrashKeepsPrepared(t *testing.T) {
 		}
 		return nil
 	}
-	f := acquire(t, a)
+	f := acquireP0(t, a)
 	b1 := batch(0, f, 0, 2)
 	if err := a.Prepare(ctx, b1); !errors.Is(err, ErrCrashed) {
 		t.Fatalf("prepare: %v", err)
@@ -133,7 +133,7 @@ func TestBadRecord(t *testing.T) {
 	st := NewStore()
 	m := st.Open("c")
 	m.Bad = map[Coord]error{{"t", 0, 3}: errors.New("boom")}
-	f := acquire(t, m)
+	f := acquireP0(t, m)
 	err := m.Prepare(ctx, batch(0, f, 0, 4))
 	var rl connectors.RecordLocator
 	if !errors.As(err, &rl) || !errors.Is(err, twophase.ErrNothingPrepared) {
@@ -173,7 +173,7 @@ func TestWriteLocal(t *testing.T) {
 	ctx := context.Background()
 	st := NewStore()
 	m := st.Open("c")
-	f := acquire(t, m)
+	f := acquireP0(t, m)
 	if err := m.WriteLocal(ctx, batch(0, f+1, 0, 1), offsets.GuardCAS, connectors.Atomic); !errors.Is(err, twophase.ErrFenced) {
 		t.Fatalf("stale fence: %v", err)
 	}
