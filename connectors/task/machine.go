@@ -867,12 +867,16 @@ func (m *Machine) roundDone(r *round, res Result, out []Action) []Action {
 	case len(res.Fenced) > 0 || errors.Is(err, offsets.ErrFenced) || errors.Is(err, twophase.ErrFenced):
 		out = append(out, report(Report{Type: ReportFenced, Err: fencedErr(err, res.Fenced)}))
 		return m.restart(fmt.Errorf("fenced: %w", fencedErr(err, res.Fenced)), out)
-	case len(res.InDoubt) > 0:
-		// A committed decision whose participant commit failed, or a
-		// prepare that may have left its batch prepared: the batches are
-		// visible to recovery, which the next assignment runs.
-		return m.restart(fmt.Errorf("%d batches left in doubt: %w", len(res.InDoubt), orUnknown(err)), out)
+	case len(res.InDoubt) > 0 && len(res.Committed) == len(r.Batches):
+		// A committed decision whose participant commit failed: the
+		// batches are visible to recovery, which the next assignment runs.
+		return m.restart(fmt.Errorf("%d committed batches left in doubt: %w", len(res.InDoubt), orUnknown(err)), out)
 	}
+	// A round that aborted for a bad record, a schema change or a
+	// terminal error is handled as such even when a prepare that failed
+	// may have left its batch prepared: the partition stops before the
+	// record (or the task fails), and the next owner's recovery resolves
+	// what was left.
 	var own *twophase.OwnRoundError
 	if errors.As(err, &own) {
 		tp := TP{own.ID.Topic, own.ID.Partition}
@@ -894,6 +898,11 @@ func (m *Machine) roundDone(r *round, res Result, out []Action) []Action {
 	}
 	if connectors.IsTerminal(err) {
 		return m.fail(err, out)
+	}
+	if len(res.InDoubt) > 0 {
+		// A prepare that may have left its batch prepared: recover it
+		// (the next assignment does) before any new work on it.
+		return m.restart(fmt.Errorf("%d batches may be left prepared: %w", len(res.InDoubt), orUnknown(err)), out)
 	}
 	out = m.rewind(nil, out)
 	switch {
