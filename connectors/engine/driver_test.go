@@ -67,37 +67,7 @@ func newMemRig(t *testing.T, partitions, txns int) *memRig {
 // every round touches every partition.
 func produceSpread(t *testing.T, addrs []string, topic string, n int) map[coord]string {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.TransactionalID("up-"+topic), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx := context.Background()
-	want := map[coord]string{}
-	seq := 0
-	for i := range n {
-		if err := cl.BeginTransaction(); err != nil {
-			t.Fatal(err)
-		}
-		var recs []*kgo.Record
-		for range 3 + i%17 {
-			seq++
-			recs = append(recs, &kgo.Record{Value: fmt.Appendf(nil, `{"id":"%d","seq":%d}`, seq, seq)})
-		}
-		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-		abort := i%4 == 3
-		if err := cl.EndTransaction(ctx, kgo.TransactionEndTry(!abort)); err != nil {
-			t.Fatal(err)
-		}
-		if !abort {
-			for j, r := range recs {
-				want[coord{r.Partition, r.Offset}] = fmt.Sprint(seq - len(recs) + 1 + j)
-			}
-		}
-	}
-	return want
+	return produceTxnsWith(t, addrs, topic, n, func(i, j int) bool { return j < 3+i%17 }, kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
 }
 
 // open opens connector "mem" (all instances share its group and offsets)

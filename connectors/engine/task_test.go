@@ -83,13 +83,21 @@ type coord struct {
 // partitions, aborting every fourth, and returns the committed records.
 func produceTxns(t *testing.T, addrs []string, topic string, n int) map[coord]string {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.TransactionalID("up-"+topic), kgo.DefaultProduceTopic(topic))
+	rng := rand.New(rand.NewPCG(1, 2))
+	return produceTxnsWith(t, addrs, topic, n, func(_, j int) bool { return j < 1+rng.IntN(20) })
+}
+
+// produceTxnsWith writes n transactions, transaction i taking records while
+// more(i, j) holds for its j-th record, aborting every fourth, and returns
+// the committed records (values {"id":…,"seq":…}).
+func produceTxnsWith(t *testing.T, addrs []string, topic string, n int, more func(i, j int) bool, opts ...kgo.Opt) map[coord]string {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addrs...), kgo.TransactionalID("up-" + topic), kgo.DefaultProduceTopic(topic)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
 	ctx := context.Background()
-	rng := rand.New(rand.NewPCG(1, 2))
 	want := map[coord]string{}
 	seq := 0
 	for i := 0; i < n; i++ {
@@ -97,7 +105,7 @@ func produceTxns(t *testing.T, addrs []string, topic string, n int) map[coord]st
 			t.Fatal(err)
 		}
 		var recs []*kgo.Record
-		for j := 0; j < 1+rng.IntN(20); j++ {
+		for j := 0; more(i, j); j++ {
 			seq++
 			v, _ := json.Marshal(map[string]any{"id": fmt.Sprint(seq), "seq": seq})
 			recs = append(recs, &kgo.Record{Value: v})
