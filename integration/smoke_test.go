@@ -34,8 +34,11 @@ func randSuffix(t *testing.T) string {
 // read_committed consumer and aborted ones are not; a read_uncommitted
 // consumer sees both; all of it survives a broker kill and restart.
 func TestSmokeKafkaTransactions(t *testing.T) {
-	k := harness.Kafka(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// A broker of its own: the test kills and restarts it.
+	k := harness.KafkaOwn(t)
+	// A bound, not a wait: on a loaded machine (CI: 2 cores, load 20+) a
+	// broker restart alone can take a minute or two.
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 
 	topic := "smoke-txn-" + randSuffix(t)

@@ -48,6 +48,25 @@ func Kafka(t testing.TB) *KafkaService {
 	return &KafkaService{Bootstrap: k.bootstrap, tb: t, k: k}
 }
 
+// KafkaOwn returns a broker of the test's own (the image Kafka uses),
+// terminated when the test ends, for tests that stop and restart it: a
+// restart of the broker the test binary shares would hold up every later
+// test while it reloads their partitions, and fail them if it took longer
+// than the restarting test allows. With TXSINK_TEST_KAFKA_BOOTSTRAP set it
+// returns that broker, whose Stop and Start skip the calling test.
+func KafkaOwn(t testing.TB) *KafkaService {
+	t.Helper()
+	if addr := os.Getenv(EnvKafkaBootstrap); addr != "" {
+		return &KafkaService{Bootstrap: addr, tb: t, k: &kafkaShared{bootstrap: addr}}
+	}
+	requireDocker(t, EnvKafkaBootstrap)
+	k, err := startKafka(t, false, envOr(EnvKafkaImage, DefaultKafkaImage))
+	if err != nil {
+		t.Fatalf("harness: starting a broker of the test's own: %v", err)
+	}
+	return &KafkaService{Bootstrap: k.bootstrap, tb: t, k: k}
+}
+
 // KafkaPrevious returns a broker like Kafka's, of the previous Kafka
 // release the suite still tests (TXSINK_TEST_KAFKA_PREVIOUS_IMAGE, default
 // DefaultKafkaPreviousImage), shared by the test binary. It always runs in
