@@ -36,8 +36,10 @@ test-targets:
 
 test-unit:
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v '/integration')
+	$(GO) vet -tags dbtest ./connectors/postgres/ ./offsets/
 
 test-integration:
+	$(GO) test -race -tags dbtest -count=1 -timeout 10m ./connectors/postgres/ ./offsets/
 	$(GO) test -count=1 -timeout 45m -p 1 ./integration/...
 
 # ClickHouse lane 26 (docs/testing.md): every ClickHouse test, and the
