@@ -283,6 +283,60 @@ func (r *memRig) check(t *testing.T, dups bool) {
 	}
 }
 
+// checkAtMostOnce waits until conn's stored positions pass every wanted
+// record, stops it and checks the rows: each once at most, in offset
+// order; with lost, a crash between the offset and the rows lost the rows
+// of one batch (at most batch.max.records, of one partition), otherwise
+// none.
+func (r *memRig) checkAtMostOnce(t *testing.T, conn *engine.Connector, lost bool) {
+	t.Helper()
+	ends := map[int32]int64{}
+	for k := range r.want {
+		ends[k.p] = max(ends[k.p], k.off+1)
+	}
+	r.ev.waitFor(t, "positions past every record", func() bool {
+		pos, _ := r.store.Open("mem").Positions(context.Background())
+		n := 0
+		for _, p := range pos {
+			if p.Next >= ends[p.Partition] {
+				n++
+			}
+		}
+		return n == len(ends)
+	})
+	conn.Stop()
+	seen := map[coord]int{}
+	last := map[int32]int64{}
+	for _, row := range r.store.Rows() {
+		k := coord{row.Partition, row.Offset}
+		if _, ok := r.want[k]; !ok {
+			t.Errorf("row p%d@%d: not a committed upstream record", k.p, k.off)
+		}
+		if prev, ok := last[row.Partition]; ok && row.Offset <= prev {
+			t.Errorf("p%d: offset %d stored after %d", row.Partition, row.Offset, prev)
+		}
+		last[row.Partition] = row.Offset
+		seen[k]++
+	}
+	missing := map[int32]int{}
+	n := 0
+	for k := range r.want {
+		if seen[k] > 1 {
+			t.Errorf("p%d@%d written %d times", k.p, k.off, seen[k])
+		}
+		if seen[k] == 0 {
+			missing[k.p]++
+			n++
+		}
+	}
+	switch {
+	case !lost && n > 0:
+		t.Errorf("%d records lost: %v by partition", n, missing)
+	case lost && (len(missing) != 1 || n > 30):
+		t.Errorf("%d records lost, by partition %v; want the rows of the one batch whose offset was written", n, missing)
+	}
+}
+
 // drain waits until every wanted record is stored, then stops conn
 // gracefully (its rounds end) so that check sees a settled store.
 func (r *memRig) drain(t *testing.T, conn *engine.Connector) {
@@ -328,13 +382,14 @@ func crashAt(p sinktest.Point, n int64, hits *atomic.Int64) func(context.Context
 func TestDriverCrash(t *testing.T) {
 	twoPhase := []sinktest.Point{sinktest.BeforePrepare, sinktest.AfterPrepare, sinktest.BeforeCommit, sinktest.AfterCommit, sinktest.InAcquire}
 	local := []sinktest.Point{sinktest.BeforeLocalCommit, sinktest.AfterLocalCommit, sinktest.InAcquire}
-	for _, m := range memModes {
+	modes := append(slices.Clone(memModes), struct{ name, delivery, inFlight string }{"at_most_once", "at_most_once", "1"})
+	for _, m := range modes {
 		points := local
 		if m.delivery == "exactly_once" {
 			points = twoPhase
 		}
-		if m.delivery == "at_least_once" {
-			points = append(points, sinktest.BetweenLocal)
+		if m.delivery == "at_least_once" || m.delivery == "at_most_once" {
+			points = append(slices.Clone(points), sinktest.BetweenLocal)
 		}
 		for _, p := range points {
 			t.Run(m.name+"/"+string(p), func(t *testing.T) {
@@ -362,6 +417,10 @@ func TestDriverCrash(t *testing.T) {
 				}
 				connB := r.open(t, m.delivery, m.inFlight, "a", nil, nil)
 				connB.Start(nil)
+				if m.delivery == "at_most_once" {
+					r.checkAtMostOnce(t, connB, p == sinktest.BetweenLocal)
+					return
+				}
 				r.drain(t, connB)
 				r.check(t, m.delivery == "at_least_once")
 			})
@@ -402,61 +461,66 @@ func TestDriverZombie(t *testing.T) {
 		if m.delivery == "at_least_once" {
 			continue // unfenced by design
 		}
-		p := sinktest.BeforePrepare
+		points := []sinktest.Point{sinktest.BeforePrepare, sinktest.AfterPrepare, sinktest.BeforeCommit}
 		if m.delivery == "exactly_once_sink" {
-			p = sinktest.BeforeLocalCommit
+			points = []sinktest.Point{sinktest.BeforeLocalCommit, sinktest.AfterLocalCommit}
 		}
-		t.Run(m.name+"/"+string(p), func(t *testing.T) {
-			r := newMemRig(t, 3, 40)
-			release := make(chan struct{})
-			var frozen atomic.Int64
-			var a *sinktest.MemSink
-			// One round takes the whole backlog: every partition.
-			connA := r.open(t, m.delivery, m.inFlight, "a", nil, func(s *sinktest.MemSink) {
-				a = s
-				s.Hook = func(ctx context.Context, q sinktest.Point, _ twophase.BatchID) error {
-					if q != p {
-						return nil
+		for _, p := range points {
+			t.Run(m.name+"/"+string(p), func(t *testing.T) {
+				r := newMemRig(t, 3, 40)
+				release := make(chan struct{})
+				var frozen atomic.Int64
+				var a *sinktest.MemSink
+				// One round takes the whole backlog: every partition.
+				connA := r.open(t, m.delivery, m.inFlight, "a", nil, func(s *sinktest.MemSink) {
+					a = s
+					s.Hook = func(ctx context.Context, q sinktest.Point, _ twophase.BatchID) error {
+						if q != p {
+							return nil
+						}
+						frozen.Add(1)
+						r.ev.poke()
+						select {
+						case <-release:
+							return nil
+						case <-ctx.Done():
+							return ctx.Err()
+						}
 					}
-					frozen.Add(1)
-					r.ev.poke()
-					select {
-					case <-release:
-						return nil
-					case <-ctx.Done():
-						return ctx.Err()
+				}, "batch.max.records", "10000")
+				connA.Start(nil)
+				r.ev.waitFor(t, "task A frozen on every partition", func() bool { return frozen.Load() >= 3 })
+				// A's heartbeats are lost while it is frozen: the broker closes
+				// the connection of each.
+				var member atomic.Value
+				var thawed atomic.Bool
+				r.c.ControlKey(int16(kmsg.Heartbeat), func(req kmsg.Request) (kmsg.Response, error, bool) {
+					r.c.KeepControl()
+					hb := req.(*kmsg.HeartbeatRequest)
+					if member.CompareAndSwap(nil, hb.MemberID) {
+						r.ev.poke()
 					}
+					if !thawed.Load() && member.Load() == hb.MemberID {
+						return nil, errors.New("task A is frozen"), true
+					}
+					return nil, nil, false
+				})
+				r.ev.waitFor(t, "task A heartbeats", func() bool { return member.Load() != nil })
+				connB := r.open(t, m.delivery, m.inFlight, "b", nil, nil)
+				connB.Start(nil)
+				r.ev.waitFor(t, "task B commits", func() bool { return len(r.store.Rows()) > 0 })
+				thawed.Store(true)
+				close(release)
+				if p == sinktest.BeforePrepare || p == sinktest.BeforeLocalCommit {
+					// A's write comes after B's fence bump.
+					r.ev.waitFor(t, "task A fenced", func() bool { return a.Fenced() > 0 })
 				}
-			}, "batch.max.records", "10000")
-			connA.Start(nil)
-			r.ev.waitFor(t, "task A frozen on every partition", func() bool { return frozen.Load() >= 3 })
-			// A's heartbeats are lost while it is frozen: the broker closes
-			// the connection of each.
-			var member atomic.Value
-			var thawed atomic.Bool
-			r.c.ControlKey(int16(kmsg.Heartbeat), func(req kmsg.Request) (kmsg.Response, error, bool) {
-				r.c.KeepControl()
-				hb := req.(*kmsg.HeartbeatRequest)
-				if member.CompareAndSwap(nil, hb.MemberID) {
-					r.ev.poke()
-				}
-				if !thawed.Load() && member.Load() == hb.MemberID {
-					return nil, errors.New("task A is frozen"), true
-				}
-				return nil, nil, false
+				r.ev.waitFor(t, fmt.Sprintf("all %d records stored", len(r.want)), func() bool { return r.distinct() >= len(r.want) })
+				connA.Stop()
+				connB.Stop()
+				r.check(t, false)
 			})
-			r.ev.waitFor(t, "task A heartbeats", func() bool { return member.Load() != nil })
-			connB := r.open(t, m.delivery, m.inFlight, "b", nil, nil)
-			connB.Start(nil)
-			r.ev.waitFor(t, "task B commits", func() bool { return len(r.store.Rows()) > 0 })
-			thawed.Store(true)
-			close(release)
-			r.ev.waitFor(t, "task A fenced", func() bool { return a.Fenced() > 0 })
-			r.ev.waitFor(t, fmt.Sprintf("all %d records stored", len(r.want)), func() bool { return r.distinct() >= len(r.want) })
-			connA.Stop()
-			connB.Stop()
-			r.check(t, false)
-		})
+		}
 	}
 }
 
