@@ -350,6 +350,7 @@ func (r *memRig) drain(t *testing.T, conn *engine.Connector) {
 func TestDriverDrain(t *testing.T) {
 	for _, m := range memModes {
 		t.Run(m.name, func(t *testing.T) {
+			t.Parallel() // each subtest has its own kfake cluster and store
 			r := newMemRig(t, 3, 40)
 			obs := &roundObserver{}
 			// The largest batch.max.bytes: the Kafka client must accept it.
@@ -393,6 +394,7 @@ func TestDriverCrash(t *testing.T) {
 		}
 		for _, p := range points {
 			t.Run(m.name+"/"+string(p), func(t *testing.T) {
+				t.Parallel() // each subtest has its own kfake cluster and store
 				r := newMemRig(t, 3, 40)
 				var hits atomic.Int64
 				var a *sinktest.MemSink
@@ -467,6 +469,7 @@ func TestDriverZombie(t *testing.T) {
 		}
 		for _, p := range points {
 			t.Run(m.name+"/"+string(p), func(t *testing.T) {
+				t.Parallel() // each subtest has its own kfake cluster and store
 				r := newMemRig(t, 3, 40)
 				release := make(chan struct{})
 				var frozen atomic.Int64
@@ -534,6 +537,7 @@ func TestDriverRebalanceMidRound(t *testing.T) {
 			p = sinktest.AfterLocalCommit
 		}
 		t.Run(m.name, func(t *testing.T) {
+			t.Parallel() // each subtest has its own kfake cluster and store
 			r := newMemRig(t, 4, 40)
 			reached, release := make(chan struct{}), make(chan struct{})
 			connA := r.open(t, m.delivery, m.inFlight, "a", nil, func(s *sinktest.MemSink) {
@@ -570,6 +574,7 @@ func (o *assignObserver) Assigned(_ int, ps []offsets.Position) {
 func TestDriverBadRecordStops(t *testing.T) {
 	for _, m := range memModes {
 		t.Run(m.name, func(t *testing.T) {
+			t.Parallel() // each subtest has its own kfake cluster and store
 			r := newMemRig(t, 1, 20)
 			// The bad record: the 25th committed one of partition 0.
 			var bad int64 = -1
@@ -619,6 +624,7 @@ func TestDriverBadRecordStops(t *testing.T) {
 func TestDriverPauseResume(t *testing.T) {
 	for _, m := range memModes {
 		t.Run(m.name, func(t *testing.T) {
+			t.Parallel() // each subtest has its own kfake cluster and store
 			r := newMemRig(t, 3, 20)
 			var writes atomic.Int64
 			obs := &assignObserver{}

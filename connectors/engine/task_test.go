@@ -175,6 +175,7 @@ func exit(t *testing.T, exits <-chan error, what string) error {
 func TestTaskFailsOnTerminalError(t *testing.T) {
 	for _, m := range memModes {
 		t.Run(m.name, func(t *testing.T) {
+			t.Parallel() // each subtest has its own kfake cluster and store
 			r := newMemRig(t, 3, 8)
 			var calls atomic.Int64
 			conn := r.open(t, m.delivery, m.inFlight, "a", nil, func(s *sinktest.MemSink) {
@@ -212,6 +213,7 @@ func TestTaskFailsOnTerminalError(t *testing.T) {
 func TestTaskReportsDeadLetters(t *testing.T) {
 	for _, m := range memModes {
 		t.Run(m.name, func(t *testing.T) {
+			t.Parallel() // each subtest has its own kfake cluster and store
 			r := newMemRigOn(t, "ev", 1)
 			var values []string
 			for i := range 20 {
@@ -245,6 +247,7 @@ func TestTaskReportsDeadLetters(t *testing.T) {
 func TestTaskInitialLatest(t *testing.T) {
 	for _, m := range memModes {
 		t.Run(m.name, func(t *testing.T) {
+			t.Parallel() // each subtest has its own kfake cluster and store
 			r := newMemRigOn(t, "ev", 3)
 			produce := func(prefix string) []*kgo.Record {
 				var values []string
@@ -286,6 +289,7 @@ func TestTaskInitialLatest(t *testing.T) {
 func TestTaskWaitsForUnavailableDependency(t *testing.T) {
 	for _, m := range memModes {
 		t.Run(m.name, func(t *testing.T) {
+			t.Parallel() // each subtest has its own kfake cluster and store
 			r := newMemRig(t, 2, 20)
 			var up atomic.Bool
 			var refused atomic.Int64
@@ -416,6 +420,7 @@ func TestTaskRunsSchemaChangesAlone(t *testing.T) {
 			continue
 		}
 		t.Run(m.name, func(t *testing.T) {
+			t.Parallel() // each subtest has its own kfake cluster and store
 			// Each partition starts with records of a new generation,
 			// which have a new field, followed by older ones: the first
 			// round cuts a batch of every partition, each needing the
