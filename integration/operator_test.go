@@ -5,13 +5,17 @@ package integration
 // broker and a real PostgreSQL server.
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txsink/txsink/config"
 )
@@ -112,14 +116,14 @@ func TestOperatorConfigTypos(t *testing.T) {
 	other := "op-unknown-" + randSuffix(t)
 	w.must(t, 201, "POST", "/connectors", map[string]any{"name": other, "config": with(other, "my.team.label", "payments"), "initial_state": "STOPPED"})
 	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(w.output(), "settings txsink does not know") {
+	for !strings.Contains(w.output(), "does not know; they are ignored") {
 		if time.Now().After(deadline) {
 			t.Fatalf("no log line about my.team.label:\n%s", tail(w.output(), 3000))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	for _, line := range strings.Split(w.output(), "\n") {
-		if strings.Contains(line, "settings txsink does not know") && !(strings.Contains(line, other) && strings.Contains(line, "my.team.label")) {
+		if strings.Contains(line, "does not know; they are ignored") && !(strings.Contains(line, other) && strings.Contains(line, "my.team.label")) {
 			t.Errorf("log line does not name the connector and the setting: %s", line)
 		}
 	}
@@ -226,5 +230,153 @@ func TestOperatorTableNotFoundHint(t *testing.T) {
 			t.Fatalf("task not FAILED after 90s: %s", b)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// abortTail appends aborted transactions of n records to each of the
+// topic's partitions, after everything produced so far.
+func abortTail(t *testing.T, bootstrap, topic string, partitions int32, txns, n int) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(bootstrap), kgo.TransactionalID("op-abort-"+topic),
+		kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for range txns {
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		var recs []*kgo.Record
+		for p := range partitions {
+			for i := range n {
+				recs = append(recs, &kgo.Record{Partition: p, Value: []byte(fmt.Sprintf(`{"id":"aborted-%d-%d","seq":0,"body":""}`, p, i))})
+			}
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestOperatorLagZeroAfterAbortedTail: after a full drain of partitions
+// whose logs end with aborted transactions, the lag is 0 in the status
+// (REST and CLI), in txsink_partition_lag and in txsink verify, while
+// the end offset is well past the stored position. On main before issue
+// 27 the status, CLI and metric showed end offset − next offset (here
+// over 60 per partition) for good, while verify said 0.
+func TestOperatorLagZeroAfterAbortedTail(t *testing.T) {
+	k, dbURL := sinkEnv(t)
+	pool := connectPool(t, dbURL)
+	topic := "op_lag_" + randSuffix(t)
+	const parts = 3
+	createTopic(t, k, topic, parts)
+	createEventsTable(t, pool, topic)
+	w := startServe(t, k.Bootstrap, freeAddr(t), filepath.Join(t.TempDir(), "data"), "op-lag")
+	name := "op-lag-" + randSuffix(t)
+	cfg := baseConnector(name, topic, dbURL, "exactly_once")
+	w.must(t, 201, "POST", "/connectors", map[string]any{"name": name, "config": cfg})
+
+	u := &upstream{}
+	produce(t, k.Bootstrap, topic, produceOpts{Records: 2000, Partitions: parts, AbortRatio: 0.2, MaxTxn: 50, Seed: 27}, u)
+	abortTail(t, k.Bootstrap, topic, parts, 3, 20) // 60 aborted records and 3 markers per partition
+	waitDrained(t, pool, name, u, 2*time.Minute, nil)
+	if problems := exactness(u, readRows(t, pool, topic), nil); len(problems) > 0 {
+		t.Fatalf("%d anomalies, first: %v", len(problems), problems[:min(10, len(problems))])
+	}
+
+	// The REST status: every partition known, lag 0, end offset past
+	// the stored position by the aborted tail.
+	deadline := time.Now().Add(30 * time.Second)
+	var st apiStatus
+	for {
+		_, b := w.call(t, "GET", "/connectors/"+name+"/status", nil)
+		st = apiStatus{}
+		_ = json.Unmarshal([]byte(b), &st)
+		n, zero := 0, true
+		for _, task := range st.Tasks {
+			for _, p := range task.Txsink.Partitions {
+				n++
+				zero = zero && p.Lag != nil && *p.Lag == 0
+			}
+		}
+		if n == parts && zero {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status lag not 0 on every partition after the drain: %s", b)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	_, raw := w.call(t, "GET", "/connectors/"+name+"/status", nil)
+	var ends struct {
+		Tasks []struct {
+			Txsink struct {
+				Partitions []struct {
+					Partition  int32  `json:"partition"`
+					NextOffset int64  `json:"next_offset"`
+					EndOffset  *int64 `json:"end_offset"`
+				} `json:"partitions"`
+			} `json:"txsink"`
+		} `json:"tasks"`
+	}
+	_ = json.Unmarshal([]byte(raw), &ends)
+	for _, task := range ends.Tasks {
+		for _, p := range task.Txsink.Partitions {
+			if p.EndOffset == nil || *p.EndOffset-p.NextOffset < 60 {
+				t.Errorf("partition %d: end offset %v, next %d: the aborted tail should lie past the position", p.Partition, p.EndOffset, p.NextOffset)
+			}
+		}
+	}
+
+	// The CLI shows the same.
+	out := cliOK(t, []string{"TXSINK_URL=" + w.base}, "status", name, "-output", "json")
+	var cst apiStatus
+	if err := json.Unmarshal([]byte(out), &cst); err != nil {
+		t.Fatalf("CLI status: %v\n%s", err, out)
+	}
+	for _, task := range cst.Tasks {
+		for _, p := range task.Txsink.Partitions {
+			if p.Lag == nil || *p.Lag != 0 {
+				t.Errorf("CLI status: partition %d lag %v, want 0", p.Partition, p.Lag)
+			}
+		}
+	}
+
+	// The metric: one series per partition, each 0.
+	_, metrics := w.call(t, "GET", "/metrics", nil)
+	series := 0
+	for _, line := range strings.Split(metrics, "\n") {
+		if !strings.HasPrefix(line, "txsink_partition_lag{") || !strings.Contains(line, `connector="`+name+`"`) {
+			continue
+		}
+		series++
+		if f := strings.Fields(line); f[len(f)-1] != "0" {
+			t.Errorf("metric: %s", line)
+		}
+	}
+	if series != parts {
+		t.Errorf("%d txsink_partition_lag series for %s, want %d", series, name, parts)
+	}
+
+	// verify: lag 0 on every partition, no anomaly.
+	r := runCommand(t, nil, "verify", "-bootstrap", k.Bootstrap, "-config", writeConnector(t, cfg), "-id-column", "id", "-prepared-grace", "0", "-max-lag", "0", "-output", "json")
+	var rep struct {
+		Lag        int64 `json:"lag"`
+		Partitions []struct {
+			Partition int32 `json:"partition"`
+			Lag       int64 `json:"lag"`
+		} `json:"partitions"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || r.code != 0 {
+		t.Fatalf("verify: exit %d, %v\n%v", r.code, err, r)
+	}
+	if rep.Lag != 0 || len(rep.Partitions) != parts {
+		t.Errorf("verify: lag %d over %d partitions, want 0 over %d", rep.Lag, len(rep.Partitions), parts)
 	}
 }
