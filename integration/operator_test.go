@@ -171,8 +171,10 @@ func TestOperatorVendorConfigs(t *testing.T) {
 		if _, ok := cfg["connection.user"]; ok {
 			cfg["connection.user"] = u.User.Username()
 		}
-		if pw, ok := u.User.Password(); ok {
-			cfg["connection.password"] = pw
+		// validate does not connect; a password of its own keeps the
+		// log and answer scrubbing (of secrets) off the messages.
+		if _, ok := cfg["connection.password"]; ok {
+			cfg["connection.password"] = "Vendor-Secret-7f3a"
 		}
 		errs := operatorValidate(t, w, cfg).errorsOf()
 		anyRefused := false
