@@ -14,7 +14,7 @@ LDFLAGS := -s -w \
 export TESTCONTAINERS_RYUK_DISABLED ?= true
 export TESTCONTAINERS_HOST_OVERRIDE ?= 127.0.0.1
 
-.PHONY: all build lint test test-targets test-unit test-integration test-integration-ch26 test-bench-smoke images chaos bench bench-smoke
+.PHONY: all build lint test test-targets test-lanes test-unit test-integration test-integration-1 test-integration-2 test-integration-more test-chaos-1 test-chaos-2 test-integration-ch26 test-bench-smoke images chaos bench bench-smoke
 
 all: lint build test
 
@@ -26,19 +26,57 @@ lint:
 	if [[ -n $$out ]]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-# What `make test` runs, in order (.ci/run times each one: `make -s test-targets`).
-TEST_TARGETS := test-unit test-integration test-integration-ch26 test-bench-smoke
+# What `make test` runs, in lanes: a lane is a word, its targets joined by
+# commas and run one after another. .ci/run starts every lane at once
+# (`make -s test-lanes`) and times each target: each target is one or two
+# go test processes with their own services, so the lanes share nothing
+# but the machine, and CI takes as long as its longest lane
+# (docs/testing.md, "CI"). `make test` runs every target one after
+# another; `make -j4 test` runs them four at a time.
+TEST_LANES := test-unit,test-integration-more,test-bench-smoke,test-integration-ch26 test-integration-1 test-integration-2 test-chaos-1 test-chaos-2
+comma := ,
+TEST_TARGETS := $(subst $(comma), ,$(TEST_LANES))
 
 test: $(TEST_TARGETS)
 
 test-targets:
 	@echo $(TEST_TARGETS)
 
+test-lanes:
+	@echo $(TEST_LANES)
+
 test-unit:
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v '/integration')
+	$(GO) vet -tags dbtest ./connectors/postgres/ ./offsets/
 
+# Every integration test, package by package (what test-integration-1,
+# -2, -more, test-chaos-1 and -2 run, in shards that can run at once).
 test-integration:
+	$(GO) test -race -tags dbtest -count=1 -timeout 10m ./connectors/postgres/ ./offsets/
 	$(GO) test -count=1 -timeout 45m -p 1 ./integration/...
+
+# The integration package in two shards, two test binaries with their own
+# services: the first runs the tests INTEGRATION_1 selects, the second
+# every other test (-skip, so a new test cannot fall between the two).
+INTEGRATION_1 := ^Test(Postgres|Security|Py|Debezium|Shutdown|Smoke|Kafka|Verify)
+test-integration-1:
+	$(GO) test -count=1 -timeout 30m -run '$(INTEGRATION_1)' ./integration/
+test-integration-2:
+	$(GO) test -count=1 -timeout 30m -skip '$(INTEGRATION_1)' ./integration/
+
+# The other integration packages but chaos (the cluster suite, the fault
+# proxy), one after another.
+test-integration-more:
+	$(GO) test -count=1 -timeout 20m -p 1 $$($(GO) list ./integration/... | grep -v -e '/integration$$' -e '/integration/chaos$$')
+
+# The chaos package in two shards: the profiles and focused fault tests on
+# the three-broker cluster, and those on the lone broker (with the
+# ClickHouse profile, to balance them).
+CHAOS_1 := ^(TestChaos|TestFaultCuts|TestFaultNetwork|TestFaultBrokers)$$
+test-chaos-1:
+	$(GO) test -count=1 -timeout 30m -run '$(CHAOS_1)' ./integration/chaos/
+test-chaos-2:
+	$(GO) test -count=1 -timeout 30m -skip '$(CHAOS_1)' ./integration/chaos/
 
 # ClickHouse lane 26 (docs/testing.md): every ClickHouse test, and the
 # format end to end (Avro, Protobuf, JSON Schema into both sinks) and the
@@ -46,10 +84,10 @@ test-integration:
 # current server without ZooKeeper (TXSINK_TEST_CLICKHOUSE26_IMAGE; CI:
 # ClickHouse 26.9 from the chdb-core wheel). test-integration ran them on
 # the default lane (TXSINK_TEST_CLICKHOUSE_IMAGE with ZooKeeper). Each
-# package starts its services once.
+# package starts its services once; the two packages run at once.
 CH26_TESTS := ^(TestClickHouse|TestVerifyClickHouse|TestVerifyReplicaClickHouse|TestSmokeClickHouse|TestChaosClickHouse|TestFormatsEndToEnd|TestCDCClickHouse)
 test-integration-ch26:
-	TXSINK_TEST_CLICKHOUSE_LANE=26 $(GO) test -count=1 -timeout 30m -p 1 -run '$(CH26_TESTS)' ./integration/ ./integration/chaos/
+	TXSINK_TEST_CLICKHOUSE_LANE=26 $(GO) test -count=1 -timeout 30m -p 2 -run '$(CH26_TESTS)' ./integration/ ./integration/chaos/
 
 # Builds the local stand-in images and prints the variables that select them:
 #   eval "$$(make -s images)"

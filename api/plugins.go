@@ -181,7 +181,8 @@ func Validate(reg *connectors.Registry, spec connectors.Spec, raw map[string]str
 		out.ErrorCount += len(v.Errors)
 		out.Configs = append(out.Configs, configInfo{Definition: k, Value: v})
 	}
-	// Errors about settings that have no definition (a malformed key).
+	// Errors about settings that have no definition: a malformed key, a
+	// misspelt one, another connector's setting that txsink refuses.
 	for _, e := range errs {
 		if known[e.Name] {
 			continue
@@ -190,6 +191,17 @@ func Validate(reg *connectors.Registry, spec connectors.Spec, raw map[string]str
 		out.Configs = append(out.Configs, configInfo{
 			Definition: configKeyInfo{Name: e.Name, Type: "STRING", Importance: "LOW", Width: "NONE", DisplayName: e.Name, Dependents: []string{}},
 			Value:      configValueInfo{Name: e.Name, RecommendedValues: []string{}, Errors: []string{secrets.ScrubString(e.Msg, secs)}, Visible: true},
+		})
+	}
+	// Settings nothing defines, which a create accepts and ignores (it
+	// logs them): validate reports each as an entry with an error, so a
+	// client that validates first sees them (docs/api.md).
+	for _, k := range config.CheckKeys(raw, defs).Unknown {
+		out.ErrorCount++
+		val := shown[k]
+		out.Configs = append(out.Configs, configInfo{
+			Definition: configKeyInfo{Name: k, Type: "STRING", Importance: "LOW", Width: "NONE", DisplayName: k, Dependents: []string{}},
+			Value:      configValueInfo{Name: k, Value: &val, RecommendedValues: []string{}, Errors: []string{config.UnknownMsg}, Visible: true},
 		})
 	}
 	return out

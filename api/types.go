@@ -227,8 +227,12 @@ func toTaskState(t engine.TaskStatus, version string) taskState {
 	for _, p := range t.Partitions {
 		ps := partitionStatus{Topic: p.Topic, Partition: p.Partition, NextOffset: p.NextOffset}
 		if p.EndOffset >= 0 {
-			e, l := p.EndOffset, p.Lag
-			ps.EndOffset, ps.Lag = &e, &l
+			e := p.EndOffset
+			ps.EndOffset = &e
+		}
+		if p.Lag >= 0 {
+			l := p.Lag
+			ps.Lag = &l
 		}
 		ext.Partitions = append(ext.Partitions, ps)
 	}

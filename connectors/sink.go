@@ -285,6 +285,9 @@ func (r *Registry) Validate(raw map[string]string) (Spec, config.Values, config.
 		}
 	}
 	more(convert.Check(v, convert.WithRegistryPolicy(p.Registry)))
+	// Misspelt settings and other connectors' settings that would change
+	// what is written (config.CheckKeys).
+	errs = append(errs, config.CheckKeys(raw, spec.AllDefs()).Refused...)
 	return spec, v, errs
 }
 

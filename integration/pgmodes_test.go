@@ -15,6 +15,7 @@ import (
 	"github.com/txsink/txsink/integration/harness"
 	"github.com/txsink/txsink/internal/failpoint"
 	"github.com/txsink/txsink/offsets"
+	"github.com/txsink/txsink/twophase"
 )
 
 // TestPostgresModes runs every delivery guarantee end to end. Without
@@ -110,6 +111,17 @@ func waitStopped(t *testing.T, p *proc, d time.Duration) {
 // rewind while the zombie is paused, which puts next_offset back where the
 // zombie expects it: only the fence can reject it then. The negative
 // controls switch the sink checks off and must produce duplicates.
+//
+// Each case tells in one run. The zombies the fence must stop freeze past
+// every ownership check the task makes, with nothing of the round written
+// and no sink transaction open: before-write (local rounds) or after-begin
+// (two-phase rounds: the Kafka transaction begun, nothing prepared). So
+// PostgreSQL's idle-in-transaction timeout has nothing of theirs to end
+// during the freeze, the task cannot drop the round on learning of its
+// revocation, and once continued the round goes straight to its write:
+// only the fence (or, switched off, nothing) decides it. The test then
+// waits for that outcome (the rejection in the zombie's log, or the
+// duplicate in the table), not for a fixed time.
 func TestPostgresZombie(t *testing.T) {
 	k := harness.Kafka(t)
 	cases := []struct {
@@ -117,114 +129,100 @@ func TestPostgresZombie(t *testing.T) {
 		rewind, unsafe    bool
 		rejectLog         string
 	}{
-		{"exactly_once", "exactly_once", failpoint.AfterPrepare, false, false, "round aborted by the decision"},
-		{"exactly_once_sink", "exactly_once_sink", failpoint.AfterPoll, false, false, "fence conflict"},
-		{"exactly_once/rewind", "exactly_once", failpoint.AfterPoll, true, false, "fence conflict"},
-		{"exactly_once_sink/rewind", "exactly_once_sink", failpoint.AfterPoll, true, false, "fence conflict"},
-		{"negative/exactly_once_sink-unfenced", "exactly_once_sink", failpoint.AfterPoll, false, true, ""},
-		{"negative/exactly_once_sink-unfenced-rewind", "exactly_once_sink", failpoint.AfterPoll, true, true, ""},
+		// Frozen with its round prepared: the new owner aborts the
+		// prepared batches (the Kafka decision was not taken), and the
+		// zombie's decision is refused by the group generation.
+		{"exactly_once", "exactly_once", failpoint.AfterPrepare, false, false, decisionAborted},
+		{"exactly_once_sink", "exactly_once_sink", failpoint.BeforeWrite, false, false, "fence conflict"},
+		{"exactly_once/rewind", "exactly_once", twophase.HookAfterBegin, true, false, "fence conflict"},
+		{"exactly_once_sink/rewind", "exactly_once_sink", failpoint.BeforeWrite, true, false, "fence conflict"},
+		{"negative/exactly_once_sink-unfenced", "exactly_once_sink", failpoint.BeforeWrite, false, true, ""},
+		{"negative/exactly_once_sink-unfenced-rewind", "exactly_once_sink", failpoint.BeforeWrite, true, true, ""},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			for try := 1; ; try++ {
-				again := func() bool {
-					db := harness.Postgres(t).NewDatabase(t)
-					topic := fmt.Sprintf("zombie-%d-%d-%s", i, try, randSuffix(t))
-					conn := topic
-					k.CreateTopic(t, topic, 2)
-					pool := connectPool(t, db)
-					createEventsTable(t, pool, topic)
-					var u upstream
-					produce(t, k.Bootstrap, topic, produceOpts{Records: 2000, Partitions: 2, AbortRatio: 0.1, MaxTxn: 40, Seed: uint64(200 + i)}, &u)
-					cfg := baseConnector(conn, topic, db, c.mode)
-					cfg["batch.max.records"] = "200"
-					// The zombie freezes at a point of a round run alone
-					// (after-poll: polled, nothing of it written or prepared).
-					// With pipelined rounds the poll of the next round happens
-					// while the current one is written, and the zombie would
-					// freeze with a round prepared (exactly_once) or written
-					// ahead (exactly_once_sink) instead; the time that takes
-					// often lets it learn of the revocation and drop the round
-					// before its commit, so the fence would not be what stops
-					// it. Pipelined zombies are in the chaos suite (zombie and
-					// zombie-failpoint faults on the exactly_once and
-					// exactly_once_sink lanes, whose unfenced control must fail).
-					cfg["rounds.max.in.flight"] = "1"
-					if c.unsafe {
-						cfg["txsink.test.unsafe.disable.fencing"] = "true"
-					}
-					path := writeConnector(t, cfg)
-					start := startTxsink
-					if c.unsafe {
-						start = startUnsafeTxsink
-					}
+			db := harness.Postgres(t).NewDatabase(t)
+			topic := fmt.Sprintf("zombie-%d-%s", i, randSuffix(t))
+			conn := topic
+			k.CreateTopic(t, topic, 2)
+			pool := connectPool(t, db)
+			createEventsTable(t, pool, topic)
+			var u upstream
+			produce(t, k.Bootstrap, topic, produceOpts{Records: 2000, Partitions: 2, AbortRatio: 0.1, MaxTxn: 40, Seed: uint64(200 + i)}, &u)
+			cfg := baseConnector(conn, topic, db, c.mode)
+			cfg["batch.max.records"] = "200"
+			// One round in flight: the zombie's frozen round is the only
+			// one, with no round written ahead (an open transaction the
+			// server's idle-transaction timeout could end during the
+			// freeze). Pipelined zombies are in the chaos suite (zombie
+			// and zombie-failpoint faults on the exactly_once and
+			// exactly_once_sink lanes, whose unfenced control must fail).
+			cfg["rounds.max.in.flight"] = "1"
+			if c.unsafe {
+				cfg["txsink.test.unsafe.disable.fencing"] = "true"
+			}
+			path := writeConnector(t, cfg)
+			start := startTxsink
+			if c.unsafe {
+				start = startUnsafeTxsink
+			}
 
-					// A freezes inside its third round.
-					a := start(t, k.Bootstrap, path, "wA", failpoint.Env+"="+c.point+":3:stop")
-					waitStopped(t, a, 90*time.Second)
-					ctx := context.Background()
-					atPause, err := sinkOffsets(ctx, pool, conn)
-					if err != nil {
-						t.Fatal(err)
-					}
-					// B takes over once A's session times out, and drains.
-					b := start(t, k.Bootstrap, path, "wB")
-					waitDrained(t, pool, conn, &u, 2*time.Minute, nil)
-					var extra map[int32][2]int64
-					if c.rewind {
-						b.signal(syscall.SIGTERM)
-						b.wait(30 * time.Second)
-						ends := u.ends()
-						extra = map[int32][2]int64{}
-						var reset []offsets.Position
-						for p, off := range atPause {
-							extra[p] = [2]int64{off, ends[p]}
-							reset = append(reset, offsets.Position{Topic: topic, Partition: p, Next: off})
-						}
-						rewind(t, pool, conn, reset)
-						b = start(t, k.Bootstrap, path, "wB2")
-						waitDrained(t, pool, conn, &u, 2*time.Minute, nil)
-					}
-					// The zombie resumes; give it time to try its commit.
-					a.signal(syscall.SIGCONT)
-					time.Sleep(8 * time.Second)
-					b.signal(syscall.SIGTERM)
-					a.signal(syscall.SIGTERM)
-					b.wait(30 * time.Second)
-					a.wait(30 * time.Second)
-					problems := exactness(&u, readRows(t, pool, topic), extra)
-					if c.unsafe {
-						if len(problems) == 0 {
-							t.Fatal("negative control: with the sink's fence and compare-and-set switched off the zombie's commit should duplicate rows, but the table is exact: the test cannot tell")
-						}
-						t.Logf("negative control caught %d anomalies, e.g. %s", len(problems), problems[0])
-						return false
-					}
-					if len(problems) > 0 {
-						t.Fatalf("%d anomalies, first: %s", len(problems), strings.Join(problems[:min(10, len(problems))], "; "))
-					}
-					if !logShowsRejection(a.output(), c.rejectLog) {
-						// Frozen while a transaction of its held an offsets row,
-						// the zombie kept its successor waiting until PostgreSQL
-						// ended that session (connection.idle.transaction.timeout.ms)
-						// and its late write then failed on the dead connection,
-						// before the fence could refuse it (one CI run saw that):
-						// such a run proves neither way, so it is done once more.
-						if try == 1 && strings.Contains(a.output(), "SQLSTATE 25P03") {
-							t.Logf("the zombie's write failed on a session PostgreSQL ended (idle in transaction), not on the fence; once more")
-							return true
-						}
-						t.Errorf("zombie's log does not show its commit rejected (%q):\n%s", c.rejectLog, tail(a.output(), 3000))
-					}
-					if n := preparedXacts(t, pool); n != 0 {
-						t.Errorf("%d prepared transactions left", n)
-					}
-					return false
-				}()
-				if !again {
-					break
+			// A freezes inside its third round.
+			a := start(t, k.Bootstrap, path, "wA", failpoint.Env+"="+c.point+":3:stop")
+			waitStopped(t, a, 90*time.Second)
+			ctx := context.Background()
+			atPause, err := sinkOffsets(ctx, pool, conn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// B takes over once A's session times out, and drains.
+			b := start(t, k.Bootstrap, path, "wB")
+			waitDrained(t, pool, conn, &u, 2*time.Minute, nil)
+			var extra map[int32][2]int64
+			if c.rewind {
+				b.signal(syscall.SIGTERM)
+				b.wait(30 * time.Second)
+				ends := u.ends()
+				extra = map[int32][2]int64{}
+				var reset []offsets.Position
+				for p, off := range atPause {
+					extra[p] = [2]int64{off, ends[p]}
+					reset = append(reset, offsets.Position{Topic: topic, Partition: p, Next: off})
 				}
+				rewind(t, pool, conn, reset)
+				b = start(t, k.Bootstrap, path, "wB2")
+				waitDrained(t, pool, conn, &u, 2*time.Minute, nil)
+			}
+			// The zombie resumes straight into its round's write (or
+			// decision): wait for what that write did.
+			a.signal(syscall.SIGCONT)
+			if c.unsafe {
+				waitFor(t, 2*time.Minute, "negative control: with the sink's fence and compare-and-set switched off the zombie's write should duplicate rows (the test cannot tell otherwise)", func() (bool, string) {
+					return len(exactness(&u, readRows(t, pool, topic), extra)) > 0, "the table is exact; zombie's log:\n" + tail(a.output(), 3000)
+				})
+			} else {
+				waitFor(t, 2*time.Minute, "the zombie's commit rejected", func() (bool, string) {
+					return logShowsRejection(a.output(), c.rejectLog), fmt.Sprintf("no %q in the zombie's log:\n%s", c.rejectLog, tail(a.output(), 3000))
+				})
+			}
+			b.signal(syscall.SIGTERM)
+			a.signal(syscall.SIGTERM)
+			b.wait(30 * time.Second)
+			a.wait(30 * time.Second)
+			problems := exactness(&u, readRows(t, pool, topic), extra)
+			if c.unsafe {
+				if len(problems) == 0 {
+					t.Fatal("negative control: the zombie's duplicate is gone from the table")
+				}
+				t.Logf("negative control caught %d anomalies, e.g. %s", len(problems), problems[0])
+				return
+			}
+			if len(problems) > 0 {
+				t.Fatalf("%d anomalies, first: %s", len(problems), strings.Join(problems[:min(10, len(problems))], "; "))
+			}
+			if n := preparedXacts(t, pool); n != 0 {
+				t.Errorf("%d prepared transactions left", n)
 			}
 		})
 	}
@@ -261,41 +259,38 @@ func TestPostgresZombieFrozenInFence(t *testing.T) {
 	})
 	// The negative control. Its premise is that the frozen owner's session
 	// holds the offsets row, idle in its open transaction, for the whole
-	// observation. One CI run saw the new owner fence at once; the logs
-	// could not tell whether the frozen session was still there. So the
-	// holder is looked up first and checked again at the end: rows written
-	// while it still held the row would be a fencing bug and fail at once;
-	// a holder that went away (the premise broke, not the sink) gets one
-	// more attempt, and the failure says which happened.
+	// observation: the holder is looked up first (none found fails the
+	// test: the control could not tell) and checked again at the end. The
+	// observation ends once the new owner's fence bump was refused three
+	// times on the locked row (each try waits out the lock timeout), which
+	// is past A's session timeout (B is assigned only then): no row may
+	// have been written by then.
 	t.Run("negative/unbounded", func(t *testing.T) {
 		t.Parallel()
 		db := harness.Postgres(t).NewDatabase(t)
 		pool := connectPool(t, db)
-		const attempts = 2
-		for i := 1; i <= attempts; i++ {
-			f := freezeInFence(t, k, db, pool, "3600000")
-			// Past A's session timeout and several of B's fence attempts,
-			// nothing may have been written.
-			time.Sleep(25 * time.Second)
-			rows := rowCount(t, pool, f.topic)
-			still := f.holder != 0 && holdsOffsets(t, pool, f.holder)
-			f.a.signal(syscall.SIGKILL)
-			f.b.signal(syscall.SIGTERM)
-			f.a.wait(30 * time.Second)
-			f.b.wait(30 * time.Second)
-			if rows == 0 && strings.Contains(f.b.output(), "offsets row locked") {
-				t.Logf("negative control: the new owner stayed blocked on the frozen owner's locked row (session %d), as designed", f.holder)
-				return
-			}
-			if still {
-				t.Fatalf("negative control: the frozen owner's session %d still holds the offsets row idle in transaction, yet %d rows were written (log:\n%s)", f.holder, rows, tail(f.b.output(), 2000))
-			}
-			msg := fmt.Sprintf("attempt %d: %d rows written, and the control's premise broke: the frozen owner's session %d (0: none found) did not hold the offsets row for the whole observation, with an hour-long idle-in-transaction timeout (log:\n%s)", i, rows, f.holder, tail(f.b.output(), 2000))
-			if i == attempts {
-				t.Fatalf("negative control: %s", msg)
-			}
-			t.Logf("negative control: %s; trying again", msg)
+		f := freezeInFence(t, k, db, pool, "3600000")
+		if f.holder == 0 {
+			t.Fatalf("negative control: no session idle in transaction holds a lock on %s after wA stopped in its fence bump: the premise is not there, the control cannot tell", offsets.DefaultTable)
 		}
+		const refusals = 3
+		waitFor(t, 3*time.Minute, "the new owner's fence bump refused on the frozen owner's locked row", func() (bool, string) {
+			n := strings.Count(f.b.output(), "offsets row locked")
+			return n >= refusals, fmt.Sprintf("%d of %d refusals; %d rows written; new owner's log:\n%s", n, refusals, rowCount(t, pool, f.topic), tail(f.b.output(), 2000))
+		})
+		rows := rowCount(t, pool, f.topic)
+		still := holdsOffsets(t, pool, f.holder)
+		f.a.signal(syscall.SIGKILL)
+		f.b.signal(syscall.SIGTERM)
+		f.a.wait(30 * time.Second)
+		f.b.wait(30 * time.Second)
+		if rows != 0 {
+			t.Fatalf("negative control: the frozen owner's session %d (still holding the row: %v) was there, yet %d rows were written (log:\n%s)", f.holder, still, rows, tail(f.b.output(), 2000))
+		}
+		if !still {
+			t.Fatalf("negative control: the frozen owner's session %d no longer holds the offsets row, with an hour-long idle-in-transaction timeout: the premise broke (log:\n%s)", f.holder, tail(f.b.output(), 2000))
+		}
+		t.Logf("negative control: the new owner stayed blocked on the frozen owner's locked row (session %d), as designed", f.holder)
 	})
 }
 

@@ -750,7 +750,10 @@ func TestSecurityStateFiles(t *testing.T) {
 		t.Errorf("no warning about the data directory's mode 0755:\n%s", tail(out, 2000))
 	}
 	// And a real SIGKILL in the middle of writes leaves none either once
-	// the worker is back.
+	// the worker is back: killed once the first of 20 creates was
+	// answered (the state file is being rewritten for the others).
+	answered := make(chan struct{})
+	var once sync.Once
 	for i := 0; i < 20; i++ {
 		cfg := pgConnector("postgres://u@127.0.0.1:1/db")
 		cfg["connection.password"] = apiCanary
@@ -760,10 +763,15 @@ func TestSecurityStateFiles(t *testing.T) {
 		go func() {
 			if res, err := http.Post(w.base+"/connectors", "application/json", bytes.NewReader(b)); err == nil {
 				res.Body.Close()
+				once.Do(func() { close(answered) })
 			}
 		}()
 	}
-	time.Sleep(50 * time.Millisecond)
+	select {
+	case <-answered:
+	case <-time.After(time.Minute):
+		t.Fatal("none of 20 creates answered within a minute")
+	}
 	w.signal(syscall.SIGKILL)
 	w.wait(10 * time.Second)
 	startServeWith(t, k.Bootstrap, freeAddr(t), dir, "sec-state", serveOpts{})

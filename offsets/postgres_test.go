@@ -1,3 +1,5 @@
+//go:build dbtest
+
 package offsets_test
 
 import (
@@ -105,7 +107,13 @@ func TestFenceAndCompareAndSet(t *testing.T) {
 	if err != nil || len(ps) != 0 {
 		t.Fatalf("after full reset: %v, %v", ps, err)
 	}
-	time.Sleep(2 * time.Millisecond)
+	// A new row's fence is the clock in milliseconds: once the server's
+	// clock has passed the old fence.
+	for passed := false; !passed; {
+		if err := pool.QueryRow(ctx, `SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint > $1`, b[0].Fence).Scan(&passed); err != nil {
+			t.Fatal(err)
+		}
+	}
 	c, err := s.Acquire(ctx, "c", "t", []int32{0})
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -238,6 +239,19 @@ func TestStableOffsetsWaitsForPendingTxn(t *testing.T) {
 		t.Fatalf("while pending: %v", err)
 	}
 
+	// Its offset fetches from now on: a second one means the first was
+	// answered UNSTABLE_OFFSET_COMMIT and StableOffsets waits.
+	var fetches atomic.Int64
+	fetched := make(chan struct{}, 1)
+	c.ControlKey(int16(kmsg.OffsetFetch), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		fetches.Add(1)
+		select {
+		case fetched <- struct{}{}:
+		default:
+		}
+		return nil, nil, false
+	})
 	got := make(chan map[string]map[int32]int64, 1)
 	go func() {
 		offs, err := StableOffsets(ctx, cl, kGroup, kTopic)
@@ -246,7 +260,13 @@ func TestStableOffsetsWaitsForPendingTxn(t *testing.T) {
 		}
 		got <- offs
 	}()
-	time.Sleep(200 * time.Millisecond)
+	for fetches.Load() < 2 {
+		select {
+		case <-fetched:
+		case <-ctx.Done():
+			t.Fatalf("%d offset fetches while the transaction was pending", fetches.Load())
+		}
+	}
 	close(release)
 	if err := <-decided; err != nil {
 		t.Fatal(err)

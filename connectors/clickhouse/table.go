@@ -80,7 +80,7 @@ func loadTable(ctx context.Context, q querier, f Features, db, name string) (*ta
 	err := q.QueryRow(ctx, "SELECT engine, engine_full FROM system.tables WHERE database = ? AND name = ?", db, name).Scan(&engine, &full)
 	if err != nil {
 		if isNoRows(err) {
-			return nil, fmt.Errorf("clickhouse: table %s: %w", tableIdent(db, name), ErrTableNotFound)
+			return nil, fmt.Errorf("clickhouse: table %s: %w (create it, or set auto.create=true to have txsink create it from the first record)", tableIdent(db, name), ErrTableNotFound)
 		}
 		return nil, fmt.Errorf("clickhouse: read table %s: %w", tableIdent(db, name), err)
 	}

@@ -28,23 +28,27 @@ func simpleRecord(t testing.TB, id int) []byte {
 func TestRegistryFetchesEachIDOnce(t *testing.T) {
 	reg := newTestRegistry(t)
 	id, _ := reg.register("s", sr.Schema{Schema: simpleAvro})
-	// The front delays the first fetch so every goroutine misses the cache
-	// while it is in flight.
-	release := make(chan struct{})
+	// The front holds the fetch until every goroutine has started its
+	// conversions, so that they miss the cache while it is in flight.
+	release, fetching := make(chan struct{}), make(chan struct{})
+	var fetched sync.Once
 	reg.failWith(func(w http.ResponseWriter, r *http.Request) bool {
 		if strings.HasPrefix(r.URL.Path, "/schemas/ids/") {
+			fetched.Do(func() { close(fetching) })
 			<-release
 		}
 		return false
 	})
 	c := newConverter(t, AvroClass, reg.settings())
 	data := simpleRecord(t, id)
-	var wg sync.WaitGroup
+	var wg, started sync.WaitGroup
 	errs := make(chan error, 8)
 	for range 8 {
 		wg.Add(1)
+		started.Add(1)
 		go func() {
 			defer wg.Done()
+			started.Done()
 			for range 100 {
 				v, err := c.Convert(context.Background(), "t", nil, data, &Buffer{})
 				if err != nil {
@@ -58,7 +62,12 @@ func TestRegistryFetchesEachIDOnce(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(50 * time.Millisecond) // let the goroutines pile up on the miss
+	started.Wait()
+	select {
+	case <-fetching:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no fetch of the schema after 30s")
+	}
 	close(release)
 	wg.Wait()
 	close(errs)

@@ -6,12 +6,12 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"sync"
 	"testing"
-	"time"
 
+	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
 	"github.com/txsink/txsink/connectors/engine"
-	"github.com/txsink/txsink/connectors/postgres"
 )
 
 // taskIDs returns the ids of the tasks the engine shows for the connector.
@@ -37,23 +37,38 @@ func taskIDs(t *testing.T, e *engine.Engine, name string) []int {
 // its resolved secrets reaching Secrets but never the stored
 // configuration.
 func TestPartialAssignmentAndResolve(t *testing.T) {
-	c, db, pool := kfakeAndTable(t, "events", 4, `CREATE TABLE events (id text, seq bigint, __connect_topic text, __connect_partition int, __connect_offset bigint)`)
-	want := produceTxns(t, c.ListenAddrs(), "events", 40)
+	r := newMemRigOn(t, "ev", 4)
+	r.want = produceTxns(t, r.c.ListenAddrs(), "ev", 40)
+	// The sink's settings: a URL and a password, both given as references.
+	spec := r.spec(nil)
+	spec.Defs = config.Defs{
+		{Name: "connection.url", Type: config.String, Required: true},
+		{Name: "connection.password", Type: config.Password},
+	}
+	var mu sync.Mutex
+	var opened []config.Values // what each sink instance was opened with
+	open := spec.New
+	spec.New = func(ctx context.Context, env connectors.Env, c config.Connector, v config.Values) (connectors.Sink, error) {
+		mu.Lock()
+		opened = append(opened, maps.Clone(v))
+		mu.Unlock()
+		return open(ctx, env, c, v)
+	}
 	reg := &connectors.Registry{}
-	if err := reg.Register(postgres.Spec()); err != nil {
+	if err := reg.Register(spec); err != nil {
 		t.Fatal(err)
 	}
-	const resolvedPassword = "resolved-Pw-7f3a"
+	const resolvedURL, resolvedPassword = "mem://resolved-url-41c9", "resolved-Pw-7f3a"
 	var resolvedFrom map[string]string
 	e, err := engine.New(reg, engine.Options{
-		WorkerID: "w1", Bootstrap: c.ListenAddrs(),
+		WorkerID: "w1", Bootstrap: r.c.ListenAddrs(),
 		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Resolve: func(_ context.Context, raw map[string]string) (map[string]string, []string, error) {
 			resolvedFrom = maps.Clone(raw)
 			out := maps.Clone(raw)
-			out["connection.url"] = db
-			out["connection.password"] = resolvedPassword // trust authentication ignores it
-			return out, []string{db, resolvedPassword}, nil
+			out["connection.url"] = resolvedURL
+			out["connection.password"] = resolvedPassword
+			return out, []string{resolvedURL, resolvedPassword}, nil
 		},
 	}, nil)
 	if err != nil {
@@ -61,9 +76,10 @@ func TestPartialAssignmentAndResolve(t *testing.T) {
 	}
 	defer e.Close()
 	raw := map[string]string{
-		"name": "part", "connector.class": "postgres", "topics": "events", "tasks.max": "4",
-		"connection.url": "${test:url}", "delivery.guarantee": "exactly_once_sink", "pk.mode": "kafka",
-		"batch.max.records": "50", "batch.linger.ms": "5", "session.timeout.ms": "3000",
+		"name": "part", "connector.class": "memory", "topics": "ev", "tasks.max": "4",
+		"connection.url": "${test:url}", "connection.password": "${test:password}",
+		"delivery.guarantee": "exactly_once_sink",
+		"batch.max.records":  "50", "batch.linger.ms": "5", "session.timeout.ms": "3000",
 	}
 	ctx := context.Background()
 	e.Apply(ctx, "part", engine.Config{Raw: raw, Target: engine.TargetRunning, Partial: true, Assigned: []int{0, 2}})
@@ -73,10 +89,20 @@ func TestPartialAssignmentAndResolve(t *testing.T) {
 	if resolvedFrom["connection.url"] != "${test:url}" {
 		t.Errorf("Resolve got %q, want the stored reference", resolvedFrom["connection.url"])
 	}
+	mu.Lock()
+	for _, v := range opened {
+		if v["connection.url"] != resolvedURL || v["connection.password"] != resolvedPassword {
+			t.Errorf("sink opened with url %q, password %q; want the resolved values", v["connection.url"], v["connection.password"])
+		}
+	}
+	if len(opened) == 0 {
+		t.Error("no sink opened")
+	}
+	mu.Unlock()
 	if !slices.Contains(e.Secrets(), resolvedPassword) {
 		t.Error("Secrets misses the resolved password")
 	}
-	if !slices.Contains(e.Secrets(), db) {
+	if !slices.Contains(e.Secrets(), resolvedURL) {
 		t.Error("Secrets misses the resolved URL (a value from a reference, in a setting that is not a secret)")
 	}
 	sn, _ := e.Snapshot("part")
@@ -90,23 +116,17 @@ func TestPartialAssignmentAndResolve(t *testing.T) {
 
 	// Tasks 0 and 2 run; the new assignment keeps 2, stops 0, starts 3.
 	e.Apply(ctx, "part", engine.Config{Raw: raw, Target: engine.TargetRunning, Partial: true, Assigned: []int{0, 2}})
-	waitCount(t, pool, `SELECT count(DISTINCT (__connect_partition, __connect_offset)) FROM events`, len(want)/2)
+	r.ev.waitFor(t, "half the records stored", func() bool { return r.distinct() >= len(r.want)/2 })
 	e.Apply(ctx, "part", engine.Config{Raw: raw, Target: engine.TargetRunning, Partial: true, Assigned: []int{2, 3}})
 	if got := taskIDs(t, e, "part"); !slices.Equal(got, []int{2, 3}) {
 		t.Fatalf("tasks here after reassignment: %v, want [2 3]", got)
 	}
-	waitCount(t, pool, `SELECT count(*) FROM events`, len(want))
-	time.Sleep(300 * time.Millisecond)
-	var rows, distinct int
-	if err := pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT (__connect_partition, __connect_offset)) FROM events`).Scan(&rows, &distinct); err != nil {
-		t.Fatal(err)
-	}
-	if rows != len(want) || distinct != len(want) {
-		t.Errorf("%d rows, %d distinct, want %d each", rows, distinct, len(want))
-	}
+	r.ev.waitFor(t, "every record stored", func() bool { return r.distinct() >= len(r.want) })
 
-	// No task assigned: the sink stays open for the connector's own state.
+	// No task assigned: the tasks stop (so the store is settled for the
+	// check) and the sink stays open for the connector's own state.
 	e.Apply(ctx, "part", engine.Config{Raw: raw, Target: engine.TargetRunning, Partial: true})
+	r.check(t, false)
 	if running, _ := e.Running("part"); !running {
 		t.Error("a connector with no task here closed its sink")
 	}

@@ -192,6 +192,9 @@ type Engine struct {
 	admin     *kadm.Client
 	adminCl   *kgo.Client
 	clusterID string
+
+	// lagCache keeps the partitions' last exact lag counts (lag.go).
+	lagCache lagCache
 }
 
 // conn is one connector on this worker.

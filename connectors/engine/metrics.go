@@ -52,7 +52,7 @@ func newMetrics(e *Engine) *metrics {
 		connectorFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "txsink_connector_failures_total", Help: "Failures to open a connector's sink or pass its preflight check."}, conn),
 		unavailable:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "txsink_dependency_unavailable_total", Help: "Rounds that failed because a dependency of the record pipeline (a schema registry) was unavailable; the task retried them with backoff and skipped nothing."}, conn),
 		nextDesc:          prometheus.NewDesc("txsink_partition_next_offset", "Stored next_offset of an owned partition (the offset of the next record to write).", []string{"connector", "topic", "partition"}, nil),
-		lagDesc:           prometheus.NewDesc("txsink_partition_lag", "Kafka end offset minus the stored next_offset of an owned partition.", []string{"connector", "topic", "partition"}, nil),
+		lagDesc:           prometheus.NewDesc("txsink_partition_lag", "Records of an owned partition that a read_committed consumer could still read and the sink has not stored: committed records from the stored next_offset up to the last stable offset (transaction markers and aborted records do not count; 0 when drained).", []string{"connector", "topic", "partition"}, nil),
 		inDoubtDesc:       prometheus.NewDesc("txsink_in_doubt_batches", "Prepared batches awaiting a decision.", conn, nil),
 		inDoubtAgeDesc:    prometheus.NewDesc("txsink_in_doubt_oldest_age_seconds", "Age of the oldest in-doubt batch, since this worker first saw it (0 when none).", conn, nil),
 		stateDesc:         prometheus.NewDesc("txsink_connector_state", "1 for the connector's current state.", []string{"connector", "state"}, nil),
@@ -186,28 +186,25 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
 	defer cancel()
-	topics := map[string]bool{}
+	var at []lagAt
 	for _, s := range snaps {
 		ch <- prometheus.MustNewConstMetric(m.stateDesc, prometheus.GaugeValue, 1, s.name, string(s.state))
 		for st, n := range s.tasks {
 			ch <- prometheus.MustNewConstMetric(m.taskStateDesc, prometheus.GaugeValue, float64(n), s.name, string(st))
 		}
 		for _, p := range s.obs.positions() {
-			topics[p.Topic] = true
+			at = append(at, lagAt{tp{p.Topic, p.Partition}, p.Next})
 		}
 	}
-	var ends map[tp]int64
-	if len(topics) > 0 {
-		ends = m.e.endOffsets(ctx, topics)
-	}
+	_, lags := m.e.partitionLags(ctx, at)
 	for _, s := range snaps {
 		positions := s.obs.positions()
 		label := topicLabels(positions, s.secs)
 		for _, p := range positions {
 			part := strconv.Itoa(int(p.Partition))
 			ch <- prometheus.MustNewConstMetric(m.nextDesc, prometheus.GaugeValue, float64(p.Next), s.name, label[p.Topic], part)
-			if e, ok := ends[tp{p.Topic, p.Partition}]; ok {
-				ch <- prometheus.MustNewConstMetric(m.lagDesc, prometheus.GaugeValue, float64(max(e-p.Next, 0)), s.name, label[p.Topic], part)
+			if l, ok := lags[lagAt{tp{p.Topic, p.Partition}, p.Next}]; ok {
+				ch <- prometheus.MustNewConstMetric(m.lagDesc, prometheus.GaugeValue, float64(l), s.name, label[p.Topic], part)
 			}
 		}
 		if !s.hasRun {

@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-
 	"github.com/txsink/txsink/connectors"
 	"github.com/txsink/txsink/connectors/secrets"
 	"github.com/txsink/txsink/offsets"
@@ -42,7 +40,8 @@ type TaskStatus struct {
 	ID int
 	StateInfo
 	// Partitions are the partitions the task owns, with their stored next
-	// offsets and lag (end offset − next offset; -1 when unknown).
+	// offsets and lag (records a read_committed consumer could still read
+	// past next offset, see lag.go; -1 when unknown).
 	Partitions []PartitionStatus
 	// InDoubt lists the prepared batches of the task's partitions.
 	InDoubt []InDoubtBatch
@@ -119,17 +118,18 @@ func (e *Engine) Status(ctx context.Context, name string) (ConnectorStatus, bool
 	defer cancel()
 	var wg sync.WaitGroup
 	var ends map[tp]int64
-	topics := map[string]bool{}
+	var lags map[lagAt]int64
+	var at []lagAt
 	for _, t := range st.Tasks {
 		for _, p := range t.Partitions {
-			topics[p.Topic] = true
+			at = append(at, lagAt{tp{p.Topic, p.Partition}, p.NextOffset})
 		}
 	}
-	if len(topics) > 0 {
+	if len(at) > 0 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ends = e.endOffsets(ctx, topics)
+			ends, lags = e.partitionLags(ctx, at)
 		}()
 	}
 	var inDoubt []InDoubtBatch
@@ -150,7 +150,9 @@ func (e *Engine) Status(ctx context.Context, name string) (ConnectorStatus, bool
 			owned[tp{p.Topic, p.Partition}] = true
 			if end, ok := ends[tp{p.Topic, p.Partition}]; ok {
 				p.EndOffset = end
-				p.Lag = max(end-p.NextOffset, 0)
+			}
+			if lag, ok := lags[lagAt{tp{p.Topic, p.Partition}, p.NextOffset}]; ok {
+				p.Lag = lag
 			}
 		}
 		for _, b := range inDoubt {
@@ -208,29 +210,6 @@ func (e *Engine) statusSnapshot(c *conn) (ConnectorStatus, *Connector) {
 	c.mu.Unlock()
 	c.obs.fill(st.Tasks)
 	return st, run
-}
-
-// endOffsets returns the high watermarks of the topics' partitions.
-func (e *Engine) endOffsets(ctx context.Context, topics map[string]bool) map[tp]int64 {
-	adm, err := e.adminClient()
-	if err != nil {
-		return nil
-	}
-	var ts []string
-	for t := range topics {
-		ts = append(ts, t)
-	}
-	lo, err := adm.ListEndOffsets(ctx, ts...)
-	if err != nil {
-		return nil
-	}
-	out := map[tp]int64{}
-	lo.Each(func(o kadm.ListedOffset) {
-		if o.Err == nil {
-			out[tp{o.Topic, o.Partition}] = o.Offset
-		}
-	})
-	return out
 }
 
 // observer receives one connector's task events (Observer) and keeps what

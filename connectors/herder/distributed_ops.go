@@ -120,7 +120,7 @@ func (h *Distributed) taskCount(cfg map[string]string, target engine.TargetState
 // validate checks a configuration (resolved, see validate) and refuses
 // secrets in clear: they would be stored in the config topic.
 func (h *Distributed) validate(ctx context.Context, name string, raw map[string]string) (map[string]string, error) {
-	cfg, err := validate(ctx, h.reg, h.opt.Engine.Resolve, name, raw)
+	cfg, err := validate(ctx, h.log, h.reg, h.opt.Engine.Resolve, name, raw)
 	if err != nil {
 		return nil, err
 	}

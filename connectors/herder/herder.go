@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 
 	"github.com/txsink/txsink/config"
@@ -129,8 +130,13 @@ type Resolve func(ctx context.Context, raw map[string]string) (resolved map[stri
 // resolved is an invalid setting), and the errors show the references,
 // never what they resolved to (secrets.ResolvedErrors); the configuration
 // returned keeps the references.
-func validate(ctx context.Context, reg *connectors.Registry, resolve Resolve, name string, raw map[string]string) (map[string]string, error) {
-	cfg := make(map[string]string, len(raw)+1)
+func validate(ctx context.Context, log *slog.Logger, reg *connectors.Registry, resolve Resolve, name string, raw map[string]string) (cfg map[string]string, err error) {
+	defer func() {
+		if err == nil {
+			logIgnored(log, name, reg.DefsFor(cfg), cfg)
+		}
+	}()
+	cfg = make(map[string]string, len(raw)+1)
 	maps.Copy(cfg, raw)
 	if n, ok := cfg[config.KeyName]; ok && n != name {
 		return nil, errorf(ErrBadRequest, "Connector name configuration (%s) doesn't match connector name in the URL (%s)", secrets.ScrubString(n, secrets.Of(reg, raw)), name)
@@ -155,6 +161,20 @@ func validate(ctx context.Context, reg *connectors.Registry, resolve Resolve, na
 		return nil, secrets.ResolvedErrors(reg, errs, cfg, resolved, values)
 	}
 	return cfg, nil
+}
+
+// logIgnored logs the settings of an accepted configuration that have no
+// effect: names nothing defines (validate reports them too), and other
+// connectors' settings txsink accepts without them doing anything (see
+// config.CheckKeys). They are logged at create and at each update.
+func logIgnored(log *slog.Logger, name string, defs config.Defs, cfg map[string]string) {
+	rep := config.CheckKeys(cfg, defs)
+	if len(rep.Unknown) > 0 {
+		log.Warn("connector configuration has settings txsink does not know; they are ignored (misspelt? see "+config.MigrationPage+")", "connector", name, "settings", rep.Unknown)
+	}
+	if len(rep.Ignored) > 0 {
+		log.Info("connector configuration has other connectors' settings that have no effect in txsink (see "+config.MigrationPage+")", "connector", name, "settings", rep.Ignored)
+	}
 }
 
 // identity returns where a raw configuration's secrets go: the sink's

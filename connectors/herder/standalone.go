@@ -280,7 +280,7 @@ func (h *Standalone) isClosed() bool {
 // be opened is still created; its status is FAILED with the reason, and
 // the restart policy retries it.
 func (h *Standalone) Create(ctx context.Context, name string, raw map[string]string, initial engine.TargetState) (Info, error) {
-	cfg, err := validate(ctx, h.reg, h.resolve, name, raw)
+	cfg, err := validate(ctx, h.log, h.reg, h.resolve, name, raw)
 	if err != nil {
 		return Info{}, err
 	}
@@ -361,7 +361,7 @@ func (h *Standalone) reconfigure(ctx context.Context, name string, change secret
 	old, dropped := maps.Clone(m.raw), m.dropped
 	m.mu.Unlock()
 	next, droppedKeys, dropped := secrets.Bind(h.reg, identity(h.reg), name, old, change, dropped)
-	cfg, err := validate(ctx, h.reg, h.resolve, name, next)
+	cfg, err := validate(ctx, h.log, h.reg, h.resolve, name, next)
 	if err != nil {
 		return Info{}, err
 	}

@@ -11,8 +11,9 @@ import (
 // Sentinels wrapped by the errors of this package. Match them with
 // errors.Is.
 var (
-	// ErrTableNotFound: the target table of a topic does not exist. The sink
-	// never creates target tables. Not a bad record: the whole batch fails.
+	// ErrTableNotFound: the target table of a topic does not exist and
+	// auto.create is off (with it, the sink creates the table). Not a bad
+	// record: the whole batch fails.
 	ErrTableNotFound = errors.New("table not found")
 	// ErrUnsupportedColumn: a record sets a column whose type the writer
 	// cannot encode. Not a bad record (the table, not the record, is at

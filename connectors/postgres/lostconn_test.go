@@ -1,3 +1,5 @@
+//go:build dbtest
+
 package postgres
 
 import (
@@ -6,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -52,11 +53,9 @@ func TestLostConnectionResetsThePool(t *testing.T) {
 		{"unrelated", errors.New("bad record"), false},
 	} {
 		warm()
+		// A reset takes the idle connections out of the pool before it
+		// returns (they close in the background).
 		s.resetOnLostConnection(tc.err)
-		deadline := time.Now().Add(5 * time.Second)
-		for tc.reset && pool.Stat().TotalConns() > 0 && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
 		if n := pool.Stat().TotalConns(); (n == 0) != tc.reset {
 			t.Errorf("%s: %d connections left in the pool; reset wanted: %v", tc.name, n, tc.reset)
 		}

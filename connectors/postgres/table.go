@@ -159,7 +159,7 @@ func loadTable(ctx context.Context, tx pgx.Tx, schema, name string) (*table, err
 	var oid uint32
 	err := tx.QueryRow(ctx, relationQuery, schema, name).Scan(&oid)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("postgres: table %s: %w (txsink does not create target tables)", ident, ErrTableNotFound)
+		return nil, fmt.Errorf("postgres: table %s: %w (create it, or set auto.create=true to have txsink create it from the first record)", ident, ErrTableNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("postgres: look up table %s: %w", ident, err)

@@ -29,16 +29,19 @@ func TestModel(t *testing.T) {
 	if testing.Short() {
 		seeds = 50
 	}
-	for seed := range uint64(seeds) {
-		for _, g := range []Guarantee{TwoPhase, SinkCAS, AtLeastOnce} {
+	for _, g := range []Guarantee{TwoPhase, SinkCAS, AtLeastOnce} {
+		t.Run(fmt.Sprint(g), func(t *testing.T) {
+			t.Parallel() // CPU-bound: one guarantee per core
 			inflight := 2
 			if !g.Pipelines() {
 				inflight = 1
 			}
-			w := newWorld(t, seed, g, inflight)
-			w.run(3000)
-			w.check()
-		}
+			for seed := range uint64(seeds) {
+				w := newWorld(t, seed, g, inflight)
+				w.run(3000)
+				w.check()
+			}
+		})
 	}
 }
 

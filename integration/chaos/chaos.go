@@ -621,8 +621,10 @@ func Run(ctx context.Context, p Profile) (Summary, error) {
 
 	// Traffic.
 	prodCtx, stopProducers := context.WithCancel(ctx)
-	defer stopProducers()
 	var prodWG sync.WaitGroup
+	// A run that ends early (an error) still waits for its producers: one
+	// logging after the test ended would panic the test binary.
+	defer func() { stopProducers(); prodWG.Wait() }()
 	for _, l := range lanes {
 		prodWG.Add(1)
 		go func() { defer prodWG.Done(); l.prod.Run(prodCtx) }()

@@ -36,12 +36,11 @@ func TestMain(m *testing.M) {
 	os.Exit(harness.Main(m))
 }
 
-// ciSeed is the schedule CI replays (CI=true): its negative controls were
-// seen to fail by a wide margin (seed 549312: 293 duplicates in
-// at_least_once, 401 and 3 offsets going backwards without fencing). A
-// random schedule can give the unfenced lane no zombie that commits after
-// its partitions moved on, so the negative control would pass by luck;
-// outside CI every run draws a new seed to widen coverage.
+// ciSeed is the schedule CI replays (CI=true), so that a CI failure can be
+// replayed as it ran; outside CI every run draws a new seed to widen
+// coverage. The negative controls do not depend on it: every CI profile
+// ends with a fault aimed at each control (Profile.Then), which opens the
+// control's window whatever the drawn schedule did.
 const ciSeed = 549312
 
 // clusterCISeed is the schedule CI replays for the cluster profile: its
@@ -137,23 +136,55 @@ func previousKafkaLane(t *testing.T, name, delivery string) Lane {
 	return Lane{Name: name, Delivery: delivery, Bootstrap: k.Bootstrap, Broker: k}
 }
 
-// CIProfile is the short profile CI runs: 40 faults of up to 20 kinds
-// (CIWeights: the worker, database and producer faults, the network faults
-// through the fault proxies, and the broker faults of the three-broker
-// cluster), 2 workers, three lanes and any more given, under the same
-// schedule — exactly_once (must pass), at_least_once and
-// exactly_once_sink without fencing (negative controls: must fail).
+// CIDeck is the CI profile's mix: every kind of CIWeights (the worker,
+// database and producer faults, the network faults through the fault
+// proxies, the broker faults of the three-broker cluster) once, and three
+// failpoint kills and two plain kills. A schedule of len(deck) faults is
+// one whole deck, so every kind is in it whatever the seed.
+var CIDeck = deckOf(CIWeights, map[Kind]int{FailpointKill: 3, KillWorker: 2})
+
+// deckOf is a mix with every kind of w once, except those counts names.
+func deckOf(w map[Kind]int, counts map[Kind]int) map[Kind]int {
+	out := map[Kind]int{}
+	for k := range w {
+		out[k] = 1
+	}
+	for k, n := range counts {
+		out[k] = n
+	}
+	return out
+}
+
+// deckSize is the number of faults in one deck of w.
+func deckSize(w map[Kind]int) int {
+	n := 0
+	for _, c := range w {
+		n += c
+	}
+	return n
+}
+
+// CIProfile is the short profile CI runs: one deck of CIDeck (22 faults,
+// every kind of CIWeights), 2 workers, three lanes and any more given,
+// under the same schedule — exactly_once (must pass), at_least_once and
+// exactly_once_sink without fencing (negative controls: must fail) — then
+// a fault aimed at each control, as in ClusterCIProfile: at_least_once is
+// killed between its rows and its offsets (after-write), and the unfenced
+// lane's worker freezes in a round that passed every ownership check
+// (before-write) until the other wrote past what it holds. The unfenced
+// lane keeps one round in flight, so its aimed zombie holds no
+// transaction open while frozen.
 func CIProfile(seed uint64, e Env, more ...Lane) Profile {
 	return Profile{
 		Name:       "ci",
 		Seed:       seed,
-		Faults:     40,
+		Faults:     deckSize(CIDeck),
 		Workers:    2,
 		Partitions: 6,
 		Lanes: append([]Lane{
 			{Name: "eo", Delivery: "exactly_once"},
 			{Name: "alo", Delivery: "at_least_once"},
-			{Name: "unfenced", Delivery: "exactly_once_sink", UnsafeNoFencing: true},
+			{Name: "unfenced", Delivery: "exactly_once_sink", UnsafeNoFencing: true, Config: map[string]string{"rounds.max.in.flight": "1"}},
 		}, more...),
 		Rate:           100,
 		MaxTxn:         30,
@@ -163,8 +194,12 @@ func CIProfile(seed uint64, e Env, more ...Lane) Profile {
 		GapMax:         2500 * time.Millisecond,
 		Warmup:         3 * time.Second,
 		DrainTimeout:   3 * time.Minute,
-		Weights:        CIWeights,
-		Env:            e,
+		Weights:        CIDeck,
+		Then: []Fault{
+			{Kind: LaneFailpoint, Lanes: []string{"alo"}, Point: failpoint.AfterWrite, Hit: 1},
+			{Kind: LaneZombie, Lanes: []string{"unfenced"}, Point: failpoint.BeforeWrite, Hit: 1, Hold: 6*time.Second + 4*time.Second},
+		},
+		Env: e,
 	}
 }
 
@@ -177,15 +212,39 @@ func TestChaos(t *testing.T) {
 	}
 	e := env(t, true, false)
 	s := seed(t)
-	sum := runCI(t, s, CIProfile(s, e, previousKafkaLane(t, "eo41", "exactly_once")))
-	if sum.Injected < 30 || sum.Kinds() < 5 {
-		t.Errorf("seed %d: %d faults of %d kinds injected, want >= 30 of >= 5", s, sum.Injected, sum.Kinds())
-	}
+	p := CIProfile(s, e, previousKafkaLane(t, "eo41", "exactly_once"))
+	sum := runCI(t, s, p)
+	checkInjected(t, s, p, sum)
 	checkExact(t, s, sum.Lane("eo"))
 	checkExact(t, s, sum.Lane("eo41"))
 	checkDuplicates(t, s, sum, "alo") // negative control 1: at_least_once under the same faults
 	// Negative control 2: exactly_once_sink with fencing disabled.
 	checkUnfenced(t, s, sum.Lane("unfenced"), "exactly_once_sink without fencing: zombies must break it")
+}
+
+// checkInjected asserts that a CI profile applied its whole schedule,
+// every kind of its mix that the environment can inject among it, and
+// every aimed fault (an aimed fault that did not fire gives its control
+// no window).
+func checkInjected(t *testing.T, s uint64, p Profile, sum Summary) {
+	t.Helper()
+	plan, err := PlanOf(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Injected != len(plan) {
+		t.Errorf("seed %d: %d of %d planned faults injected", s, sum.Injected, len(plan))
+	}
+	for k := range p.weights() {
+		if sum.Faults[k] == 0 {
+			t.Errorf("seed %d: no %s fault injected: a CI schedule is one whole deck, every kind in it", s, k)
+		}
+	}
+	for _, fe := range sum.FaultErrors {
+		if strings.Contains(fe, string(LaneFailpoint)) || strings.Contains(fe, string(LaneZombie)) {
+			t.Errorf("seed %d: aimed fault failed: %s", s, fe)
+		}
+	}
 }
 
 // runCI runs a CI profile and logs its summary; the run must not fail.
@@ -350,19 +409,33 @@ func runDir(t *testing.T) string {
 	return dir
 }
 
-// ClickHouseCIProfile is the short ClickHouse profile CI runs: 40 faults
-// (ClickHouseWeights with the network and broker faults) with the crash
-// windows W1–W3 among the failpoints and a zombie point after the
-// decision, 2 workers, two lanes under the same schedule — exactly_once
-// into a de-duplicating table (ReplicatedMergeTree with ZooKeeper, else
-// MergeTree with a non-replicated window and tokens; must pass) and
-// at_least_once into a plain MergeTree (negative control: must report
-// duplicates).
+// ClickHouseCIDeck is the ClickHouse CI profile's mix: every kind of
+// ClickHouseWeights, NetWeights and BrokerWeights once, four failpoint
+// kills (one per point of ClickHouseCIKillPoints) and two ClickHouse
+// restarts.
+var ClickHouseCIDeck = deckOf(merge(ClickHouseWeights, NetWeights, BrokerWeights), map[Kind]int{FailpointKill: 4, ClickHouseRestart: 2})
+
+// ClickHouseCIKillPoints are the ClickHouse CI profile's failpoints: the
+// sink's three crash windows W1–W3 and the pipelined round's
+// ahead-before-decide (ClickHouseKillPoints less the runtime's after-poll,
+// after-prepare and after-commit, which TestChaos's profile and the
+// driver's crash tests on kfake cover). Four failpoint kills cycle through
+// all four whatever the seed.
+var ClickHouseCIKillPoints = []string{failpoint.AfterDecide, PointCHMidInsert, PointCHAfterInsert, failpoint.AheadBeforeDecide}
+
+// ClickHouseCIProfile is the short ClickHouse profile CI runs: one deck of
+// ClickHouseCIDeck (22 faults) with the crash windows W1–W3 among the
+// failpoints and a zombie point after the decision, 2 workers, two lanes
+// under the same schedule — exactly_once into a de-duplicating table
+// (ReplicatedMergeTree with ZooKeeper, else MergeTree with a
+// non-replicated window and tokens; must pass) and at_least_once into a
+// plain MergeTree (negative control: must report duplicates) — then a
+// kill aimed at the control between its rows and its offsets.
 func ClickHouseCIProfile(seed uint64, e Env) Profile {
 	return Profile{
 		Name:       "ci-clickhouse",
 		Seed:       seed,
-		Faults:     40,
+		Faults:     deckSize(ClickHouseCIDeck),
 		Workers:    2,
 		Partitions: 4,
 		Lanes: []Lane{
@@ -377,10 +450,11 @@ func ClickHouseCIProfile(seed uint64, e Env) Profile {
 		GapMax:         2 * time.Second,
 		Warmup:         3 * time.Second,
 		DrainTimeout:   2 * time.Minute,
-		Weights:        merge(ClickHouseWeights, NetWeights, BrokerWeights),
-		KillPoints:     ClickHouseKillPoints,
+		Weights:        ClickHouseCIDeck,
+		KillPoints:     ClickHouseCIKillPoints,
 		StopPoints:     ClickHouseStopPoints,
 		BlockRows:      25,
+		Then:           []Fault{{Kind: LaneFailpoint, Lanes: []string{"chalo"}, Point: failpoint.AfterWrite, Hit: 1}},
 		Env:            e,
 	}
 }
@@ -412,9 +486,7 @@ func TestChaosClickHouse(t *testing.T) {
 		}
 	}
 	sum := runCI(t, s, p)
-	if sum.Injected < 30 || sum.Kinds() < 5 {
-		t.Errorf("seed %d: %d faults of %d kinds injected, want >= 30 of >= 5", s, sum.Injected, sum.Kinds())
-	}
+	checkInjected(t, s, p, sum)
 	if sum.Faults[ClickHouseRestart] == 0 {
 		t.Errorf("seed %d: no ClickHouse restart injected", s)
 	}
@@ -473,17 +545,17 @@ func ClusterCIProfile(seed uint64, e Env) Profile {
 // TestChaosCluster runs the cluster CI profile on real Kafka, PostgreSQL
 // and ClickHouse: both exactly_once lanes must pass the checker with no
 // anomaly of any kind, and the three negative controls, living through the
-// same faults on the same workers, must fail it.
+// same faults on the same workers, must fail it, in one run.
 //
 // With five lanes on three shared workers, a drawn failpoint fires in
 // whichever lane passes it first, so whether it lands in a control's
-// window was luck: one CI run saw a control pass in five seeds. The
-// profile now ends with a fault aimed at each control (ClusterCIProfile's
-// Then: a kill scoped to its connector, armed in place in a worker running
-// its task), and every aimed fault must fire. What is left to timing is
-// narrow (ClickHouse de-duplicates a redone block cut exactly as before),
-// so a control that passed gets one more run, the next seed; the exactly_once
-// lanes must be exact in every run.
+// window is luck. The profile ends with a fault aimed at each control
+// (ClusterCIProfile's Then: a kill or a freeze scoped to its connector,
+// armed in place in a worker running its task), every aimed fault must
+// fire, and the aimed zombie is continued only once the others wrote past
+// what it holds (a fault error otherwise): each control's window is
+// certain, so a control that passes is a failure, never a reason to run
+// again.
 func TestChaosCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos: not in -short")
@@ -492,46 +564,22 @@ func TestChaosCluster(t *testing.T) {
 	// faults of the three-broker cluster run in the other profiles.
 	e := loneBrokerEnv(t, true, true)
 	s := seedFor(t, clusterCISeed)
-	dup := func(l *LaneSummary) (bool, string) {
-		return l != nil && l.Report != nil && l.VerifyExit == 1 && l.Report.Counts[verify.Duplicate] > 0, "duplicates"
+	p := ClusterCIProfile(s, e)
+	sum := runCI(t, s, p)
+	drawn := p.Faults + len(p.Then)
+	if sum.Injected < drawn || sum.Kinds() < 5+2 || sum.Faults[WorkerJoin] == 0 || sum.Faults[WorkerLeave] == 0 {
+		t.Errorf("seed %d: %d faults of %d kinds injected (joins %d, leaves %d), want %d of >= 5 drawn kinds and the 2 aimed ones, with joins and leaves",
+			s, sum.Injected, sum.Kinds(), sum.Faults[WorkerJoin], sum.Faults[WorkerLeave], drawn)
 	}
-	faults := func(l *LaneSummary) (bool, string) {
-		return l != nil && l.Report != nil && l.VerifyExit == 1 && l.Report.SinkFaults > 0, "sink faults (zombies must break it without fencing)"
-	}
-	controls := map[string]func(*LaneSummary) (bool, string){"alo": dup, "chalo": dup, "unfenced": faults}
-	const runs = 2
-	for i := uint64(0); i < runs && len(controls) > 0; i++ {
-		seed := s + i
-		p := ClusterCIProfile(seed, e)
-		sum := runCI(t, seed, p)
-		drawn := p.Faults + len(p.Then)
-		if i == 0 && (sum.Injected < drawn || sum.Kinds() < 5+2 || sum.Faults[WorkerJoin] == 0 || sum.Faults[WorkerLeave] == 0) {
-			t.Errorf("seed %d: %d faults of %d kinds injected (joins %d, leaves %d), want %d of >= 5 drawn kinds and the 2 aimed ones, with joins and leaves",
-				seed, sum.Injected, sum.Kinds(), sum.Faults[WorkerJoin], sum.Faults[WorkerLeave], drawn)
-		}
-		if i > 0 && sum.Injected < drawn {
-			t.Errorf("seed %d: %d faults injected, want %d", seed, sum.Injected, drawn)
-		}
-		// An aimed fault that did not fire gives its control no window.
-		for _, fe := range sum.FaultErrors {
-			if strings.Contains(fe, string(LaneFailpoint)) || strings.Contains(fe, string(LaneZombie)) {
-				t.Errorf("seed %d: aimed fault failed: %s", seed, fe)
-			}
-		}
-		checkExact(t, seed, sum.Lane("eo"))
-		checkExact(t, seed, sum.Lane("cheo"))
-		for name, failed := range controls {
-			l := sum.Lane(name)
-			if ok, _ := failed(l); ok {
-				t.Logf("seed %d: negative control %s failed as it must: %s", seed, name, countList(l.Report.Counts))
-				delete(controls, name)
-			} else {
-				t.Logf("seed %d: negative control %s passed this run; it gets another", seed, name)
-			}
+	// An aimed fault that did not fire gives its control no window.
+	for _, fe := range sum.FaultErrors {
+		if strings.Contains(fe, string(LaneFailpoint)) || strings.Contains(fe, string(LaneZombie)) {
+			t.Errorf("seed %d: aimed fault failed: %s", s, fe)
 		}
 	}
-	for name, failed := range controls {
-		_, want := failed(nil)
-		t.Errorf("negative control %s did not fail in %d runs (seeds %d to %d): it must report %s, or the check proves nothing", name, runs, s, s+runs-1, want)
-	}
+	checkExact(t, s, sum.Lane("eo"))
+	checkExact(t, s, sum.Lane("cheo"))
+	checkDuplicates(t, s, sum, "alo")
+	checkDuplicates(t, s, sum, "chalo")
+	checkUnfenced(t, s, sum.Lane("unfenced"), "exactly_once_sink without fencing: zombies must break it")
 }

@@ -24,7 +24,12 @@ import (
 // worker to stop on SIGTERM.
 const (
 	failpointWait = 45 * time.Second
-	termWait      = 30 * time.Second
+	// takeoverWait bounds the wait, after an aimed zombie's hold, for the
+	// lane's other workers to write past what it holds (tookOver): a
+	// condition, so it costs nothing when they do, and long enough for a
+	// rebalance on a loaded machine.
+	takeoverWait = 2 * time.Minute
+	termWait     = 30 * time.Second
 )
 
 // apply injects one fault and returns once it is healed (the worker is
@@ -272,13 +277,21 @@ func applyLane(ctx context.Context, logf func(string, ...any), cl *cluster, l *l
 					candidates = append(candidates, w)
 				}
 			}
-		} else if len(tried) == 0 {
-			candidates = []*worker{l.workers[f.Worker]}
-		}
-		if len(candidates) == 0 {
-			if cl == nil {
+		} else {
+			// "txsink run" lanes: the lane's own workers, from f.Worker
+			// on; one whose partitions gave it nothing to do is left for
+			// the next.
+			for k := range l.workers {
+				w := l.workers[(f.Worker+k)%len(l.workers)]
+				if !slices.Contains(tried, w) && w.uptime() >= 2*time.Second {
+					candidates = append(candidates, w)
+				}
+			}
+			if len(tried) == len(l.workers) {
 				break
 			}
+		}
+		if len(candidates) == 0 {
 			sleep(ctx, time.Second)
 			continue
 		}
@@ -324,8 +337,14 @@ func armLane(ctx context.Context, logf func(string, ...any), w *worker, l *lane,
 			return true, err
 		}
 		sleep(ctx, f.Hold)
-		if !tookOver(ctx, l, before, time.Minute) {
-			logf("chaos: lane %s: no stored offset moved past its value at the freeze within %v; continuing the zombie anyway", l.Name, time.Since(frozen).Round(time.Second))
+		if !tookOver(ctx, l, before, takeoverWait) {
+			// Continued now, the zombie's write could come before the
+			// others' and be no duplicate: the control would have no
+			// window, and its passing would prove nothing. The fault
+			// fails instead (the test cannot tell, so it says so).
+			cur.Signal(syscall.SIGCONT)
+			return true, fmt.Errorf("%s: no stored offset of lane %s moved past its value at the freeze within %v: the zombie's window did not open",
+				spec, l.Name, time.Since(frozen).Round(time.Second))
 		}
 		cur.Signal(syscall.SIGCONT)
 		return true, nil

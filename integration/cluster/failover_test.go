@@ -29,9 +29,17 @@ func TestClusterKillAndJoin(t *testing.T) {
 			onB = append(onB, ts.ID)
 		}
 	}
-	// Mid-stream: everything acknowledged so far is in, more is coming.
+	// Mid-stream: everything acknowledged so far is in, and more is
+	// acknowledged than the sink holds (records in flight).
 	e.waitCaughtUp(name, prod, time.Minute)
-	time.Sleep(2 * time.Second)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if fr, _ := prod.Snapshot(); !e.caughtUp(name, fr) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the producer acknowledged nothing the sink does not hold within a minute: no stream to kill a worker in")
+		}
+	}
 
 	killed := time.Now()
 	b.Kill()

@@ -159,7 +159,17 @@ func HitIn(connector, name string) {
 	}
 	mu.Unlock()
 	if fire && stop {
+		// A process-directed SIGSTOP stops the process when the kernel
+		// gets to it, not when kill returns: on a loaded machine the
+		// caller would run on past the point (begin a transaction, lock
+		// a row) before the process stops. So the caller waits for the
+		// SIGCONT that ends the freeze: nothing after the point runs
+		// before the resume.
+		cont := make(chan os.Signal, 1)
+		signal.Notify(cont, syscall.SIGCONT)
 		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		<-cont
+		signal.Stop(cont)
 		return // resumed by SIGCONT: carry on as a zombie would
 	}
 	if fire {

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -116,4 +118,71 @@ func child() {
 	HitIn("conn-x", AfterCommit)
 	HitIn("conn-x", AfterCommit)
 	os.Exit(3) // not killed
+}
+
+// TestStopHoldsCallerUntilContinued: a stop point returns only after the
+// SIGCONT that ends the freeze. The child creates a file right after the
+// point; it must not be there while the child is stopped, and must be once
+// the child, continued, exits.
+func TestStopHoldsCallerUntilContinued(t *testing.T) {
+	if file := os.Getenv("TXSINK_FAILPOINT_AFTER"); file != "" {
+		// Hit from a goroutine of its own while the test's goroutine
+		// (locked to its thread) waits: as in the runtime, the thread
+		// that hits the point is seldom the one the kernel stops first.
+		runtime.LockOSThread()
+		code := make(chan int)
+		go func() {
+			HitIn("conn-s", BeforeWrite)
+			if err := os.WriteFile(file, nil, 0o600); err != nil {
+				code <- 2
+			}
+			code <- 0
+		}()
+		os.Exit(<-code)
+	}
+	after := filepath.Join(t.TempDir(), "after")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestStopHoldsCallerUntilContinued$")
+	cmd.Env = append(os.Environ(), "TXSINK_FAILPOINT_AFTER="+after, Env+"="+BeforeWrite+"@conn-s:1:stop")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Kill()
+		<-done
+	}()
+	stat := fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		b, err := os.ReadFile(stat)
+		if err != nil {
+			t.Skipf("no %s: %v", stat, err)
+		}
+		// "pid (comm) state ...": the state follows the last ')'.
+		s := string(b)
+		if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) && s[i+2] == 'T' {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the child did not stop at its point within a minute")
+		}
+	}
+	if _, err := os.Stat(after); err == nil {
+		t.Fatal("the child ran past its stop point before it was continued")
+	}
+	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		done <- err
+		if err != nil {
+			t.Fatalf("the continued child ended with %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the child did not carry on within a minute of SIGCONT")
+	}
+	if _, err := os.Stat(after); err != nil {
+		t.Fatalf("the continued child did not carry on past its point: %v", err)
+	}
 }

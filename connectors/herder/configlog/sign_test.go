@@ -6,11 +6,13 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/txsink/txsink/connectors/engine"
 )
@@ -219,7 +221,10 @@ func TestConfigLogUpgrade(t *testing.T) {
 // workers' signed ones apply. A worker that reads a signed status before
 // it knows the key waits for the key rather than taking it unchecked.
 func TestStatusLogRefusesUnsigned(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "status"))
+	// One partition: the log applies its records in the order they were
+	// written, so once a later record is applied every earlier one was
+	// read (and applied or refused).
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "status"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,12 +243,11 @@ func TestStatusLogRefusesUnsigned(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	w.PutConnector("victim", Status{State: engine.StateRunning, WorkerID: "a:8083", Generation: 3})
-	w.PutTask("victim", 0, Status{State: engine.StateRunning, WorkerID: "a:8083", Generation: 3})
-	w.Flush(10 * time.Second)
 
-	// The reader does not know the key yet: it waits at the first signed
-	// record.
+	// The reader does not know the key yet. It starts on an unsigned
+	// record (a cluster that predates signing), applied at once.
+	p := producer(t, opt)
+	produce(t, ctx, p, &kgo.Record{Key: []byte(StatusTaskKey("early", 0)), Value: encode(statusValue{V: Version, State: engine.StateRunning, WorkerID: "a:8083", Generation: 1})})
 	readerKeys := NewKeyring()
 	changes := make(chan Change, 64)
 	ropt := Options{Topic: "status", Bootstrap: c.ListenAddrs(), Log: quiet, Keys: readerKeys, OnChange: func(ch Change) { changes <- ch }}
@@ -251,32 +255,85 @@ func TestStatusLogRefusesUnsigned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The highest offset the reader's Kafka client asked for, and a token
+	// at each of its fetches.
+	var fetchedTo atomic.Int64
+	fetching := make(chan struct{}, 1)
+	c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		for _, tp := range req.(*kmsg.FetchRequest).Topics {
+			for _, pp := range tp.Partitions {
+				if pp.FetchOffset > fetchedTo.Load() {
+					fetchedTo.Store(pp.FetchOffset)
+				}
+			}
+		}
+		select {
+		case fetching <- struct{}{}:
+		default:
+		}
+		return nil, nil, false
+	})
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); r.Run(rctx) }()
 	defer func() { cancel(); r.Close(); <-done }()
-	select {
-	case <-changes:
+	waitApplied := func(what string, cond func() bool) {
+		t.Helper()
+		for !cond() {
+			select {
+			case <-changes:
+			case <-ctx.Done():
+				t.Fatalf("%s: not applied (rejected %v)", what, r.Rejected())
+			}
+		}
+	}
+	waitApplied("the unsigned status", func() bool { _, ok := r.Task("early", 0); return ok })
+
+	// Then, in one batch, signed statuses, one of them signed with another
+	// cluster's key, and a signed marker. Once the reader's client asks
+	// for the offset after the marker, the reader has taken the fetch that
+	// holds them all while the key is still unknown: a reader that took
+	// signed records unchecked would apply the forged one; the reader
+	// waits for the key, then verifies each.
+	signedBy := func(k *Keyring, key string, st Status) *kgo.Record {
+		r := &kgo.Record{Topic: "status", Key: []byte(key), Value: encode(statusValue{V: Version, State: st.State, Trace: st.Trace, WorkerID: st.WorkerID, Generation: st.Generation})}
+		k.sign(r)
+		return r
+	}
+	otherKeys := NewKeyring()
+	otherKey, _ := PutClusterKey()
+	otherSecret, _ := parseKey(otherKey.Value)
+	otherKeys.setKey(otherSecret)
+	good := Status{State: engine.StateRunning, WorkerID: "a:8083", Generation: 3}
+	end := produce(t, ctx, p,
+		signedBy(writerKeys, StatusConnectorKey("victim"), good),
+		signedBy(writerKeys, StatusTaskKey("victim", 0), good),
+		signedBy(otherKeys, StatusTaskKey("victim", 2), Status{State: engine.StateFailed, Trace: "forged before the key", WorkerID: "evil:1", Generation: 99}),
+		signedBy(writerKeys, StatusTaskKey("victim", 3), good),
+	)
+	for fetchedTo.Load() <= end {
+		select {
+		case <-fetching:
+		case <-ctx.Done():
+			t.Fatal("the reader's client did not fetch the signed records")
+		}
+	}
+	if _, ok := r.Task("victim", 2); ok {
 		t.Fatal("a signed status applied before the key was known")
-	case <-time.After(300 * time.Millisecond): // a negative check: nothing may arrive
 	}
 	readerKeys.setKey(secret)
-	for {
-		if s, ok := r.Task("victim", 0); ok && s.State == engine.StateRunning {
-			break
-		}
-		select {
-		case <-changes:
-		case <-ctx.Done():
-			t.Fatal("signed statuses not applied once the key was known")
-		}
+	waitApplied("the signed statuses", func() bool { _, ok := r.Task("victim", 3); return ok })
+	if s, ok := r.Task("victim", 0); !ok || s.State != engine.StateRunning {
+		t.Errorf("task 0 status %+v %v", s, ok)
+	}
+	if s, ok := r.Task("victim", 2); ok {
+		t.Errorf("status signed with another key applied: %+v", s)
+	}
+	if rej := r.Rejected(); rej[ReasonBadSignature] != 1 {
+		t.Errorf("rejected %v, want the status signed with another key", rej)
 	}
 	// Forged statuses: a newer generation, another worker, FAILED.
-	p, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("status"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
 	st := encode(statusValue{V: Version, State: engine.StateFailed, Trace: "forged", WorkerID: "evil:1", Generation: 99})
 	hdr := []kgo.RecordHeader{{Key: SignatureHeader, Value: bytes.Repeat([]byte{1}, 32)}}
 	produce(t, ctx, p,
@@ -288,19 +345,7 @@ func TestStatusLogRefusesUnsigned(t *testing.T) {
 	// A signed status written after them marks the end.
 	w.PutTask("victim", 1, Status{State: engine.StatePaused, WorkerID: "a:8083", Generation: 3})
 	w.Flush(10 * time.Second)
-	for {
-		if _, ok := r.Task("victim", 1); ok {
-			if rej := r.Rejected(); rej[ReasonUnsigned]+rej[ReasonBadSignature] == 4 {
-				break
-			}
-		}
-		select {
-		case <-changes:
-		case <-time.After(50 * time.Millisecond):
-		case <-ctx.Done():
-			t.Fatalf("rejected %v", r.Rejected())
-		}
-	}
+	waitApplied("the end marker", func() bool { _, ok := r.Task("victim", 1); return ok })
 	if s, _ := r.Connector("victim"); s.State != engine.StateRunning || s.WorkerID != "a:8083" {
 		t.Errorf("connector status %+v: a forged status applied", s)
 	}
@@ -310,8 +355,8 @@ func TestStatusLogRefusesUnsigned(t *testing.T) {
 	if len(r.Topics("victim")) != 0 {
 		t.Errorf("forged active topics %v", r.Topics("victim"))
 	}
-	if rej := r.Rejected(); rej[ReasonUnsigned] != 3 || rej[ReasonBadSignature] != 1 {
-		t.Errorf("rejected %v", rej)
+	if rej := r.Rejected(); rej[ReasonUnsigned] != 3 || rej[ReasonBadSignature] != 2 {
+		t.Errorf("rejected %v, want 3 unsigned and 2 with a bad signature", rej)
 	}
 }
 

@@ -35,6 +35,39 @@ func (m *testMember) last() (Generation, bool) {
 	return m.gens[len(m.gens)-1], true
 }
 
+// changes wakes the tests' waits: a member pokes it at each assignment and
+// revocation, after its state changed.
+var changes = struct {
+	mu sync.Mutex
+	ch chan struct{}
+}{ch: make(chan struct{})}
+
+func poke() {
+	changes.mu.Lock()
+	defer changes.mu.Unlock()
+	close(changes.ch)
+	changes.ch = make(chan struct{})
+}
+
+// waitChange waits until cond holds, re-checking at each poke; after
+// timeout it calls fail and returns false.
+func waitChange(timeout time.Duration, cond func() bool) bool {
+	deadline := time.After(timeout)
+	for {
+		changes.mu.Lock()
+		woken := changes.ch // taken before the check: a poke in between is not lost
+		changes.mu.Unlock()
+		if cond() {
+			return true
+		}
+		select {
+		case <-woken:
+		case <-deadline:
+			return false
+		}
+	}
+}
+
 func startMember(t *testing.T, c *kfake.Cluster, worker string) *testMember {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
@@ -61,7 +94,8 @@ func startMember(t *testing.T, c *kfake.Cluster, worker string) *testMember {
 			}
 			return out, nil
 		},
-		OnAssigned: func(g Generation) { m.mu.Lock(); m.gens = append(m.gens, g); m.mu.Unlock() },
+		OnAssigned: func(g Generation) { m.mu.Lock(); m.gens = append(m.gens, g); m.mu.Unlock(); poke() },
+		OnRevoked:  func(bool) { poke() },
 		Log:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -75,32 +109,28 @@ func startMember(t *testing.T, c *kfake.Cluster, worker string) *testMember {
 // want.
 func settled(t *testing.T, ms []*testMember, want string) int32 {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var gen int32 = -1
-		ok := true
+	var gen int32
+	ok := waitChange(30*time.Second, func() bool {
+		gen = -1
 		for _, m := range ms {
 			g, has := m.last()
 			_, _, stable := m.g.State()
 			if !has || !stable || string(g.Assignment) != want || gen >= 0 && g.Generation != gen {
-				ok = false
-				break
+				return false
 			}
 			gen = g.Generation
 		}
-		if ok {
-			return gen
+		return true
+	})
+	if !ok {
+		var got []string
+		for _, m := range ms {
+			g, _ := m.last()
+			got = append(got, string(g.Assignment))
 		}
-		if time.Now().After(deadline) {
-			var got []string
-			for _, m := range ms {
-				g, _ := m.last()
-				got = append(got, string(g.Assignment))
-			}
-			t.Fatalf("not settled on %q: %q", want, got)
-		}
-		time.Sleep(50 * time.Millisecond)
+		t.Fatalf("not settled on %q: %q", want, got)
 	}
+	return gen
 }
 
 func TestGroupJoinLeaveRejoin(t *testing.T) {
@@ -148,17 +178,10 @@ func TestGroupJoinLeaveRejoin(t *testing.T) {
 	for _, m := range rejoin {
 		m.g.Rejoin()
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if g, _ := a.last(); g.Generation > gen2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			ga, _ := a.last()
-			gc, _ := cc.last()
-			t.Fatalf("Rejoin by the leader did not start a rebalance (a=%+v c=%+v, generation before %d)", ga, gc, gen2)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !waitChange(20*time.Second, func() bool { g, _ := a.last(); return g.Generation > gen2 }) {
+		ga, _ := a.last()
+		gc, _ := cc.last()
+		t.Fatalf("Rejoin by the leader did not start a rebalance (a=%+v c=%+v, generation before %d)", ga, gc, gen2)
 	}
 	settled(t, []*testMember{a, cc}, "a,c")
 }
