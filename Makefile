@@ -64,9 +64,12 @@ test-integration-1:
 test-integration-2:
 	$(GO) test -count=1 -timeout 30m -skip '$(INTEGRATION_1)' ./integration/
 
-# The other integration packages but chaos (the cluster suite, the fault
+# The PostgreSQL tests of the sink and the offsets store (build tag
+# dbtest: they need a database, so the unit run leaves them out), then
+# the other integration packages but chaos (the cluster suite, the fault
 # proxy), one after another.
 test-integration-more:
+	$(GO) test -race -tags dbtest -count=1 -timeout 10m ./connectors/postgres/ ./offsets/
 	$(GO) test -count=1 -timeout 20m -p 1 $$($(GO) list ./integration/... | grep -v -e '/integration$$' -e '/integration/chaos$$')
 
 # The chaos package in two shards: the profiles and focused fault tests on
