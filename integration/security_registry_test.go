@@ -244,11 +244,12 @@ func TestSecurityRegistryResponseSize(t *testing.T) {
 				reqs = srv.Requests()
 			}
 			span := reqs[len(reqs)-1].At.Sub(reqs[0].At)
-			allowed := 2 * (int(math.Log2(float64(span)/float64(400*time.Millisecond)+1)) + 1)
+			// Two requests of slack: a tight loop makes dozens.
+			allowed := 2*(int(math.Log2(float64(span)/float64(400*time.Millisecond)+1))+1) + 2
 			if len(reqs) > allowed {
 				t.Errorf("%d registry requests in %v, at most %d fit a backoff from 500 ms: a tight loop", len(reqs), span, allowed)
 			}
-			t.Logf("%d registry requests in %v (a backoff from 500 ms allows %d)", len(reqs), span.Round(time.Millisecond), allowed)
+			t.Logf("%d registry requests in %v (a backoff from 500 ms allows %d, with two of slack)", len(reqs), span.Round(time.Millisecond), allowed)
 			if n := e.rows(name + "_dlq"); n > 0 {
 				t.Errorf("%d records dead-lettered: an oversized registry answer was taken for a bad record", n)
 			}
