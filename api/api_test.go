@@ -430,13 +430,19 @@ func TestRootAndHealth(t *testing.T) {
 // under the restart policy, and then writes everything.
 func TestFailedTaskRestartsWithBackoff(t *testing.T) {
 	e := newEnv(t)
+	// FAILED lasts as long as the restart delay: 50 ms (the env's
+	// default) is shorter than one status request on a loaded CI
+	// machine, so the test polled past it. Two seconds, and the test
+	// still shows the restart and its backoff.
+	e.restartInitial = 2 * time.Second
+	e.restart()
 	e.must(201, "POST", "/connectors", map[string]any{"name": "flaky", "config": fakeConfig("flaky")})
 	e.waitState("flaky", engine.StateRunning, 1)
 	e.store.mu.Lock()
 	e.store.failWrites = 2
 	e.store.mu.Unlock()
 	e.produce(6)
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	sawFailed := false
 	for !sawFailed {
 		r := e.must(200, "GET", "/connectors/flaky/tasks/0/status", nil)

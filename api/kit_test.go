@@ -198,6 +198,9 @@ type env struct {
 	kafka  *kfake.Cluster
 	logs   *syncBuffer
 	dir    string
+	// restartInitial is the first restart delay of a failed task (50 ms
+	// when zero), set before a restart of the env.
+	restartInitial time.Duration
 }
 
 type syncBuffer struct {
@@ -246,12 +249,16 @@ func (e *env) start(opts ...envOpt) {
 	})
 	levels := NewLevels(slog.LevelDebug)
 	promReg := prometheus.NewRegistry()
+	initial := 50 * time.Millisecond
+	if e.restartInitial > 0 {
+		initial = e.restartInitial
+	}
 	var err error
 	w, err = herder.NewStandalone(reg, herder.StandaloneOptions{DataDir: e.dir, Engine: engine.Options{
 		WorkerID: "worker-1", AdvertisedID: "127.0.0.1:8083", Bootstrap: e.kafka.ListenAddrs(),
 		Log:          levels.Logger(base, "txsink.worker"),
 		ConnectorLog: func(n string) *slog.Logger { return levels.Logger(base, "txsink.connectors."+n) },
-		Restart:      engine.RestartPolicy{Enabled: true, Initial: 50 * time.Millisecond, Max: time.Second},
+		Restart:      engine.RestartPolicy{Enabled: true, Initial: initial, Max: max(initial, time.Second)},
 		Registerer:   promReg,
 	}})
 	if err != nil {
