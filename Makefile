@@ -33,7 +33,9 @@ lint:
 # but the machine, and CI takes as long as its longest lane
 # (docs/testing.md, "CI"). `make test` runs every target one after
 # another; `make -j4 test` runs them four at a time.
-TEST_LANES := test-unit,test-integration-more,test-bench-smoke,test-integration-ch26 test-integration-1 test-integration-2 test-chaos-1 test-chaos-2
+# Three lanes, not five: five loaded the 2-core machine to 50-75 and
+# timing-sensitive tests failed there (see docs/testing.md, "CI").
+TEST_LANES := test-unit,test-integration-more,test-bench-smoke,test-integration-ch26 test-integration-1,test-integration-2 test-chaos-1,test-chaos-2
 comma := ,
 TEST_TARGETS := $(subst $(comma), ,$(TEST_LANES))
 
