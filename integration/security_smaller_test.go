@@ -218,15 +218,7 @@ func TestSecuritySmallerValidateAll(t *testing.T) {
 		{"connector.class": "postgres", "topics": "t", "connection.url": "postgres://u@127.0.0.1/db?sslrootcert=/etc/passwd", "insert.mode": "upsert", "pk.mode": "none", "errors.tolerance": "all"},
 		{"connector.class": "postgres", "topics": "t", "connection.url": "postgres://u@127.0.0.1/db?ssl=false", "insert.mode": "upsert", "pk.mode": "none", "errors.tolerance": "all"},
 	} {
-		var ci struct {
-			ErrorCount int `json:"error_count"`
-			Configs    []struct {
-				Value struct {
-					Name   string   `json:"name"`
-					Errors []string `json:"errors"`
-				} `json:"value"`
-			} `json:"configs"`
-		}
+		var ci validateAnswer
 		_ = json.Unmarshal([]byte(w.must(t, 200, "PUT", "/connector-plugins/postgres/config/validate", body)), &ci)
 		errsOf, total := map[string]int{}, 0
 		for _, c := range ci.Configs {

@@ -500,15 +500,7 @@ func TestSecurityClickHouseEngine(t *testing.T) {
 		cfg["auto.create.engine"] = engine
 		cfg["name"] = "sec-engine"
 		body := w.must(t, 200, "PUT", "/connector-plugins/clickhouse/config/validate", cfg)
-		var res struct {
-			ErrorCount int `json:"error_count"`
-			Configs    []struct {
-				Value struct {
-					Name   string   `json:"name"`
-					Errors []string `json:"errors"`
-				} `json:"value"`
-			} `json:"configs"`
-		}
+		var res validateAnswer
 		_ = json.Unmarshal([]byte(body), &res)
 		found := false
 		for _, c := range res.Configs {
