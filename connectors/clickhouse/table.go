@@ -10,8 +10,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/txsink/txsink/connectors/convert"
 	"github.com/txsink/txsink/connectors/record"
 )
@@ -181,14 +179,15 @@ func (f fixedTable) evolve(_ context.Context, t *table, _ record.Value, _ []stri
 	return t, nil
 }
 
-// mapRecords converts records (one partition, offset order) through the
-// pipeline into rows of their tables (table.name.format, through res).
-// Groups come in the order their first row appeared. Bad records come
-// back as record errors in offset order; err is for problems that are not
-// a record's fault (an unsupported column, an unavailable schema registry,
-// a failed schema change) and for records wrapping record.ErrIncompatible,
-// which are never dead-lettered.
-func mapRecords(ctx context.Context, pipe *convert.Pipeline, m mapping, res resolver, recs []*kgo.Record) (groups []*rowGroup, bad []*record.Error, err error) {
+// mapRecords maps converted records (one partition, offset order; the
+// runtime's pipeline converted them) into rows of their tables
+// (table.name.format, through res). Groups come in the order their first
+// row appeared. Records the mapping refuses come back as record errors in
+// offset order, for the runtime's tolerance operator; err is for problems
+// that are not a record's fault (an unsupported column, a failed schema
+// change) and for records wrapping record.ErrIncompatible, which are never
+// dead-lettered.
+func mapRecords(ctx context.Context, m mapping, res resolver, recs []*record.Record) (groups []*rowGroup, bad []*record.Error, err error) {
 	// Rows group by table name and column list, never by the *table a
 	// lookup returned: a redo must cut the same blocks whatever the
 	// cache held.
@@ -196,10 +195,10 @@ func mapRecords(ctx context.Context, pipe *convert.Pipeline, m mapping, res reso
 		name, shape, cols string
 	}
 	byShape := map[gkey]*rowGroup{}
-	var conv convert.Scratch
 	slotsOf := map[*table]*slots{}
-	for _, r := range recs {
-		rows, rerr := mapOne(ctx, pipe, m, res, r, &conv, slotsOf)
+	for _, rec := range recs {
+		r := rec.Raw
+		rows, rerr := mapOne(ctx, m, res, rec, slotsOf)
 		if rerr != nil {
 			if errors.Is(rerr, ErrUnsupportedColumn) {
 				return nil, nil, rerr
@@ -240,15 +239,11 @@ func colNames(cols []*column) string {
 	return b.String()
 }
 
-// mapOne converts r and maps it to its rows (none when it was dropped, or
-// is a delete of a table that does not exist).
-func mapOne(ctx context.Context, pipe *convert.Pipeline, m mapping, res resolver, r *kgo.Record, conv *convert.Scratch, slotsOf map[*table]*slots) ([]row, error) {
-	// Keys are converted (and transformed) with the value when a tombstone
-	// may need them; change events convert theirs anyway.
-	rec, err := pipe.Convert(ctx, r, conv, m.DeleteEnabled)
-	if err != nil || rec == nil {
-		return nil, err // rec == nil: dropped by a transform or the change-event stage
-	}
+// mapOne maps a converted record to its rows (none when it is a delete of
+// a table that does not exist). (The runtime converted the key with the
+// value when a tombstone may need it, see Sink.ReadsKeys; change events
+// convert theirs anyway.)
+func mapOne(ctx context.Context, m mapping, res resolver, rec *record.Record, slotsOf map[*table]*slots) ([]row, error) {
 	format := m.Format
 	if format == "" {
 		format = record.PlaceholderTopic

@@ -421,7 +421,7 @@ func (s flakySink) WriteLocal(ctx context.Context, b *twophase.Batch, g offsets.
 	if err := s.down(); err != nil {
 		return err
 	}
-	return s.Sink.WriteLocal(ctx, b, g, o)
+	return s.Sink.(connectors.LocalWriter).WriteLocal(ctx, b, g, o)
 }
 
 // waitObserver records the task's Waiting events.

@@ -22,10 +22,11 @@ import (
 // database (the table is taken as read from the catalog).
 func prepareRecord(ctx context.Context, w *Writer, p *plan, r *kgo.Record) (*op, error) {
 	ws := &writeState{w: w, ddl: true, stats: &WriteStats{}}
-	rec, err := w.pipe.Convert(ctx, r, &ws.conv, w.cfg.PKMode == PKModeRecordKey)
-	if err != nil || rec == nil {
+	c, err := w.records.Convert(ctx, []*kgo.Record{r})
+	if err != nil || len(c.Records) == 0 {
 		return nil, err
 	}
+	rec := c.Records[0]
 	ops, err := w.prepareOne(ctx, ws, &target{name: p.t.Name, p: p, sc: newScratch(p.t), fresh: true}, rec)
 	if err != nil {
 		return nil, err
@@ -223,11 +224,11 @@ func BenchmarkPrepare(b *testing.B) {
 	ws := &writeState{w: w, ddl: true, stats: &WriteStats{}}
 	for b.Loop() {
 		tg := &target{name: "t", p: p, sc: newScratch(p.t), fresh: true}
-		for _, r := range recs {
-			rec, err := w.pipe.Convert(ctx, r, &ws.conv, false)
-			if err != nil {
-				b.Fatal(err)
-			}
+		c, err := w.records.Convert(ctx, recs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, rec := range c.Records {
 			if _, err := w.prepareOne(ctx, ws, tg, rec); err != nil {
 				b.Fatal(err)
 			}
