@@ -24,22 +24,76 @@ import (
 	"github.com/txsink/txsink/twophase"
 )
 
-// Converted is one batch's records as the runtime's pipeline made them,
-// and the batch's errant records.
+// Converted is one batch's records as the runtime's pipeline makes
+// them, and the batch's errant records. The records are converted as the
+// sink reads them (Each), one at a time into buffers reused from one
+// record to the next: a batch never holds a decoded value per record.
 type Converted struct {
-	// Records are the converted records in offset order (each keeps its
-	// Kafka record, and so its coordinates, in Raw). Records a transform
-	// or the change-event stage dropped, and records set aside as dead
-	// letters, are not among them.
-	Records []*record.Record
-	// Dropped counts the records a transform or the change-event stage
-	// dropped.
-	Dropped int
+	raw []*kgo.Record
+	p   *RecordPipeline
 
 	tolerant bool
 	mu       sync.Mutex
-	errant   []DeadLetter // the pipeline's (conversion, transforms)
+	dropped  int          // of the last complete pass
+	errant   []DeadLetter // the pipeline's (conversion, transforms), of the last complete pass
 	rejected []DeadLetter // the sink's (Reject)
+}
+
+// scratches are the pipeline's buffers, reused from one pass to the next.
+var scratches = sync.Pool{New: func() any { return new(convert.Scratch) }}
+
+// Each converts the batch's records in offset order, one at a time, and
+// calls fn with each record to write. The record (and what it refers to)
+// is valid only during the call: its buffers are reused for the next
+// (fn copies what it keeps). Records a transform or the change-event
+// stage drops are not given to fn (Dropped counts them). A record that
+// fails to convert goes to the tolerance operator: with
+// errors.tolerance=all it is a dead letter of the batch and fn does not
+// see it; with none, or when its error wraps record.ErrIncompatible, Each
+// stops and returns its *record.Error (a RecordLocator: the runtime stops
+// the partition exactly there). An error that is not a record's fault
+// (an unavailable schema registry, wrapping record.ErrUnavailable), and
+// an error of fn, stop Each and are returned as they are. Each may be
+// called again (a write done again); every complete pass sets the
+// batch's dropped count and conversion dead letters afresh.
+func (c *Converted) Each(ctx context.Context, fn func(*record.Record) error) error {
+	sc := scratches.Get().(*convert.Scratch)
+	defer scratches.Put(sc)
+	var errant []DeadLetter
+	dropped := 0
+	for _, r := range c.raw {
+		rec, err := c.p.pipe.Convert(ctx, r, sc, c.p.withKey)
+		if err != nil {
+			if !record.IsCause(err) {
+				return err
+			}
+			re := record.Locate(r, err)
+			if !c.tolerant || errors.Is(re, record.ErrIncompatible) {
+				return re
+			}
+			errant = append(errant, DeadLetter{Record: r, Err: re})
+			continue
+		}
+		if rec == nil {
+			dropped++
+			continue
+		}
+		if err := fn(rec); err != nil {
+			return err
+		}
+	}
+	c.mu.Lock()
+	c.errant, c.dropped = errant, dropped
+	c.mu.Unlock()
+	return nil
+}
+
+// Dropped counts the records a transform or the change-event stage
+// dropped in the last complete pass of Each.
+func (c *Converted) Dropped() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dropped
 }
 
 // Tolerant reports whether errors.tolerance=all: bad records become dead
@@ -75,9 +129,9 @@ func (c *Converted) Reject(bad []*record.Error) error {
 			return e
 		}
 	}
-	byOffset := make(map[int64]*kgo.Record, len(c.Records))
-	for _, r := range c.Records {
-		byOffset[r.Raw.Offset] = r.Raw
+	byOffset := make(map[int64]*kgo.Record, len(c.raw))
+	for _, r := range c.raw {
+		byOffset[r.Offset] = r
 	}
 	letters := make([]DeadLetter, 0, len(bad))
 	for _, e := range bad {
@@ -99,7 +153,7 @@ func (c *Converted) DeadLetters() []DeadLetter {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.rejected) == 0 {
-		return c.errant
+		return slices.Clone(c.errant)
 	}
 	out := append(slices.Clone(c.errant), c.rejected...)
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Record.Offset < out[j].Record.Offset })
@@ -140,38 +194,13 @@ func PipelineFor(pipe *convert.Pipeline, tolerance string, sink any) *RecordPipe
 	return NewRecordPipeline(pipe, tolerance, ok && kr.ReadsKeys())
 }
 
-// Convert converts recs (one partition's, in offset order). A record that
-// fails is the tolerance operator's: with errors.tolerance=all it is a
-// dead letter of the result; with none, or when its error wraps
-// record.ErrIncompatible, Convert returns its *record.Error (a
-// RecordLocator: the runtime stops the partition exactly there). An
-// error that is not a record's fault (an unavailable schema registry,
-// wrapping record.ErrUnavailable) is returned as is: nothing is skipped.
+// Convert returns the batch of recs (one partition's, in offset order)
+// as its sink reads it: converted record by record as the sink goes
+// through it (Converted.Each), where a record that fails meets the
+// tolerance operator. The error is always nil (kept for callers that
+// convert eagerly).
 func (p *RecordPipeline) Convert(ctx context.Context, recs []*kgo.Record) (*Converted, error) {
-	c := &Converted{tolerant: p.tolerant, Records: make([]*record.Record, 0, len(recs))}
-	// Each converted record keeps its own buffers, which live as long as
-	// the batch: one allocation for the batch.
-	scs := make([]convert.Scratch, len(recs))
-	for i, r := range recs {
-		rec, err := p.pipe.Convert(ctx, r, &scs[i], p.withKey)
-		if err != nil {
-			if !record.IsCause(err) {
-				return nil, err
-			}
-			re := record.Locate(r, err)
-			if !p.tolerant || errors.Is(re, record.ErrIncompatible) {
-				return nil, re
-			}
-			c.errant = append(c.errant, DeadLetter{Record: r, Err: re})
-			continue
-		}
-		if rec == nil {
-			c.Dropped++
-			continue
-		}
-		c.Records = append(c.Records, rec)
-	}
-	return c, nil
+	return &Converted{raw: recs, p: p, tolerant: p.tolerant}, nil
 }
 
 // Batch returns b's converted records: those the runtime attached, or,

@@ -73,10 +73,14 @@ func canonical(v []byte) ([]byte, bool) {
 // mapOneRow maps r to its one row of tb (nil when it maps to none).
 func mapOneRow(ctx context.Context, pipe *convert.Pipeline, tb *table, m mapping, r *kgo.Record) ([]*column, []any, string, error) {
 	c, err := connectors.NewRecordPipeline(pipe, "none", m.DeleteEnabled).Convert(ctx, []*kgo.Record{r})
-	if err != nil || len(c.Records) == 0 {
+	if err != nil {
 		return nil, nil, "", err
 	}
-	rows, err := mapOne(ctx, m, fixedTable{tb}, c.Records[0], map[*table]*slots{})
+	var rows []row
+	err = c.Each(ctx, func(rec *record.Record) error {
+		rows, err = mapOne(ctx, m, fixedTable{tb}, rec, map[*table]*slots{})
+		return err
+	})
 	if err != nil || len(rows) == 0 {
 		return nil, nil, "", err
 	}
@@ -150,7 +154,7 @@ func mapRaw(ctx context.Context, pipe *convert.Pipeline, m mapping, res resolver
 	if err != nil {
 		return nil, nil, err
 	}
-	groups, bad, err := mapRecords(ctx, m, res, c.Records)
+	groups, bad, err := mapRecords(ctx, m, res, c)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -470,7 +470,7 @@ func (s *Sink) buildBatch(ctx context.Context, b *twophase.Batch) (*prepared, er
 // dead-letter block). With errors.tolerance=none a bad record is returned
 // as a *record.Error (the lowest offset).
 func (s *Sink) build(ctx context.Context, c *connectors.Converted, blockRows int) (*prepared, error) {
-	groups, bad, err := mapRecords(ctx, s.mapping(), newBuildResolver(s), c.Records)
+	groups, bad, err := mapRecords(ctx, s.mapping(), newBuildResolver(s), c)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/txsink/txsink/connectors"
 	"github.com/txsink/txsink/connectors/convert"
 	"github.com/txsink/txsink/connectors/record"
 )
@@ -187,7 +188,7 @@ func (f fixedTable) evolve(_ context.Context, t *table, _ record.Value, _ []stri
 // that are not a record's fault (an unsupported column, a failed schema
 // change) and for records wrapping record.ErrIncompatible, which are never
 // dead-lettered.
-func mapRecords(ctx context.Context, m mapping, res resolver, recs []*record.Record) (groups []*rowGroup, bad []*record.Error, err error) {
+func mapRecords(ctx context.Context, m mapping, res resolver, c *connectors.Converted) (groups []*rowGroup, bad []*record.Error, err error) {
 	// Rows group by table name and column list, never by the *table a
 	// lookup returned: a redo must cut the same blocks whatever the
 	// cache held.
@@ -196,22 +197,22 @@ func mapRecords(ctx context.Context, m mapping, res resolver, recs []*record.Rec
 	}
 	byShape := map[gkey]*rowGroup{}
 	slotsOf := map[*table]*slots{}
-	for _, rec := range recs {
+	mapErr := false // Each's error is the mapping's
+	err = c.Each(ctx, func(rec *record.Record) error {
 		r := rec.Raw
 		rows, rerr := mapOne(ctx, m, res, rec, slotsOf)
 		if rerr != nil {
-			if errors.Is(rerr, ErrUnsupportedColumn) {
-				return nil, nil, rerr
-			}
-			if !record.IsCause(rerr) {
-				return nil, nil, rerr
+			if errors.Is(rerr, ErrUnsupportedColumn) || !record.IsCause(rerr) {
+				mapErr = true
+				return rerr
 			}
 			re := record.Locate(r, rerr)
 			if errors.Is(re, record.ErrIncompatible) {
-				return nil, nil, re
+				mapErr = true
+				return re
 			}
 			bad = append(bad, re)
-			continue
+			return nil
 		}
 		for _, rw := range rows {
 			t := rw.t
@@ -225,6 +226,17 @@ func mapRecords(ctx context.Context, m mapping, res resolver, recs []*record.Rec
 			g.rows = append(g.rows, rw.vals)
 			g.offs = append(g.offs, r.Offset)
 		}
+		return nil
+	})
+	var re *record.Error
+	switch {
+	case err == nil:
+	case !mapErr && errors.As(err, &re) && !errors.Is(err, record.ErrIncompatible):
+		// A record the pipeline could not convert (errors.tolerance=none):
+		// nothing after it matters; the lowest bad record fails the batch.
+		bad = append(bad, re)
+	default:
+		return nil, nil, err
 	}
 	return groups, bad, nil
 }

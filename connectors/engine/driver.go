@@ -470,8 +470,8 @@ func (d *driver) startStage(r *task.Round) {
 		g.SetLimit(max(d.t.conn.Parallelism, 1))
 		for _, b := range r.Batches {
 			g.Go(func() error {
-				// Converted once: the round reuses what its write-ahead
-				// converted.
+				// Attached once: the round reuses the write-ahead's
+				// pipeline of the batch.
 				if _, err := d.records.Batch(ctx, b); err != nil {
 					if ctx.Err() == nil {
 						d.t.log.Debug("converting a batch ahead failed; its round converts it", "batch", b.ID.String(), "err", err)
@@ -571,12 +571,13 @@ func (d *driver) startRound(r *task.Round) {
 	}()
 }
 
-// convert runs the record pipeline on every batch of a round not
-// converted yet (by its write-ahead), at most commit.parallelism at a
-// time. It returns the error of the first batch (in round order) that
-// failed: a bad record with errors.tolerance=none (a RecordLocator: the
-// partition stops there), or a dependency of the pipeline that is
-// unavailable. Nothing of the round reached the sink then.
+// convert attaches the record pipeline to every batch of a round not
+// attached yet (by its write-ahead), at most commit.parallelism at a
+// time. The records are converted as the sink reads them
+// (connectors.Converted.Each), one at a time into reused buffers; a bad
+// record with errors.tolerance=none fails the sink's write with its
+// *record.Error (a RecordLocator: the partition stops there). It returns
+// the error of the first batch (in round order) that failed.
 func (d *driver) convert(ctx context.Context, batches []*twophase.Batch) error {
 	errs := make([]error, len(batches))
 	var g errgroup.Group

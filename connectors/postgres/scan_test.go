@@ -23,15 +23,18 @@ import (
 func prepareRecord(ctx context.Context, w *Writer, p *plan, r *kgo.Record) (*op, error) {
 	ws := &writeState{w: w, ddl: true, stats: &WriteStats{}}
 	c, err := w.records.Convert(ctx, []*kgo.Record{r})
-	if err != nil || len(c.Records) == 0 {
-		return nil, err
-	}
-	rec := c.Records[0]
-	ops, err := w.prepareOne(ctx, ws, &target{name: p.t.Name, p: p, sc: newScratch(p.t), fresh: true}, rec)
 	if err != nil {
 		return nil, err
 	}
-	return ops[len(ops)-1], nil
+	var o *op
+	err = c.Each(ctx, func(rec *record.Record) error {
+		ops, err := w.prepareOne(ctx, ws, &target{name: p.t.Name, p: p, sc: newScratch(p.t), fresh: true}, rec)
+		if err == nil {
+			o = ops[len(ops)-1]
+		}
+		return err
+	})
+	return o, err
 }
 
 // scanTable is a table for prepareOne without a database.
@@ -228,10 +231,11 @@ func BenchmarkPrepare(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, rec := range c.Records {
-			if _, err := w.prepareOne(ctx, ws, tg, rec); err != nil {
-				b.Fatal(err)
-			}
+		if err := c.Each(ctx, func(rec *record.Record) error {
+			_, err := w.prepareOne(ctx, ws, tg, rec)
+			return err
+		}); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

@@ -423,8 +423,8 @@ func (w *Writer) WriteBatch(ctx context.Context, tx pgx.Tx, c *connectors.Conver
 	return stats, nil
 }
 
-// mapAll converts every record through the pipeline and maps it to its
-// table's ops. Bad records come back as record errors in offset order
+// mapAll converts every record through the pipeline (one at a time, into
+// reused buffers) and maps it to its table's ops. Bad records come back as record errors in offset order
 // (with errors.tolerance=none only the first: nothing after it matters);
 // err is for problems that are not a record's fault (an unsupported column
 // type, an unavailable schema registry, a needed schema change, an
@@ -435,27 +435,40 @@ func (ws *writeState) mapAll(ctx context.Context, c *connectors.Converted) (bad 
 		tg.ops = tg.ops[:0]
 	}
 	ws.noopDeletes, ws.noopTruncates = 0, 0
-	for _, rec := range c.Records {
-		r := rec.Raw
+	// With errors.tolerance=none the first bad record ends the pass:
+	// nothing after it matters.
+	errStop := errors.New("stop")
+	mapErr := false // Each's error is the mapping's
+	err = c.Each(ctx, func(rec *record.Record) error {
 		_, err := ws.mapOne(ctx, rec)
-		if errors.Is(err, errRemap) || errors.Is(err, ErrUnsupportedColumn) || errors.Is(err, ErrSchemaChange) {
-			return nil, err
+		if err == nil {
+			return nil
 		}
-		if err != nil {
-			if !record.IsCause(err) {
-				return nil, err
-			}
-			re := badRecord(r, err)
-			if errors.Is(re, record.ErrIncompatible) {
-				return nil, re // never dead-lettered: the partition stops here
-			}
-			bad = append(bad, re)
-			if !c.Tolerant() {
-				break
-			}
+		mapErr = true
+		if errors.Is(err, errRemap) || errors.Is(err, ErrUnsupportedColumn) || errors.Is(err, ErrSchemaChange) || !record.IsCause(err) {
+			return err
 		}
+		re := badRecord(rec.Raw, err)
+		if errors.Is(re, record.ErrIncompatible) {
+			return re // never dead-lettered: the partition stops here
+		}
+		bad = append(bad, re)
+		if !c.Tolerant() {
+			return errStop
+		}
+		return nil
+	})
+	var re *record.Error
+	switch {
+	case err == nil, err == errStop:
+	case !mapErr && errors.As(err, &re) && !errors.Is(err, record.ErrIncompatible):
+		// A record the pipeline could not convert (errors.tolerance=none):
+		// the first bad one, as a record the mapping refused.
+		bad = append(bad, re)
+	default:
+		return nil, err
 	}
-	ws.stats.Dropped = c.Dropped
+	ws.stats.Dropped = c.Dropped()
 	ws.stats.Deleted, ws.stats.Truncated = ws.noopDeletes, ws.noopTruncates
 	return bad, nil
 }

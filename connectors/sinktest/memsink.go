@@ -236,13 +236,23 @@ func (m *MemSink) rowsOf(ctx context.Context, b *twophase.Batch) ([]Row, error) 
 	}
 	var rows []Row
 	var refused []*record.Error
-	for _, rec := range c.Records {
+	err = c.Each(ctx, func(rec *record.Record) error {
 		r := rec.Raw
 		if err := bad[Coord{r.Topic, r.Partition, r.Offset}]; err != nil {
 			refused = append(refused, record.NewError(r, err))
-			continue
+			return nil
 		}
 		rows = append(rows, Row{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value})
+		return nil
+	})
+	var re *record.Error
+	if errors.As(err, &re) {
+		// A record the pipeline could not convert (errors.tolerance=none):
+		// the lowest of it and the refused ones fails the batch.
+		refused, err = append(refused, re), nil
+	}
+	if err != nil {
+		return nil, err
 	}
 	if err := c.Reject(refused); err != nil {
 		return nil, err
