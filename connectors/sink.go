@@ -156,8 +156,8 @@ type Env struct {
 	KafkaOpts []kgo.Opt
 	Log       *slog.Logger
 	// Pipeline is the connector's converters, transforms and change-event
-	// stage. The runtime converts every batch through it before the sink
-	// sees it (Converted); a sink only uses it, through NewRecordPipeline
+	// stage. The runtime runs every batch through it (Converted: the
+	// sink reads the records converted one at a time); a sink only uses it, through NewRecordPipeline
 	// with the connector's errors.tolerance, for the batches the runtime
 	// did not convert: ranges it re-reads from Kafka during recovery. Nil
 	// means txsink's default JSON converter.
