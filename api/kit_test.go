@@ -64,11 +64,12 @@ func (s *fakeStore) part(conn, topic string) map[int32]offsets.Position {
 
 var _ connectors.Sink = (*fakeSink)(nil)
 
-func (f *fakeSink) Prepare(context.Context, *twophase.Batch) error     { return errors.New("fake: no 2PC") }
-func (f *fakeSink) Commit(context.Context, twophase.BatchID) error     { return nil }
-func (f *fakeSink) Abort(context.Context, twophase.BatchID) error      { return nil }
-func (f *fakeSink) Preflight(_ context.Context, delivery string) error { return nil }
-func (f *fakeSink) Close()                                             {}
+func (f *fakeSink) Prepare(context.Context, *twophase.Batch) error        { return errors.New("fake: no 2PC") }
+func (f *fakeSink) Commit(context.Context, twophase.BatchID) error        { return nil }
+func (f *fakeSink) Abort(context.Context, twophase.BatchID) error         { return nil }
+func (f *fakeSink) Preflight(context.Context, connectors.Guarantee) error { return nil }
+func (f *fakeSink) Guarantees() (connectors.Guarantees, error)            { return connectors.AllGuarantees, nil }
+func (f *fakeSink) Close()                                                {}
 
 func (f *fakeSink) InDoubt(_ context.Context, connector string) ([]twophase.BatchID, error) {
 	f.st.mu.Lock()

@@ -1,7 +1,11 @@
 // Package connectors is the sink contract: what a sink implements (Sink,
-// and optionally DeadLetterSource), how it is registered by name (Spec,
-// Registry), what it gets from the worker (Env, Policy) and how its errors
-// steer the runtime (Terminal, RecordLocator). The runtime that runs
+// made of capabilities: a participant, an offset store, the guarantees it
+// declares, and optionally LocalWriter and twophase.Stager), what it is
+// given (the converted records of a batch, Converted, and their tolerance
+// operator, to which it reports the records it cannot write), how it is
+// registered by name (Spec, Registry), what it gets from the worker (Env,
+// Policy) and how its errors steer the runtime (Terminal, RecordLocator).
+// The record pipeline itself (RecordPipeline) runs in the runtime. The runtime that runs
 // connectors and tasks is connectors/engine; the herders that keep their
 // configurations are connectors/herder.
 package connectors
@@ -27,51 +31,79 @@ import (
 	"github.com/txsink/txsink/twophase"
 )
 
-// Sink is what the runtime needs from a sink: the 2PC participant contract,
-// the sink-side offset store, and a local (one transaction) write path.
+// Sink is what the runtime needs from every sink, made of small
+// capabilities: the 2PC participant (twophase.Participant: recovery of
+// in-doubt batches needs it whatever the guarantee), the sink-side offset
+// store (OffsetStore), and the guarantees the sink declares it supports.
+// The optional capabilities are separate interfaces the runtime looks for:
+// LocalWriter (the local guarantees: exactly_once_sink, at_least_once,
+// at_most_once) and twophase.Stager (pipelined rounds).
 type Sink interface {
 	twophase.Participant
+	OffsetStore
+	// Guarantees declares the delivery guarantees the sink supports, and
+	// why it does not support the others (nil when it supports every
+	// one). The runtime refuses a connector whose guarantee is not in the
+	// set with that error, before Preflight. A sink that declares a local
+	// guarantee implements LocalWriter.
+	Guarantees() (supported Guarantees, whyNot error)
+	// Preflight checks that the sink can honour the delivery guarantee g
+	// (one it declared) and returns an error that says what to change
+	// when it cannot.
+	Preflight(ctx context.Context, g Guarantee) error
+	// Close releases connections.
+	Close()
+}
 
+// OffsetStore is the sink-side offset store (invariants 3 and 4).
+type OffsetStore interface {
 	// Acquire fences the partitions for this owner and returns their
 	// stored positions (invariant 4). It returns an error wrapping
 	// offsets.ErrBusy while an in-doubt batch holds a partition.
 	Acquire(ctx context.Context, topic string, partitions []int32) (map[int32]offsets.Position, error)
 	// Initialize stores the first position of a partition that had none.
 	Initialize(ctx context.Context, topic string, partition int32, fence, next int64) error
+	// Positions reads every stored position of the connector.
+	Positions(ctx context.Context) ([]offsets.Position, error)
+	// ResetOffsets edits stored offsets administratively, fencing owners.
+	ResetOffsets(ctx context.Context, all bool, positions []offsets.Position) error
+}
+
+// LocalWriter is the optional capability of the local guarantees: a
+// batch written in sink transactions of its own, without two-phase commit.
+type LocalWriter interface {
 	// WriteLocal writes a batch without two-phase commit. With
 	// offsets.GuardCAS rows and the offset advance commit in one
 	// transaction (exactly_once_sink); an unknown commit outcome is
 	// resolved from the stored offset before WriteLocal returns. With
 	// offsets.GuardNone, order says whether rows (RowsFirst) or the offset
-	// (OffsetFirst) commit first, in separate transactions.
+	// (OffsetFirst) commit first, in separate transactions. A sink is only
+	// asked for the orders of the guarantees it declared.
 	WriteLocal(ctx context.Context, b *twophase.Batch, guard offsets.Guard, order Order) error
-	// Positions reads every stored position of the connector.
-	Positions(ctx context.Context) ([]offsets.Position, error)
-	// ResetOffsets edits stored offsets administratively, fencing owners.
-	ResetOffsets(ctx context.Context, all bool, positions []offsets.Position) error
-	// Preflight checks that the sink can honour the delivery guarantee and
-	// returns an error that says what to change when it cannot.
-	Preflight(ctx context.Context, delivery string) error
-	// Close releases connections.
-	Close()
+}
+
+// Supports checks that sink declares g and has the capabilities it needs
+// (a LocalWriter for the local guarantees). Its error says what to change.
+func Supports(sink Sink, g Guarantee) error {
+	set, why := sink.Guarantees()
+	if !set.Has(g) {
+		if why == nil {
+			why = fmt.Errorf("the sink does not support delivery.guarantee=%s (it supports %s)", g, set)
+		}
+		return fmt.Errorf("preflight: %w", why)
+	}
+	if _, ok := sink.(LocalWriter); g.Local() && !ok {
+		return fmt.Errorf("preflight: delivery.guarantee=%s needs a sink that writes batches locally, and this one does not", g)
+	}
+	return nil
 }
 
 // DeadLetter is one bad record that errors.tolerance=all set aside: the
-// record as consumed and its error.
+// record as consumed and its error. The runtime produces a committed
+// batch's dead letters (Converted.DeadLetters) to the dead-letter topic.
 type DeadLetter struct {
 	Record *kgo.Record
 	Err    *record.Error
-}
-
-// DeadLetterSource is implemented by sinks that report the bad records of
-// the batches they prepared (twophase) or wrote (WriteLocal), so that the
-// runtime counts them and produces them to the dead-letter topic
-// (errors.deadletterqueue.topic.name). TakeDeadLetters returns those of the
-// listed batches, in batch and offset order, and forgets them; a batch
-// that is aborted forgets its own. A sink reports a batch's dead letters
-// whether or not it also writes them to a dead-letter table.
-type DeadLetterSource interface {
-	TakeDeadLetters(ids []twophase.BatchID) []DeadLetter
 }
 
 // RecordLocator is implemented by errors about one bad record (sinks'
@@ -123,8 +155,11 @@ type Env struct {
 	Bootstrap []string
 	KafkaOpts []kgo.Opt
 	Log       *slog.Logger
-	// Pipeline converts the connector's records (its key and value
-	// converters); a sink calls it for every record it maps to rows. Nil
+	// Pipeline is the connector's converters, transforms and change-event
+	// stage. The runtime runs every batch through it (Converted: the
+	// sink reads the records converted one at a time); a sink only uses it, through NewRecordPipeline
+	// with the connector's errors.tolerance, for the batches the runtime
+	// did not convert: ranges it re-reads from Kafka during recovery. Nil
 	// means txsink's default JSON converter.
 	Pipeline *convert.Pipeline
 	// Policy is what the worker allows the connector's configuration to

@@ -59,6 +59,13 @@ type Batch struct {
 	// read with read_committed isolation (gaps left by transaction markers
 	// are normal).
 	Records []*kgo.Record
+	// Converted is what the runtime made of Records before handing the
+	// batch to a participant (txsink's runtime converts and transforms
+	// them once, before the sink: a *connectors.Converted). twophase
+	// never reads it; it is nil when a participant is called outside the
+	// runtime's rounds (recovery re-reading a range, tests), and the
+	// participant then converts Records through the runtime's pipeline.
+	Converted any
 	// Alone is set when the batch is the only one of its round. A
 	// participant may then take locks that a prepared batch keeps until
 	// the decision and that the round's other batches would wait on (a

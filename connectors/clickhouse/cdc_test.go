@@ -58,7 +58,7 @@ func TestMapChangeEvents(t *testing.T) {
 		dbztest.Event{Op: 'd', Before: dbztest.Row{"id": 2, "name": "a", "qty": nil}, LSN: 300},
 		dbztest.Event{Op: 't', LSN: 400},
 	)
-	groups, bad, err := mapRecords(context.Background(), pipe, m, fixedTable{tb}, recs)
+	groups, bad, err := mapRaw(context.Background(), pipe, m, fixedTable{tb}, recs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,13 +85,13 @@ func TestMapChangeEvents(t *testing.T) {
 	// table's ORDER BY, cannot apply change events.
 	plain := testTable(t, [2]string{"id", "Int32"}, [2]string{"name", "String"}, [2]string{"qty", "Nullable(Int32)"})
 	plain.Engine = parseEngine("MergeTree", "MergeTree ORDER BY id", Features{})
-	_, _, err = mapRecords(context.Background(), pipe, m, fixedTable{plain}, recs[:1])
+	_, _, err = mapRaw(context.Background(), pipe, m, fixedTable{plain}, recs[:1])
 	var re *record.Error
 	if !errors.As(err, &re) || re.Offset != 0 || !errors.Is(err, record.ErrIncompatible) || !strings.Contains(err.Error(), "version.column") {
 		t.Errorf("plain MergeTree: %v", err)
 	}
 	tb.Engine = parseEngine("ReplacingMergeTree", "ReplacingMergeTree(ver, is_deleted) ORDER BY (name, id)", Features{})
-	_, _, err = mapRecords(context.Background(), pipe, m, fixedTable{tb}, recs[:1])
+	_, _, err = mapRaw(context.Background(), pipe, m, fixedTable{tb}, recs[:1])
 	if !errors.As(err, &re) || !errors.Is(err, record.ErrIncompatible) || !strings.Contains(err.Error(), "key (id) is not the ORDER BY key (name, id)") {
 		t.Errorf("changed key: %v", err)
 	}
@@ -111,7 +111,7 @@ func TestUnavailableValueRefused(t *testing.T) {
 		dbztest.Event{Op: 'u', Before: dbztest.Row{"id": 1, "name": "a", "qty": 1}, After: dbztest.Row{"id": 1, "name": convert.DefaultUnavailable, "qty": 2}, LSN: 200},
 		dbztest.Event{Op: 'u', Before: dbztest.Row{"id": 1, "name": "a", "qty": 2}, After: dbztest.Row{"id": 1, "name": "b", "qty": 3}, LSN: 300},
 	)
-	groups, bad, err := mapRecords(context.Background(), pipe, m, fixedTable{tb}, recs)
+	groups, bad, err := mapRaw(context.Background(), pipe, m, fixedTable{tb}, recs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func TestBlocksIgnoreTableIdentity(t *testing.T) {
 	for i := range 60 {
 		recs = append(recs, &kgo.Record{Topic: "tp", Offset: int64(i), Value: fmt.Appendf(nil, `{"id":"r%d","seq":%d}`, i, i)})
 	}
-	groups, bad, err := mapRecords(context.Background(), convert.DefaultPipeline(), mapping{}, churningTable{cols}, recs)
+	groups, bad, err := mapRaw(context.Background(), convert.DefaultPipeline(), mapping{}, churningTable{cols}, recs)
 	if err != nil || len(bad) != 0 {
 		t.Fatal(err, bad)
 	}

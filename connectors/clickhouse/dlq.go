@@ -6,6 +6,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/txsink/txsink/connectors"
 	"github.com/txsink/txsink/connectors/record"
 )
 
@@ -46,15 +47,11 @@ func (s *Sink) dlqTable(ctx context.Context) (*table, error) {
 	return t, nil
 }
 
-// dlqBlock builds the dead-letter block of a batch's bad records.
-func (s *Sink) dlqBlock(ctx context.Context, recs []*kgo.Record, bad []*record.Error) (*block, error) {
+// dlqBlock builds the dead-letter block of a batch's dead letters.
+func (s *Sink) dlqBlock(ctx context.Context, letters []connectors.DeadLetter) (*block, error) {
 	t, err := s.dlqTable(ctx)
 	if err != nil {
 		return nil, err
-	}
-	byOffset := make(map[int64]*kgo.Record, len(recs))
-	for _, r := range recs {
-		byOffset[r.Offset] = r
 	}
 	names := []string{"connector", ColTopic, ColPartition, ColOffset, "key", "value", "headers", "error", "timestamp_ms"}
 	b := &block{}
@@ -65,8 +62,8 @@ func (s *Sink) dlqBlock(ctx context.Context, recs []*kgo.Record, bad []*record.E
 		}
 		b.Cols = append(b.Cols, c)
 	}
-	for _, e := range bad {
-		r := byOffset[e.Offset]
+	for _, l := range letters {
+		e, r := l.Err, l.Record
 		row := []any{s.cfg.Connector, e.Topic, e.Partition, e.Offset, string(r.Key), string(r.Value), dlqHeaders(r.Headers), e.Error(), r.Timestamp.UnixMilli()}
 		b.Rows = append(b.Rows, row)
 		b.Offsets = append(b.Offsets, e.Offset)

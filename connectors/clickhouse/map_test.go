@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"sort"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/txsink/txsink/connectors"
 	"github.com/txsink/txsink/connectors/convert"
 	"github.com/txsink/txsink/connectors/record"
 )
@@ -39,7 +41,7 @@ func BenchmarkMapRecords(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		groups, bad, err := mapRecords(ctx, pipe, mapping{}, fixedTable{t}, recs)
+		groups, bad, err := mapRaw(ctx, pipe, mapping{}, fixedTable{t}, recs)
 		if err != nil || len(bad) != 0 || len(groups) != 1 || len(groups[0].rows) != len(recs) {
 			b.Fatalf("groups %d bad %v err %v", len(groups), bad, err)
 		}
@@ -70,8 +72,15 @@ func canonical(v []byte) ([]byte, bool) {
 
 // mapOneRow maps r to its one row of tb (nil when it maps to none).
 func mapOneRow(ctx context.Context, pipe *convert.Pipeline, tb *table, m mapping, r *kgo.Record) ([]*column, []any, string, error) {
-	var conv convert.Scratch
-	rows, err := mapOne(ctx, pipe, m, fixedTable{tb}, r, &conv, map[*table]*slots{})
+	c, err := connectors.NewRecordPipeline(pipe, "none", m.DeleteEnabled).Convert(ctx, []*kgo.Record{r})
+	if err != nil {
+		return nil, nil, "", err
+	}
+	var rows []row
+	err = c.Each(ctx, func(rec *record.Record) error {
+		rows, err = mapOne(ctx, m, fixedTable{tb}, rec, map[*table]*slots{})
+		return err
+	})
 	if err != nil || len(rows) == 0 {
 		return nil, nil, "", err
 	}
@@ -135,4 +144,23 @@ func FuzzMapScanner(f *testing.F) {
 	f.Fuzz(func(t *testing.T, v []byte) {
 		mapBoth(t, tb, m, &kgo.Record{Topic: "tp", Partition: 1, Offset: 9, Value: v})
 	})
+}
+
+// mapRaw converts recs through pipe as the runtime does with
+// errors.tolerance=all, then maps them: bad are the conversion's dead
+// letters and the mapping's refusals, in offset order.
+func mapRaw(ctx context.Context, pipe *convert.Pipeline, m mapping, res resolver, recs []*kgo.Record) ([]*rowGroup, []*record.Error, error) {
+	c, err := connectors.NewRecordPipeline(pipe, "all", m.DeleteEnabled).Convert(ctx, recs)
+	if err != nil {
+		return nil, nil, err
+	}
+	groups, bad, err := mapRecords(ctx, m, res, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, l := range c.DeadLetters() {
+		bad = append(bad, l.Err)
+	}
+	sort.SliceStable(bad, func(i, j int) bool { return bad[i].Offset < bad[j].Offset })
+	return groups, bad, nil
 }

@@ -17,11 +17,9 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
-	"github.com/txsink/txsink/connectors/convert"
 	"github.com/txsink/txsink/connectors/record"
 	"github.com/txsink/txsink/internal/failpoint"
 	"github.com/txsink/txsink/offsets"
@@ -30,11 +28,12 @@ import (
 
 // Compile-time checks.
 var (
-	_ connectors.Sink             = (*Sink)(nil)
-	_ twophase.Participant        = (*Sink)(nil)
-	_ twophase.Stager             = (*Sink)(nil)
-	_ connectors.RecordLocator    = (*record.Error)(nil)
-	_ connectors.DeadLetterSource = (*Sink)(nil)
+	_ connectors.Sink          = (*Sink)(nil)
+	_ connectors.LocalWriter   = (*Sink)(nil)
+	_ connectors.KeyReader     = (*Sink)(nil)
+	_ twophase.Participant     = (*Sink)(nil)
+	_ twophase.Stager          = (*Sink)(nil)
+	_ connectors.RecordLocator = (*record.Error)(nil)
 )
 
 // Failpoints inside Commit (internal/failpoint). W1, after the intent and
@@ -80,22 +79,21 @@ type Status struct {
 
 // Sink is the ClickHouse sink.
 type Sink struct {
-	cfg   Config
-	env   connectors.Env
-	pipe  *convert.Pipeline
-	conn  driver.Conn
-	st    *store
-	feat  Features
-	log   *slog.Logger
-	stats struct {
+	cfg Config
+	env connectors.Env
+	// records converts the batches the runtime did not convert: the
+	// ranges recovery re-reads (the runtime's pipeline, built from
+	// env.Pipeline and errors.tolerance).
+	records *connectors.RecordPipeline
+	conn    driver.Conn
+	st      *store
+	feat    Features
+	log     *slog.Logger
+	stats   struct {
 		redos, skipped, risk, fenced, committed, cleaned atomic.Uint64
 	}
 	stopCleanup func()        // stops the intents cleanup; nil when none runs
 	unsafeSeq   atomic.Uint64 // the negative control's distinct tokens
-
-	// DeadLetterBook keeps the dead letters of the batches this process
-	// prepared or wrote until the runtime takes them.
-	connectors.DeadLetterBook
 
 	mu     sync.Mutex
 	tables map[string]*table
@@ -113,9 +111,8 @@ type cacheKey struct {
 
 // prepared is a batch's rows, kept in memory from Prepare to Commit.
 type prepared struct {
-	blocks []*block        // each of its table
-	dlq    *block          // nil without a dead-letter table
-	bad    []*record.Error // the dead-lettered records' errors
+	blocks []*block // each of its table
+	dlq    *block   // nil without a dead-letter table or dead letters
 }
 
 // Open connects to ClickHouse, detects the server's features and creates
@@ -138,21 +135,17 @@ func Open(ctx context.Context, env connectors.Env, cfg Config) (*Sink, error) {
 		conn.Close()
 		return nil, err
 	}
-	pipe := env.Pipeline
-	if pipe == nil {
-		pipe = convert.DefaultPipeline()
-	}
 	s := &Sink{
-		cfg:    cfg,
-		env:    env,
-		pipe:   pipe,
-		conn:   conn,
-		feat:   feat,
-		log:    log,
-		st:     &store{conn: conn, offsets: tableIdent(cfg.Database, cfg.OffsetsTable), intents: tableIdent(cfg.Database, cfg.IntentsTable)},
-		tables: map[string]*table{},
-		mechs:  map[string]Mechanism{},
-		cache:  map[cacheKey]*prepared{},
+		cfg:     cfg,
+		env:     env,
+		records: connectors.NewRecordPipeline(env.Pipeline, cfg.ErrorsTolerance, cfg.DeleteEnabled),
+		conn:    conn,
+		feat:    feat,
+		log:     log,
+		st:      &store{conn: conn, offsets: tableIdent(cfg.Database, cfg.OffsetsTable), intents: tableIdent(cfg.Database, cfg.IntentsTable)},
+		tables:  map[string]*table{},
+		mechs:   map[string]Mechanism{},
+		cache:   map[cacheKey]*prepared{},
 	}
 	if err := s.st.ensure(ctx); err != nil {
 		conn.Close()
@@ -463,26 +456,35 @@ func (s *Sink) insert(ctx context.Context, ident string, b *block) error {
 	return nil
 }
 
+// buildBatch builds the blocks of a batch from its converted records (the
+// runtime's, or converted now for a batch the runtime did not convert).
+func (s *Sink) buildBatch(ctx context.Context, b *twophase.Batch) (*prepared, error) {
+	c, err := s.records.Batch(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	return s.build(ctx, c, s.cfg.BlockRows)
+}
+
 // build maps a batch's records to blocks of their tables (and a
 // dead-letter block). With errors.tolerance=none a bad record is returned
 // as a *record.Error (the lowest offset).
-func (s *Sink) build(ctx context.Context, recs []*kgo.Record, blockRows int) (*prepared, error) {
-	groups, bad, err := mapRecords(ctx, s.pipe, s.mapping(), newBuildResolver(s), recs)
+func (s *Sink) build(ctx context.Context, c *connectors.Converted, blockRows int) (*prepared, error) {
+	groups, bad, err := mapRecords(ctx, s.mapping(), newBuildResolver(s), c)
 	if err != nil {
 		return nil, err
 	}
 	p := &prepared{blocks: blocks(groups, blockRows)}
-	if len(bad) == 0 {
-		return p, nil
+	// The records the mapping refused go to the runtime's tolerance
+	// operator: with errors.tolerance=none the lowest fails the batch.
+	if err := c.Reject(bad); err != nil {
+		return nil, err
 	}
-	if s.cfg.ErrorsTolerance != "all" {
-		return nil, bad[0]
-	}
-	p.bad = bad
-	if s.cfg.DLQTable == "" {
+	letters := c.DeadLetters()
+	if len(letters) == 0 || s.cfg.DLQTable == "" {
 		return p, nil // dead letters go to the runtime's topic only
 	}
-	p.dlq, err = s.dlqBlock(ctx, recs, bad)
+	p.dlq, err = s.dlqBlock(ctx, letters)
 	return p, err
 }
 
@@ -499,7 +501,7 @@ func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) error {
 	p := s.takeAhead(b.ID)
 	if p == nil {
 		var err error
-		if p, err = s.build(ctx, b.Records, s.cfg.BlockRows); err != nil {
+		if p, err = s.buildBatch(ctx, b); err != nil {
 			return nothingPrepared(err)
 		}
 	}
@@ -536,7 +538,6 @@ func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) error {
 		s.mechs[t.Name] = mechs[i]
 	}
 	s.mu.Unlock()
-	s.Note(b.ID, b.Records, p.bad)
 	return nil
 }
 
@@ -551,7 +552,7 @@ func (s *Sink) Stage(ctx context.Context, b *twophase.Batch) error {
 	if len(b.Records) == 0 {
 		return fmt.Errorf("clickhouse: stage %s: empty batch", b.ID)
 	}
-	p, err := s.build(ctx, b.Records, s.cfg.BlockRows)
+	p, err := s.buildBatch(ctx, b)
 	if err != nil {
 		return err
 	}
@@ -897,7 +898,13 @@ func (s *Sink) rebuild(ctx context.Context, in intent) (*prepared, error) {
 	if blockRows <= 0 {
 		blockRows = s.cfg.BlockRows
 	}
-	p, err := s.build(ctx, recs, blockRows)
+	// The runtime's pipeline, with the connector's errors.tolerance,
+	// sets aside the same records as when the batch was prepared.
+	c, err := s.records.Convert(ctx, recs)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: redo %s: %w", in.ID, err)
+	}
+	p, err := s.build(ctx, c, blockRows)
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: redo %s: %w", in.ID, err)
 	}
@@ -911,7 +918,6 @@ func (s *Sink) rebuild(ctx context.Context, in intent) (*prepared, error) {
 // intents aborted. Aborting a batch with no pending intent returns nil.
 func (s *Sink) Abort(ctx context.Context, id twophase.BatchID) error {
 	defer s.dropCache(id)
-	s.TakeDeadLetters([]twophase.BatchID{id})
 	ins, err := s.st.intentsOf(ctx, id)
 	if err != nil {
 		return err
@@ -1074,17 +1080,24 @@ func (s *Sink) ResetOffsets(ctx context.Context, all bool, positions []offsets.P
 // ClickHouse cannot commit rows and an offset atomically.
 var ErrNoLocalTransactions = errors.New("clickhouse: delivery.guarantee=exactly_once_sink needs transactions, which ClickHouse does not offer: use exactly_once (intents + de-duplicated inserts) or at_least_once")
 
-// WriteLocal implements connectors.Sink for at_least_once (RowsFirst: rows,
-// then the offset) and at_most_once (OffsetFirst). exactly_once_sink
-// (Atomic) is refused with ErrNoLocalTransactions.
+// ReadsKeys implements connectors.KeyReader: with delete.enabled a
+// tombstone's key says which row it deletes.
+func (s *Sink) ReadsKeys() bool { return s.cfg.DeleteEnabled }
+
+// Guarantees implements connectors.Sink: every guarantee but
+// exactly_once_sink, which needs transactions (ErrNoLocalTransactions).
+func (s *Sink) Guarantees() (connectors.Guarantees, error) {
+	return connectors.GuaranteesOf(connectors.TwoPhase, connectors.AtLeastOnce, connectors.AtMostOnce), ErrNoLocalTransactions
+}
+
+// WriteLocal implements connectors.LocalWriter for at_least_once
+// (RowsFirst: rows, then the offset) and at_most_once (OffsetFirst), the
+// local guarantees the sink declares.
 func (s *Sink) WriteLocal(ctx context.Context, b *twophase.Batch, guard offsets.Guard, order connectors.Order) error {
-	if order == connectors.Atomic {
-		return ErrNoLocalTransactions
-	}
 	if len(b.Records) == 0 {
 		return nil
 	}
-	p, err := s.build(ctx, b.Records, s.cfg.BlockRows)
+	p, err := s.buildBatch(ctx, b)
 	if err != nil {
 		return err
 	}
@@ -1114,26 +1127,20 @@ func (s *Sink) WriteLocal(ctx context.Context, b *twophase.Batch, guard offsets.
 		return err
 	}
 	failpoint.HitIn(s.cfg.Connector, failpoint.AfterWrite)
-	if err := second(); err != nil {
-		return err
-	}
-	s.Note(b.ID, b.Records, p.bad)
-	return nil
+	return second()
 }
 
-// Preflight implements connectors.Sink. It refuses exactly_once_sink
-// (no transactions), and exactly_once on a table the server cannot
-// de-duplicate, saying what to change; it reports the mechanism per table
-// and whether the server has experimental transactions.
-func (s *Sink) Preflight(ctx context.Context, delivery string) error {
+// Preflight implements connectors.Sink. It refuses exactly_once on a
+// table the server cannot de-duplicate, saying what to change; it reports
+// the mechanism per table and whether the server has experimental
+// transactions. (exactly_once_sink is not among the declared guarantees:
+// the runtime refuses it before Preflight.)
+func (s *Sink) Preflight(ctx context.Context, g connectors.Guarantee) error {
 	f := s.feat
 	s.log.Info("ClickHouse server", "version", f.Version.String(), "dedup_token", f.DedupToken, "insert_deduplicate", f.InsertDeduplicate,
 		"replicated_window", f.ReplicatedWindow, "non_replicated_window", f.NonReplicatedWindow, "zookeeper", f.ZooKeeper, "experimental_transactions", f.Transactions)
 	if f.Transactions {
 		s.log.Info("the server has experimental transactions enabled; txsink does not use them (intents + de-duplicated inserts work on every version; see docs/clickhouse.md)")
-	}
-	if delivery == config.ExactlyOnceSink {
-		return fmt.Errorf("preflight: %w", ErrNoLocalTransactions)
 	}
 	var errs []error
 	for _, topic := range s.cfg.Topics {
@@ -1147,7 +1154,7 @@ func (s *Sink) Preflight(ctx context.Context, delivery string) error {
 				errs = append(errs, fmt.Errorf("preflight: table %s does not exist: create it or set auto.create=true", tableIdent(s.cfg.Database, name)))
 				continue
 			}
-			if delivery == config.ExactlyOnce && s.cfg.AutoEngine == "" && !(f.DedupToken && s.cfg.Dedup != "blocks") && !s.canReplicate() {
+			if g == connectors.TwoPhase && s.cfg.AutoEngine == "" && !(f.DedupToken && s.cfg.Dedup != "blocks") && !s.canReplicate() {
 				errs = append(errs, fmt.Errorf("preflight: delivery.guarantee=exactly_once with auto.create on ClickHouse %s: the server has no insert_deduplication_token and no ZooKeeper with {shard}/{replica} macros for a Replicated table: configure ZooKeeper (or ClickHouse Keeper) and macros, set auto.create.engine to a Replicated*MergeTree, or upgrade ClickHouse to 22.2+", f.Version))
 			}
 			continue
@@ -1161,7 +1168,7 @@ func (s *Sink) Preflight(ctx context.Context, delivery string) error {
 				errs = append(errs, err)
 			}
 		}
-		if delivery != config.ExactlyOnce {
+		if g != connectors.TwoPhase {
 			continue
 		}
 		mech, why := s.mechanismFor(t)
@@ -1180,7 +1187,7 @@ func (s *Sink) Preflight(ctx context.Context, delivery string) error {
 			}
 		}
 	}
-	if delivery == config.ExactlyOnce && s.cfg.ErrorsTolerance == "all" {
+	if g == connectors.TwoPhase && s.cfg.ErrorsTolerance == "all" {
 		if t, err := loadTable(ctx, s.conn, s.feat, s.cfg.Database, s.cfg.DLQTable); err == nil {
 			if mech, why := s.mechanismFor(t); mech == MechNone {
 				errs = append(errs, fmt.Errorf("preflight: dead-letter table %s cannot de-duplicate a redo: %s", t.Ident, why))

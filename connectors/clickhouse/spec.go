@@ -97,7 +97,7 @@ type Config struct {
 	ErrorsTolerance string
 	DLQTable        string
 	// DLQTopic is the runtime's dead-letter topic, an alternative to
-	// DLQTable: the sink reports the bad records (DeadLetterSource).
+	// DLQTable: the runtime has the dead letters (connectors.Converted).
 	DLQTopic        string
 	OffsetsTable    string
 	IntentsTable    string

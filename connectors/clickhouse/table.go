@@ -10,8 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
+	"github.com/txsink/txsink/connectors"
 	"github.com/txsink/txsink/connectors/convert"
 	"github.com/txsink/txsink/connectors/record"
 )
@@ -181,14 +180,15 @@ func (f fixedTable) evolve(_ context.Context, t *table, _ record.Value, _ []stri
 	return t, nil
 }
 
-// mapRecords converts records (one partition, offset order) through the
-// pipeline into rows of their tables (table.name.format, through res).
-// Groups come in the order their first row appeared. Bad records come
-// back as record errors in offset order; err is for problems that are not
-// a record's fault (an unsupported column, an unavailable schema registry,
-// a failed schema change) and for records wrapping record.ErrIncompatible,
-// which are never dead-lettered.
-func mapRecords(ctx context.Context, pipe *convert.Pipeline, m mapping, res resolver, recs []*kgo.Record) (groups []*rowGroup, bad []*record.Error, err error) {
+// mapRecords maps converted records (one partition, offset order; the
+// runtime's pipeline converted them) into rows of their tables
+// (table.name.format, through res). Groups come in the order their first
+// row appeared. Records the mapping refuses come back as record errors in
+// offset order, for the runtime's tolerance operator; err is for problems
+// that are not a record's fault (an unsupported column, a failed schema
+// change) and for records wrapping record.ErrIncompatible, which are never
+// dead-lettered.
+func mapRecords(ctx context.Context, m mapping, res resolver, c *connectors.Converted) (groups []*rowGroup, bad []*record.Error, err error) {
 	// Rows group by table name and column list, never by the *table a
 	// lookup returned: a redo must cut the same blocks whatever the
 	// cache held.
@@ -196,23 +196,23 @@ func mapRecords(ctx context.Context, pipe *convert.Pipeline, m mapping, res reso
 		name, shape, cols string
 	}
 	byShape := map[gkey]*rowGroup{}
-	var conv convert.Scratch
 	slotsOf := map[*table]*slots{}
-	for _, r := range recs {
-		rows, rerr := mapOne(ctx, pipe, m, res, r, &conv, slotsOf)
+	mapErr := false // Each's error is the mapping's
+	err = c.Each(ctx, func(rec *record.Record) error {
+		r := rec.Raw
+		rows, rerr := mapOne(ctx, m, res, rec, slotsOf)
 		if rerr != nil {
-			if errors.Is(rerr, ErrUnsupportedColumn) {
-				return nil, nil, rerr
-			}
-			if !record.IsCause(rerr) {
-				return nil, nil, rerr
+			if errors.Is(rerr, ErrUnsupportedColumn) || !record.IsCause(rerr) {
+				mapErr = true
+				return rerr
 			}
 			re := record.Locate(r, rerr)
 			if errors.Is(re, record.ErrIncompatible) {
-				return nil, nil, re
+				mapErr = true
+				return re
 			}
 			bad = append(bad, re)
-			continue
+			return nil
 		}
 		for _, rw := range rows {
 			t := rw.t
@@ -226,6 +226,17 @@ func mapRecords(ctx context.Context, pipe *convert.Pipeline, m mapping, res reso
 			g.rows = append(g.rows, rw.vals)
 			g.offs = append(g.offs, r.Offset)
 		}
+		return nil
+	})
+	var re *record.Error
+	switch {
+	case err == nil:
+	case !mapErr && errors.As(err, &re) && !errors.Is(err, record.ErrIncompatible):
+		// A record the pipeline could not convert (errors.tolerance=none):
+		// nothing after it matters; the lowest bad record fails the batch.
+		bad = append(bad, re)
+	default:
+		return nil, nil, err
 	}
 	return groups, bad, nil
 }
@@ -240,15 +251,11 @@ func colNames(cols []*column) string {
 	return b.String()
 }
 
-// mapOne converts r and maps it to its rows (none when it was dropped, or
-// is a delete of a table that does not exist).
-func mapOne(ctx context.Context, pipe *convert.Pipeline, m mapping, res resolver, r *kgo.Record, conv *convert.Scratch, slotsOf map[*table]*slots) ([]row, error) {
-	// Keys are converted (and transformed) with the value when a tombstone
-	// may need them; change events convert theirs anyway.
-	rec, err := pipe.Convert(ctx, r, conv, m.DeleteEnabled)
-	if err != nil || rec == nil {
-		return nil, err // rec == nil: dropped by a transform or the change-event stage
-	}
+// mapOne maps a converted record to its rows (none when it is a delete of
+// a table that does not exist). (The runtime converted the key with the
+// value when a tombstone may need it, see Sink.ReadsKeys; change events
+// convert theirs anyway.)
+func mapOne(ctx context.Context, m mapping, res resolver, rec *record.Record, slotsOf map[*table]*slots) ([]row, error) {
 	format := m.Format
 	if format == "" {
 		format = record.PlaceholderTopic

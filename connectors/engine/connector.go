@@ -22,11 +22,14 @@ type Connector struct {
 	Spec   connectors.Spec
 	Sink   connectors.Sink
 
-	log    *slog.Logger
-	opt    TaskOptions
-	gate   *gate // holds the tasks while PAUSED
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	// records is the record pipeline the connector's tasks run before
+	// the sink.
+	records *connectors.RecordPipeline
+	log     *slog.Logger
+	opt     TaskOptions
+	gate    *gate // holds the tasks while PAUSED
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
 
 	mu    sync.Mutex
 	errs  map[int]error    // terminal error per task
@@ -73,11 +76,19 @@ func Open(ctx context.Context, reg *connectors.Registry, raw map[string]string, 
 	if err != nil {
 		return nil, err
 	}
-	if err := sink.Preflight(ctx, c.Delivery); err != nil {
+	g, err := connectors.ParseGuarantee(c.Delivery)
+	if err == nil {
+		err = connectors.Supports(sink, g)
+	}
+	if err == nil {
+		err = sink.Preflight(ctx, g)
+	}
+	if err != nil {
 		sink.Close()
 		return nil, err
 	}
-	return &Connector{Config: c, Values: v, Spec: spec, Sink: sink, log: log, opt: opt, gate: newGate(false), errs: map[int]error{}, runs: map[int]*taskRun{}}, nil
+	records := connectors.PipelineFor(pipe, c.ErrorsTolerance, sink)
+	return &Connector{Config: c, Values: v, Spec: spec, Sink: sink, records: records, log: log, opt: opt, gate: newGate(false), errs: map[int]error{}, runs: map[int]*taskRun{}}, nil
 }
 
 // SetPaused pauses (true) or resumes (false) the connector's tasks, those
@@ -154,6 +165,7 @@ func (c *Connector) StartTask(id int, onExit func(task int, err error)) error {
 	}
 	t.gate = c.gate
 	t.valueConverter = c.Values[convert.KeyValueConverter]
+	t.records = c.records
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()

@@ -101,20 +101,6 @@ func (t *Task) dlqRecord(l connectors.DeadLetter) *kgo.Record {
 	return r
 }
 
-// takeDeadLetters takes the dead letters of batches from the sink (none
-// when it reports none).
-func (t *Task) takeDeadLetters(batches []*twophase.Batch) []connectors.DeadLetter {
-	src, ok := t.sink.(connectors.DeadLetterSource)
-	if !ok || len(batches) == 0 {
-		return nil
-	}
-	ids := make([]twophase.BatchID, len(batches))
-	for i, b := range batches {
-		ids[i] = b.ID
-	}
-	return src.TakeDeadLetters(ids)
-}
-
 // ensureDLQTopic creates the dead-letter topic when it is missing, with
 // one partition and errors.deadletterqueue.topic.replication.factor, as
 // Connect does. Cancelling ctx abandons the creation.
@@ -148,7 +134,7 @@ type dlqDecider struct {
 func (d *dlqDecider) Decide(ctx context.Context, commit bool) (bool, error) {
 	d.sent = 0
 	if commit {
-		letters := d.t.takeDeadLetters(d.batches)
+		letters := connectors.DeadLettersOf(d.batches)
 		if len(letters) > 0 {
 			recs := make([]*kgo.Record, len(letters))
 			for i, l := range letters {

@@ -20,7 +20,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
 	"github.com/txsink/txsink/connectors/task"
 	"github.com/txsink/txsink/internal/failpoint"
@@ -98,12 +97,17 @@ type stageRun struct {
 
 // driver is one run of a task.
 type driver struct {
-	t      *Task
-	m      *task.Machine
-	in     *inbox
-	soft   context.Context
-	hard   context.Context
-	stager twophase.Stager
+	t *Task
+	g connectors.Guarantee
+	// records converts every batch once, before the sink sees it (the
+	// runtime's record pipeline and tolerance operator).
+	records *connectors.RecordPipeline
+	m       *task.Machine
+	in      *inbox
+	soft    context.Context
+	hard    context.Context
+	stager  twophase.Stager
+	local   connectors.LocalWriter // the local guarantees' writer
 
 	s      *session
 	polls  map[uint64]*pollRun
@@ -124,21 +128,14 @@ type driver struct {
 	err      error
 }
 
-// guarantee returns the connector's delivery guarantee as a value.
-func guarantee(d string) task.Guarantee {
-	switch d {
-	case config.ExactlyOnceSink:
-		return task.SinkCAS
-	case config.AtLeastOnce:
-		return task.AtLeastOnce
-	case config.AtMostOnce:
-		return task.AtMostOnce
-	}
-	return task.TwoPhase
-}
-
 func (t *Task) newDriver(soft, hard context.Context) (*driver, error) {
-	g := guarantee(t.conn.Delivery)
+	g, err := connectors.ParseGuarantee(t.conn.Delivery)
+	if err != nil {
+		return nil, err
+	}
+	if err := connectors.Supports(t.sink, g); err != nil {
+		return nil, &connectors.Terminal{Err: err}
+	}
 	cfg := task.Config{Connector: t.conn.Name, Guarantee: g, InFlight: 1, Paused: t.gate != nil && t.gate.pausedNow()}
 	var stager twophase.Stager
 	if st, ok := t.sink.(twophase.Stager); ok && g.Pipelines() && t.conn.RoundsInFlight >= 2 {
@@ -148,7 +145,12 @@ func (t *Task) newDriver(soft, hard context.Context) (*driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &driver{t: t, m: m, in: newInbox(), soft: soft, hard: hard, stager: stager,
+	lw, _ := t.sink.(connectors.LocalWriter)
+	records := t.records
+	if records == nil {
+		records = connectors.PipelineFor(nil, t.conn.ErrorsTolerance, t.sink)
+	}
+	return &driver{t: t, g: g, records: records, m: m, in: newInbox(), soft: soft, hard: hard, stager: stager, local: lw,
 		polls: map[uint64]*pollRun{}, stages: map[uint64]*stageRun{}, acks: map[uint64]chan struct{}{},
 		stagedCh: make(chan struct{})}, nil
 }
@@ -341,7 +343,7 @@ func (d *driver) startSession() error {
 		}
 	}
 	opts := t.clientOpts(onAssign, revoke(false), revoke(true))
-	if t.conn.Delivery == config.ExactlyOnce {
+	if d.g == connectors.TwoPhase {
 		opts = append(opts,
 			kgo.TransactionalID(fmt.Sprintf("txsink-%s-%d-%s", t.conn.Name, t.id, t.opt.InstanceID)),
 			kgo.TransactionTimeout(t.conn.TxnTimeout),
@@ -468,6 +470,14 @@ func (d *driver) startStage(r *task.Round) {
 		g.SetLimit(max(d.t.conn.Parallelism, 1))
 		for _, b := range r.Batches {
 			g.Go(func() error {
+				// Attached once: the round reuses the write-ahead's
+				// pipeline of the batch.
+				if _, err := d.records.Batch(ctx, b); err != nil {
+					if ctx.Err() == nil {
+						d.t.log.Debug("converting a batch ahead failed; its round converts it", "batch", b.ID.String(), "err", err)
+					}
+					return nil
+				}
 				if err := d.stager.Stage(ctx, b); err != nil {
 					if ctx.Err() == nil {
 						d.t.log.Debug("writing a batch ahead failed; its round writes it", "batch", b.ID.String(), "err", err)
@@ -561,10 +571,39 @@ func (d *driver) startRound(r *task.Round) {
 	}()
 }
 
+// convert attaches the record pipeline to every batch of a round not
+// attached yet (by its write-ahead), at most commit.parallelism at a
+// time. The records are converted as the sink reads them
+// (connectors.Converted.Each), one at a time into reused buffers; a bad
+// record with errors.tolerance=none fails the sink's write with its
+// *record.Error (a RecordLocator: the partition stops there). It returns
+// the error of the first batch (in round order) that failed.
+func (d *driver) convert(ctx context.Context, batches []*twophase.Batch) error {
+	errs := make([]error, len(batches))
+	var g errgroup.Group
+	g.SetLimit(max(d.t.conn.Parallelism, 1))
+	for i, b := range batches {
+		g.Go(func() error {
+			_, errs[i] = d.records.Batch(ctx, b)
+			return nil
+		})
+	}
+	_ = g.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // twoPhaseRound is one round of the commit protocol, decided by the
 // session's Kafka transaction, which also carries the round's dead letters.
 func (d *driver) twoPhaseRound(s *session, r *task.Round) task.Result {
 	t := d.t
+	if err := d.convert(d.hard, r.Batches); err != nil {
+		return task.Result{Err: err}
+	}
 	dec := &roundDecider{KafkaDecider: s.dec, gate: s.gate, batches: r.Batches}
 	if t.conn.DLQTopic != "" {
 		dec.dlq = &dlqDecider{t: t, cl: s.cl, batches: r.Batches}
@@ -592,7 +631,7 @@ func (d *driver) twoPhaseRound(s *session, r *task.Round) task.Result {
 		res.Committed = r.IDs()
 		res.Stats.DeadLettered = dec.sent()
 		if dec.dlq == nil {
-			res.Stats.DeadLettered = len(t.takeDeadLetters(r.Batches))
+			res.Stats.DeadLettered = len(connectors.DeadLettersOf(r.Batches))
 		}
 	}
 	return res
@@ -640,13 +679,7 @@ func (r *roundDecider) sent() int {
 func (d *driver) localRound(s *session, r *task.Round) task.Result {
 	t := d.t
 	ctx := d.hard
-	guard, order := offsets.GuardCAS, connectors.Atomic
-	switch t.conn.Delivery {
-	case config.AtLeastOnce:
-		guard, order = offsets.GuardNone, connectors.RowsFirst
-	case config.AtMostOnce:
-		guard, order = offsets.GuardNone, connectors.OffsetFirst
-	}
+	guard, order := d.g.WriteMode()
 	if t.conn.UnsafeNoFencing {
 		guard = offsets.GuardNone
 	}
@@ -661,28 +694,31 @@ func (d *driver) localRound(s *session, r *task.Round) task.Result {
 	g.SetLimit(max(t.conn.Parallelism, 1))
 	for i, b := range r.Batches {
 		g.Go(func() error {
+			if _, errs[i] = d.records.Batch(gctx, b); errs[i] != nil {
+				return nil
+			}
 			wctx, cancel := t.sinkCtx(gctx)
 			defer cancel()
-			errs[i] = t.sink.WriteLocal(wctx, b, guard, order)
+			errs[i] = d.local.WriteLocal(wctx, b, guard, order)
 			return nil
 		})
 	}
 	_ = g.Wait()
 	var res task.Result
-	var done, failed []*twophase.Batch
+	var done []*twophase.Batch
 	for i, err := range errs {
 		if err == nil {
 			done = append(done, r.Batches[i])
 			res.Committed = append(res.Committed, r.Batches[i].ID)
 		} else {
-			failed = append(failed, r.Batches[i])
 			if res.Err == nil {
 				res.Err = err
 			}
 		}
 	}
-	t.takeDeadLetters(failed) // redone from the stored offsets
-	letters := t.takeDeadLetters(done)
+	// The failed batches' dead letters are dropped with them: they are
+	// redone from the stored offsets.
+	letters := connectors.DeadLettersOf(done)
 	if t.conn.DLQTopic != "" {
 		// After the sink commit: a crash before the produce loses them
 		// from the topic (README, Dead letters).

@@ -96,6 +96,11 @@ type Task struct {
 	// valueConverter is the connector's value.converter class, for the
 	// dead letters' context headers.
 	valueConverter string
+	// records is the connector's record pipeline (converters,
+	// transforms, change events, errors.tolerance), run on every batch
+	// before the sink; nil: the default one for the connector's
+	// errors.tolerance.
+	records *connectors.RecordPipeline
 }
 
 // NewTask returns a task; Run starts it.

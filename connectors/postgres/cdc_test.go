@@ -284,7 +284,7 @@ func testTruncate(t *testing.T, d *testDB) {
 	// Not alone in its round: nothing written, ErrSchemaChange.
 	ctx := context.Background()
 	err = pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		_, err := apply.WriteBatch(ctx, tx, evs, false)
+		_, err := writeRaw(ctx, apply, tx, evs, false)
 		return err
 	})
 	if !errors.Is(err, ErrSchemaChange) {
@@ -359,7 +359,7 @@ func testAutoCreate(t *testing.T, d *testDB) {
 	// Not alone in its round: ErrSchemaChange, and nothing was created.
 	ctx := context.Background()
 	err = pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		_, err := wk.WriteBatch(ctx, tx, []*kgo.Record{rec("later", 0, nil, js(`{"n":1}`))}, false)
+		_, err := writeRaw(ctx, wk, tx, []*kgo.Record{rec("later", 0, nil, js(`{"n":1}`))}, false)
 		return err
 	})
 	if !errors.Is(err, ErrSchemaChange) || d.strings(`SELECT to_regclass('later')::text`)[0] != "NULL" {
@@ -465,7 +465,7 @@ func testAutoEvolve(t *testing.T, d *testDB) {
 	// A prepared transaction sharing its round refuses.
 	ctx := context.Background()
 	err = pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		_, err := w.WriteBatch(ctx, tx, recs, false)
+		_, err := writeRaw(ctx, w, tx, recs, false)
 		return err
 	})
 	if !errors.Is(err, ErrSchemaChange) {

@@ -48,10 +48,14 @@ func TestColumnNameDeadLettered(t *testing.T) {
 				recs[0], recs[1] = recs[1], recs[0]
 				recs[0].Offset, recs[1].Offset = 0, 1
 			}
-			// tolerance=none: stops at exactly the first bad record.
+			// tolerance=none: stops at exactly the first bad record. (The
+			// record whose name is not UTF-8 may already fail its
+			// conversion, which the runtime's pipeline reports before
+			// the sink sees the batch: the writer gets the records
+			// before it.)
 			none := cfg
 			none.ErrorsTolerance, none.DLQTable = ToleranceNone, ""
-			_, err := d.write(mustWriter(t, none), recs)
+			_, err := d.write(mustWriter(t, none), recs[:5])
 			var re *record.Error
 			wantOff := int64(1)
 			if mode == "auto.create" {

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/txsink/txsink/connectors"
 	"github.com/txsink/txsink/connectors/record"
 )
 
@@ -49,7 +50,7 @@ ON CONFLICT DO NOTHING`
 // deadLetter writes the bad records to the dead-letter table in tx,
 // creating the table first if it is missing (when create allows it; else
 // it returns an error wrapping ErrSchemaChange).
-func (w *Writer) deadLetter(ctx context.Context, tx pgx.Tx, byOffset map[int64]*kgo.Record, bad []*record.Error, create bool) error {
+func (w *Writer) deadLetter(ctx context.Context, tx pgx.Tx, letters []connectors.DeadLetter, create bool) error {
 	schema, name := w.cfg.dlqName()
 	ident := pgx.Identifier{schema, name}.Sanitize()
 	if err := ensureDLQ(ctx, tx, schema, name, create); err != nil {
@@ -58,7 +59,7 @@ func (w *Writer) deadLetter(ctx context.Context, tx pgx.Tx, byOffset map[int64]*
 		}
 		return &dlqError{err: err}
 	}
-	n := len(bad)
+	n := len(letters)
 	topics := make([]string, n)
 	parts := make([]int32, n)
 	offs := make([]int64, n)
@@ -66,13 +67,12 @@ func (w *Writer) deadLetter(ctx context.Context, tx pgx.Tx, byOffset map[int64]*
 	values := make([][]byte, n)
 	headers := make([]*string, n)
 	msgs := make([]string, n)
-	for i, b := range bad {
+	for i, l := range letters {
+		b, r := l.Err, l.Record
 		topics[i], parts[i], offs[i] = b.Topic, b.Partition, b.Offset
 		msgs[i] = record.CleanText(b.Error())
-		if r := byOffset[b.Offset]; r != nil {
-			keys[i], values[i] = r.Key, r.Value
-			headers[i] = headersJSON(r.Headers)
-		}
+		keys[i], values[i] = r.Key, r.Value
+		headers[i] = headersJSON(r.Headers)
 	}
 	_, err := tx.Exec(ctx, fmt.Sprintf(dlqInsert, ident), w.cfg.Connector, topics, parts, offs, keys, values, headers, msgs)
 	if err != nil {

@@ -18,7 +18,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
 	"github.com/txsink/txsink/connectors/record"
 	"github.com/txsink/txsink/internal/failpoint"
@@ -28,11 +27,12 @@ import (
 
 // Compile-time checks.
 var (
-	_ connectors.Sink             = (*Sink)(nil)
-	_ twophase.Participant        = (*Sink)(nil)
-	_ twophase.Stager             = (*Sink)(nil)
-	_ connectors.RecordLocator    = (*record.Error)(nil)
-	_ connectors.DeadLetterSource = (*Sink)(nil)
+	_ connectors.Sink          = (*Sink)(nil)
+	_ connectors.LocalWriter   = (*Sink)(nil)
+	_ connectors.KeyReader     = (*Sink)(nil)
+	_ twophase.Participant     = (*Sink)(nil)
+	_ twophase.Stager          = (*Sink)(nil)
+	_ connectors.RecordLocator = (*record.Error)(nil)
 )
 
 // GIDPrefix starts the global id of every prepared transaction txsink
@@ -50,10 +50,6 @@ type Sink struct {
 	connector string
 	connHash  string
 	log       *slog.Logger
-
-	// DeadLetterBook keeps the dead letters of the batches this process
-	// prepared or wrote until the runtime takes them.
-	connectors.DeadLetterBook
 
 	// slots bounds the transactions staged ahead of their round (nil:
 	// staging is off); see EnableStaging.
@@ -163,7 +159,6 @@ func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) (err error) {
 			if _, err := tx.Exec(ctx, "PREPARE TRANSACTION '"+GID(b.ID)+"'"); err != nil {
 				return fmt.Errorf("prepare %s: %w", b.ID, err)
 			}
-			s.Note(b.ID, b.Records, sg.st.Bad)
 			return nil
 		}))
 	}
@@ -171,7 +166,11 @@ func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) (err error) {
 		if err := s.store.Advance(ctx, tx, offsets.GuardCAS, b.ID.Connector, b.ID.Topic, b.ID.Partition, b.Fence, b.Prev, b.ID.NextOffset()); err != nil {
 			return err
 		}
-		st, err := s.w.WriteBatch(ctx, tx, b.Records, b.Alone)
+		c, err := s.w.records.Batch(ctx, b)
+		if err != nil {
+			return err // before PREPARE: nothing is prepared
+		}
+		_, err = s.w.WriteBatch(ctx, tx, c, b.Alone)
 		if errors.Is(err, ErrSchemaChange) {
 			// Nothing was written and PREPARE was not sent.
 			return &twophase.OwnRoundError{ID: b.ID, Err: err}
@@ -190,7 +189,6 @@ func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) (err error) {
 		if _, err := tx.Exec(ctx, "PREPARE TRANSACTION '"+GID(b.ID)+"'"); err != nil {
 			return fmt.Errorf("prepare %s: %w", b.ID, err)
 		}
-		s.Note(b.ID, b.Records, st.Bad)
 		return nil
 	}))
 }
@@ -313,7 +311,12 @@ func (s *Sink) Stage(ctx context.Context, b *twophase.Batch) (err error) {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return fmt.Errorf("stage %s: begin: %w", b.ID, err)
 	}
-	st, err := s.w.WriteBatch(ctx, tx, b.Records, false)
+	c, err := s.w.records.Batch(ctx, b)
+	if err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return fmt.Errorf("stage %s: %w", b.ID, err)
+	}
+	st, err := s.w.WriteBatch(ctx, tx, c, false)
 	if err == nil && st.ReadsTable {
 		// Change events or tombstones: this topic's batches are not
 		// written ahead from now on.
@@ -400,7 +403,6 @@ func (s *Sink) Commit(ctx context.Context, id twophase.BatchID) (err error) {
 // that is not prepared is already aborted.
 func (s *Sink) Abort(ctx context.Context, id twophase.BatchID) (err error) {
 	defer func() { s.resetOnLostConnection(err) }()
-	s.TakeDeadLetters([]twophase.BatchID{id})
 	_, err = s.pool.Exec(ctx, "ROLLBACK PREPARED '"+GID(id)+"'")
 	if err == nil || isUndefinedObject(err) {
 		return nil
@@ -471,7 +473,7 @@ func (s *Sink) ResetOffsets(ctx context.Context, all bool, positions []offsets.P
 	return s.store.Reset(ctx, s.connector, all, positions)
 }
 
-// WriteLocal implements connectors.Sink for exactly_once_sink (Atomic with
+// WriteLocal implements connectors.LocalWriter for exactly_once_sink (Atomic with
 // GuardCAS), at_least_once (RowsFirst) and at_most_once (OffsetFirst).
 func (s *Sink) WriteLocal(ctx context.Context, b *twophase.Batch, guard offsets.Guard, order connectors.Order) (err error) {
 	defer func() { s.resetOnLostConnection(err) }()
@@ -504,11 +506,12 @@ func (s *Sink) writeLocal(ctx context.Context, b *twophase.Batch, guard offsets.
 	advance := func(tx pgx.Tx) error {
 		return s.store.Advance(ctx, tx, guard, b.ID.Connector, b.ID.Topic, b.ID.Partition, b.Fence, b.Prev, b.ID.NextOffset())
 	}
+	c, err := s.w.records.Batch(ctx, b)
+	if err != nil {
+		return err
+	}
 	write := func(tx pgx.Tx) error {
-		st, err := s.w.Write(ctx, tx, b.Records)
-		if err == nil {
-			s.Note(b.ID, b.Records, st.Bad)
-		}
+		_, err := s.w.WriteBatch(ctx, tx, c, true)
 		return err
 	}
 	switch order {
@@ -525,7 +528,6 @@ func (s *Sink) writeLocal(ctx context.Context, b *twophase.Batch, guard offsets.
 		failpoint.HitIn(b.ID.Connector, failpoint.AfterWrite)
 		return s.inTx(ctx, write)
 	}
-	var err error
 	if sg := s.takeStaged(b.ID); sg != nil {
 		// exactly_once_sink, pipelined: the rows were written ahead
 		// (Stage); the offsets' compare-and-set, in the same
@@ -536,7 +538,6 @@ func (s *Sink) writeLocal(ctx context.Context, b *twophase.Batch, guard offsets.
 				return err
 			}
 			failpoint.HitIn(b.ID.Connector, failpoint.AfterWrite)
-			s.Note(b.ID, b.Records, sg.st.Bad)
 			return nil
 		})
 		s.release()
@@ -586,15 +587,24 @@ func isAmbiguousCommit(err error) bool {
 	return !errors.As(err, &pgErr)
 }
 
+// ReadsKeys implements connectors.KeyReader: pk.mode=record_key takes the
+// primary key from every record's key.
+func (s *Sink) ReadsKeys() bool { return s.w.cfg.readsKeys() }
+
+// Guarantees implements connectors.Sink: PostgreSQL supports every
+// delivery guarantee (exactly_once needs prepared transactions, which
+// Preflight checks).
+func (s *Sink) Guarantees() (connectors.Guarantees, error) { return connectors.AllGuarantees, nil }
+
 // Preflight implements connectors.Sink: exactly_once needs prepared
 // transactions.
-func (s *Sink) Preflight(ctx context.Context, delivery string) error {
+func (s *Sink) Preflight(ctx context.Context, g connectors.Guarantee) error {
 	var v string
 	if err := s.pool.QueryRow(ctx, "SHOW max_prepared_transactions").Scan(&v); err != nil {
 		return fmt.Errorf("preflight: %w", err)
 	}
 	n, _ := strconv.Atoi(v)
-	if delivery == config.ExactlyOnce && n == 0 {
+	if g == connectors.TwoPhase && n == 0 {
 		return fmt.Errorf("preflight: delivery.guarantee=exactly_once needs prepared transactions, but max_prepared_transactions is 0 on this PostgreSQL server: set max_prepared_transactions (for example 64, at least the number of partitions this worker may own; a server restart is needed) or use delivery.guarantee=exactly_once_sink")
 	}
 	return nil

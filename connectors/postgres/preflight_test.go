@@ -38,7 +38,7 @@ func TestPreflight(t *testing.T) {
 	t.Run("max_prepared_transactions=0", func(t *testing.T) {
 		srv := pgtest.StartWith(t, pgtest.Options{NoPreparedTransactions: true})
 		s := open(t, srv.NewDatabase(t))
-		err := s.Preflight(ctx, config.ExactlyOnce)
+		err := s.Preflight(ctx, connectors.TwoPhase)
 		if err == nil {
 			t.Fatal("preflight accepted exactly_once on a server without prepared transactions")
 		}
@@ -47,14 +47,14 @@ func TestPreflight(t *testing.T) {
 				t.Errorf("preflight error does not say %q: %v", want, err)
 			}
 		}
-		if err := s.Preflight(ctx, config.ExactlyOnceSink); err != nil {
+		if err := s.Preflight(ctx, connectors.SinkCAS); err != nil {
 			t.Errorf("exactly_once_sink refused: %v", err)
 		}
 	})
 	t.Run("max_prepared_transactions=64", func(t *testing.T) {
 		srv := pgtest.Start(t)
 		s := open(t, srv.NewDatabase(t))
-		for _, mode := range []string{config.ExactlyOnce, config.ExactlyOnceSink, config.AtLeastOnce, config.AtMostOnce} {
+		for _, mode := range []connectors.Guarantee{connectors.TwoPhase, connectors.SinkCAS, connectors.AtLeastOnce, connectors.AtMostOnce} {
 			if err := s.Preflight(ctx, mode); err != nil {
 				t.Errorf("%s refused: %v", mode, err)
 			}

@@ -22,15 +22,19 @@ import (
 // database (the table is taken as read from the catalog).
 func prepareRecord(ctx context.Context, w *Writer, p *plan, r *kgo.Record) (*op, error) {
 	ws := &writeState{w: w, ddl: true, stats: &WriteStats{}}
-	rec, err := w.pipe.Convert(ctx, r, &ws.conv, w.cfg.PKMode == PKModeRecordKey)
-	if err != nil || rec == nil {
-		return nil, err
-	}
-	ops, err := w.prepareOne(ctx, ws, &target{name: p.t.Name, p: p, sc: newScratch(p.t), fresh: true}, rec)
+	c, err := w.records.Convert(ctx, []*kgo.Record{r})
 	if err != nil {
 		return nil, err
 	}
-	return ops[len(ops)-1], nil
+	var o *op
+	err = c.Each(ctx, func(rec *record.Record) error {
+		ops, err := w.prepareOne(ctx, ws, &target{name: p.t.Name, p: p, sc: newScratch(p.t), fresh: true}, rec)
+		if err == nil {
+			o = ops[len(ops)-1]
+		}
+		return err
+	})
+	return o, err
 }
 
 // scanTable is a table for prepareOne without a database.
@@ -223,14 +227,15 @@ func BenchmarkPrepare(b *testing.B) {
 	ws := &writeState{w: w, ddl: true, stats: &WriteStats{}}
 	for b.Loop() {
 		tg := &target{name: "t", p: p, sc: newScratch(p.t), fresh: true}
-		for _, r := range recs {
-			rec, err := w.pipe.Convert(ctx, r, &ws.conv, false)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := w.prepareOne(ctx, ws, tg, rec); err != nil {
-				b.Fatal(err)
-			}
+		c, err := w.records.Convert(ctx, recs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := c.Each(ctx, func(rec *record.Record) error {
+			_, err := w.prepareOne(ctx, ws, tg, rec)
+			return err
+		}); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sort"
+
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/txsink/txsink/connectors"
 	"github.com/txsink/txsink/connectors/convert"
 	"github.com/txsink/txsink/connectors/record"
 )
@@ -198,10 +199,13 @@ func (c WriterConfig) dlqName() (schema, name string) {
 // transactions its caller owns. It caches table descriptions per table and
 // is safe for concurrent use by different transactions.
 type Writer struct {
-	cfg    WriterConfig
-	pipe   *convert.Pipeline
-	log    *slog.Logger
-	tables tableCache
+	cfg WriterConfig
+	// records converts the batches Write is given as Kafka records
+	// (tests, tools): the runtime's pipeline, built from cfg.Pipeline and
+	// cfg.ErrorsTolerance. The runtime converts its batches itself.
+	records *connectors.RecordPipeline
+	log     *slog.Logger
+	tables  tableCache
 }
 
 // NewWriter validates cfg, applies its defaults and returns a Writer.
@@ -209,16 +213,16 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	pipe := cfg.Pipeline
-	if pipe == nil {
-		pipe = convert.DefaultPipeline()
-	}
+	cfg = cfg.withDefaults()
 	log := cfg.Log
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Writer{cfg: cfg.withDefaults(), pipe: pipe, log: log}, nil
+	return &Writer{cfg: cfg, records: connectors.NewRecordPipeline(cfg.Pipeline, cfg.ErrorsTolerance, cfg.readsKeys()), log: log}, nil
 }
+
+// readsKeys reports whether every record's key is needed (pk.mode=record_key).
+func (c WriterConfig) readsKeys() bool { return c.PKMode == PKModeRecordKey }
 
 // Config returns the writer's configuration with defaults applied.
 func (w *Writer) Config() WriterConfig { return w.cfg }
@@ -295,7 +299,6 @@ type writeState struct {
 	ddl     bool
 	targets map[string]*target
 	order   []*target
-	conv    convert.Scratch
 	stats   *WriteStats
 	// deletes and truncates of tables that do not exist (auto.create)
 	noopDeletes, noopTruncates int
@@ -343,7 +346,11 @@ const maxRemaps = 100
 // Cancelling ctx aborts the statement in progress; tx must then be rolled
 // back.
 func (w *Writer) Write(ctx context.Context, tx pgx.Tx, records []*kgo.Record) (WriteStats, error) {
-	return w.WriteBatch(ctx, tx, records, true)
+	c, err := w.records.Convert(ctx, records)
+	if err != nil {
+		return WriteStats{}, err
+	}
+	return w.WriteBatch(ctx, tx, c, true)
 }
 
 // WriteBatch is Write, told whether tx may change the schema. A schema
@@ -353,16 +360,13 @@ func (w *Writer) Write(ctx context.Context, tx pgx.Tx, records []*kgo.Record) (W
 // wait for a decision that waits for them. With schemaChanges false, a
 // batch that needs one fails with an error wrapping ErrSchemaChange and
 // nothing written; the runtime then gives the batch a round of its own.
-func (w *Writer) WriteBatch(ctx context.Context, tx pgx.Tx, records []*kgo.Record, schemaChanges bool) (WriteStats, error) {
+func (w *Writer) WriteBatch(ctx context.Context, tx pgx.Tx, c *connectors.Converted, schemaChanges bool) (WriteStats, error) {
 	var stats WriteStats
-	if len(records) == 0 {
-		return stats, nil
-	}
 	ws := &writeState{w: w, tx: tx, ddl: schemaChanges, targets: map[string]*target{}, stats: &stats}
 	var bad []*record.Error
 	for remaps := 0; ; remaps++ {
 		var err error
-		bad, err = ws.mapAll(ctx, records)
+		bad, err = ws.mapAll(ctx, c)
 		if errors.Is(err, errRemap) && remaps < maxRemaps {
 			continue
 		}
@@ -374,7 +378,7 @@ func (w *Writer) WriteBatch(ctx context.Context, tx pgx.Tx, records []*kgo.Recor
 		}
 		break
 	}
-	if w.cfg.ErrorsTolerance == ToleranceNone && len(bad) > 0 {
+	if !c.Tolerant() && len(bad) > 0 {
 		// Nothing at or after the first bad offset matters, but a record
 		// before it that the database rejects comes first.
 		first := bad[0].Offset
@@ -397,77 +401,82 @@ func (w *Writer) WriteBatch(ctx context.Context, tx pgx.Tx, records []*kgo.Recor
 			w.tables.put(tg.p.t.Ident, tg.p.t)
 		}
 	}
-	if len(bad) == 0 {
+	// The records the database or the mapping refused go to the
+	// runtime's tolerance operator: with errors.tolerance=none the
+	// lowest fails the write; with all they are dead letters.
+	if err := c.Reject(bad); err != nil {
+		return WriteStats{}, err
+	}
+	letters := c.DeadLetters()
+	if len(letters) == 0 {
 		return stats, nil
 	}
-	sort.SliceStable(bad, func(i, j int) bool { return bad[i].Offset < bad[j].Offset })
-	if w.cfg.ErrorsTolerance == ToleranceNone {
-		return WriteStats{}, bad[0]
-	}
-	// A record with two ops (a moved key) may have failed twice.
-	bad = slices.CompactFunc(bad, func(a, b *record.Error) bool { return a.Offset == b.Offset })
 	if w.cfg.DLQTable != "" {
-		byOffset := make(map[int64]*kgo.Record, len(records))
-		for _, r := range records {
-			byOffset[r.Offset] = r
-		}
-		if err := w.deadLetter(ctx, tx, byOffset, bad, schemaChanges); err != nil {
+		if err := w.deadLetter(ctx, tx, letters, schemaChanges); err != nil {
 			return WriteStats{}, err
 		}
 	}
-	stats.DeadLettered, stats.Bad = len(bad), bad
+	stats.DeadLettered, stats.Bad = len(letters), make([]*record.Error, len(letters))
+	for i, l := range letters {
+		stats.Bad[i] = l.Err
+	}
 	return stats, nil
 }
 
-// mapAll converts every record through the pipeline and maps it to its
-// table's ops. Bad records come back as record errors in offset order
+// mapAll converts every record through the pipeline (one at a time, into
+// reused buffers) and maps it to its table's ops. Bad records come back as record errors in offset order
 // (with errors.tolerance=none only the first: nothing after it matters);
 // err is for problems that are not a record's fault (an unsupported column
 // type, an unavailable schema registry, a needed schema change, an
 // incompatible one), and errRemap when a table changed and mapping must
 // start over.
-func (ws *writeState) mapAll(ctx context.Context, records []*kgo.Record) (bad []*record.Error, err error) {
+func (ws *writeState) mapAll(ctx context.Context, c *connectors.Converted) (bad []*record.Error, err error) {
 	for _, tg := range ws.order {
 		tg.ops = tg.ops[:0]
 	}
 	ws.noopDeletes, ws.noopTruncates = 0, 0
-	dropped := 0
-	for _, r := range records {
-		ops, err := ws.mapOne(ctx, r)
-		if errors.Is(err, errRemap) || errors.Is(err, ErrUnsupportedColumn) || errors.Is(err, ErrSchemaChange) {
-			return nil, err
+	// With errors.tolerance=none the first bad record ends the pass:
+	// nothing after it matters.
+	errStop := errors.New("stop")
+	mapErr := false // Each's error is the mapping's
+	err = c.Each(ctx, func(rec *record.Record) error {
+		_, err := ws.mapOne(ctx, rec)
+		if err == nil {
+			return nil
 		}
-		if err != nil {
-			if !record.IsCause(err) {
-				return nil, err
-			}
-			re := badRecord(r, err)
-			if errors.Is(re, record.ErrIncompatible) {
-				return nil, re // never dead-lettered: the partition stops here
-			}
-			bad = append(bad, re)
-			if ws.w.cfg.ErrorsTolerance == ToleranceNone {
-				break
-			}
-			continue
+		mapErr = true
+		if errors.Is(err, errRemap) || errors.Is(err, ErrUnsupportedColumn) || errors.Is(err, ErrSchemaChange) || !record.IsCause(err) {
+			return err
 		}
-		if ops == nil {
-			dropped++
+		re := badRecord(rec.Raw, err)
+		if errors.Is(re, record.ErrIncompatible) {
+			return re // never dead-lettered: the partition stops here
 		}
+		bad = append(bad, re)
+		if !c.Tolerant() {
+			return errStop
+		}
+		return nil
+	})
+	var re *record.Error
+	switch {
+	case err == nil, err == errStop:
+	case !mapErr && errors.As(err, &re) && !errors.Is(err, record.ErrIncompatible):
+		// A record the pipeline could not convert (errors.tolerance=none):
+		// the first bad one, as a record the mapping refused.
+		bad = append(bad, re)
+	default:
+		return nil, err
 	}
-	ws.stats.Dropped = dropped
+	ws.stats.Dropped = c.Dropped()
 	ws.stats.Deleted, ws.stats.Truncated = ws.noopDeletes, ws.noopTruncates
 	return bad, nil
 }
 
-// mapOne converts r and appends its ops to its table's. It returns the
-// ops (nil when r was dropped; an empty non-nil slice for a no-op).
-func (ws *writeState) mapOne(ctx context.Context, r *kgo.Record) ([]*op, error) {
+// mapOne maps a converted record and appends its ops to its table's. It
+// returns the ops (an empty slice for a no-op).
+func (ws *writeState) mapOne(ctx context.Context, rec *record.Record) ([]*op, error) {
 	w := ws.w
-	rec, err := w.pipe.Convert(ctx, r, &ws.conv, w.cfg.PKMode == PKModeRecordKey)
-	if err != nil || rec == nil {
-		return nil, err // rec == nil: dropped by a transform or the change-event stage
-	}
 	name, err := rec.TableName(w.cfg.TableNameFormat)
 	if err != nil {
 		return nil, err

@@ -103,3 +103,13 @@ func rec(topic string, offset int64, key, value []byte) *kgo.Record {
 }
 
 func js(format string, args ...any) []byte { return []byte(fmt.Sprintf(format, args...)) }
+
+// writeRaw is WriteBatch of Kafka records, converted first through the
+// writer's pipeline (as the runtime converts its batches).
+func writeRaw(ctx context.Context, w *Writer, tx pgx.Tx, recs []*kgo.Record, schemaChanges bool) (WriteStats, error) {
+	c, err := w.records.Convert(ctx, recs)
+	if err != nil {
+		return WriteStats{}, err
+	}
+	return w.WriteBatch(ctx, tx, c, schemaChanges)
+}

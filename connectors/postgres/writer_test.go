@@ -393,7 +393,7 @@ func testToleranceNone(t *testing.T, d *testDB) {
 			cfg.PKMode = PKModeRecordValue
 		}
 		w := mustWriter(t, cfg)
-		batch := func(dbBad, decodeBad int64) []*kgo.Record {
+		batch := func(dbBad, decodeBad, convBad int64) []*kgo.Record {
 			var recs []*kgo.Record
 			for i := int64(0); i < 100; i++ {
 				v := js(`{"id":%d,"qty":1}`, i)
@@ -402,16 +402,23 @@ func testToleranceNone(t *testing.T, d *testDB) {
 					v = js(`{"id":%d,"qty":-1}`, i)
 				case decodeBad:
 					v = js(`{"id":%d,"qty":"x"}`, i)
+				case convBad:
+					v = js(`{"id":%d,`, i) // the pipeline cannot convert it
 				}
 				recs = append(recs, rec(mode, 1000+i, nil, v))
 			}
 			return recs
 		}
-		for _, c := range []struct{ dbBad, decodeBad, want int64 }{{10, 20, 1010}, {30, 5, 1005}, {99, -1, 1099}} {
-			_, err := d.write(w, batch(c.dbBad, c.decodeBad))
+		// A record the pipeline cannot convert stops the pass, but a
+		// record before it that the database rejects comes first.
+		for _, c := range []struct{ dbBad, decodeBad, convBad, want int64 }{
+			{10, 20, -1, 1010}, {30, 5, -1, 1005}, {99, -1, -1, 1099},
+			{10, -1, 20, 1010}, {30, -1, 5, 1005}, {-1, 40, 30, 1030},
+		} {
+			_, err := d.write(w, batch(c.dbBad, c.decodeBad, c.convBad))
 			var re *record.Error
 			if !errors.As(err, &re) || re.Offset != c.want || !IsBadRecord(err) {
-				t.Errorf("%s: db-bad %d, decode-bad %d: got %v, want a RecordError at %d", mode, c.dbBad, c.decodeBad, err, c.want)
+				t.Errorf("%s: db-bad %d, decode-bad %d, conv-bad %d: got %v, want a RecordError at %d", mode, c.dbBad, c.decodeBad, c.convBad, err, c.want)
 			}
 			if c.want == 1000+c.dbBad && !errors.Is(err, ErrRejected) {
 				t.Errorf("%s: %v does not wrap ErrRejected", mode, err)

@@ -22,16 +22,22 @@ import (
 // LocalMode is one way the runtime calls WriteLocal: the guard and commit
 // order of one delivery guarantee.
 type LocalMode struct {
-	Name  string // the delivery.guarantee that uses it
-	Guard offsets.Guard
-	Order connectors.Order
+	Name      string // the delivery.guarantee that uses it
+	Guarantee connectors.Guarantee
+	Guard     offsets.Guard
+	Order     connectors.Order
+}
+
+func localMode(g connectors.Guarantee) LocalMode {
+	guard, order := g.WriteMode()
+	return LocalMode{g.String(), g, guard, order}
 }
 
 // The WriteLocal modes of the local delivery guarantees.
 var (
-	ExactlyOnceSink = LocalMode{"exactly_once_sink", offsets.GuardCAS, connectors.Atomic}
-	AtLeastOnce     = LocalMode{"at_least_once", offsets.GuardNone, connectors.RowsFirst}
-	AtMostOnce      = LocalMode{"at_most_once", offsets.GuardNone, connectors.OffsetFirst}
+	ExactlyOnceSink = localMode(connectors.SinkCAS)
+	AtLeastOnce     = localMode(connectors.AtLeastOnce)
+	AtMostOnce      = localMode(connectors.AtMostOnce)
 )
 
 // LocalModes lists every WriteLocal mode the suite checks.
@@ -59,9 +65,11 @@ type Harness struct {
 	// IDs returns the "id" of every visible row of topic's table, in any
 	// order, duplicates included.
 	IDs func(t *testing.T, topic string) []string
-	// Local lists the WriteLocal modes the sink implements; the others
-	// must be refused, leaving nothing. LocalWhy says why the missing
-	// ones are missing (printed when they are skipped).
+	// Local lists the WriteLocal modes the sink implements: the sink must
+	// declare exactly their guarantees among the local ones
+	// (Sink.Guarantees) and implement connectors.LocalWriter if any.
+	// LocalWhy says why the missing ones are missing (printed when they
+	// are skipped).
 	Local    []LocalMode
 	LocalWhy string
 	// Stager says that the instances of Open implement twophase.Stager
@@ -578,39 +586,49 @@ func testReset(t *testing.T, s *suite) {
 // testWriteLocal: each WriteLocal mode the sink declares writes rows and
 // advances the offset; exactly_once_sink refuses an old fence and a
 // batch not continuing from the stored offset, leaving nothing. A mode
-// the sink does not declare must be refused and leave nothing.
+// the harness says the sink cannot do must not be among the guarantees
+// the sink declares, and the runtime's check refuses it.
 func testWriteLocal(t *testing.T, s *suite) {
 	for _, m := range LocalModes {
 		t.Run(m.Name, func(t *testing.T) {
 			ctx := ctxT(t)
 			sk := s.h.Open(t)
+			declared, _ := sk.Guarantees()
+			if !slices.Contains(s.h.Local, m) {
+				if declared.Has(m.Guarantee) {
+					t.Fatalf("the sink declares %s (%s), but the harness says it cannot do it", m.Name, declared)
+				}
+				if err := connectors.Supports(sk, m.Guarantee); err == nil {
+					t.Fatalf("connectors.Supports(%s) accepted a guarantee the sink does not declare", m.Name)
+				}
+				t.Skipf("sink does not declare %s (%s); checked that the runtime refuses it", m.Name, s.h.LocalWhy)
+			}
+			if !declared.Has(m.Guarantee) {
+				t.Fatalf("the sink does not declare %s (%s), but the harness says it implements it", m.Name, declared)
+			}
+			if err := connectors.Supports(sk, m.Guarantee); err != nil {
+				t.Fatalf("connectors.Supports(%s): %v", m.Name, err)
+			}
+			lw := sk.(connectors.LocalWriter)
 			topic := s.h.NewTopic(t, 1)
 			pos := acquire(t, sk, topic, 0, 0)
 			recs := s.records(t, topic, 0, 3)
-			if !slices.Contains(s.h.Local, m) {
-				if err := sk.WriteLocal(ctx, s.batch(recs, 0, pos.Fence), m.Guard, m.Order); err == nil {
-					t.Fatalf("WriteLocal(%s) succeeded, but the harness declares the sink cannot do it", m.Name)
-				}
-				s.rows(t, topic, nil, "after a refused WriteLocal")
-				wantNext(t, sk, topic, 0, 0, "after a refused WriteLocal")
-				t.Skipf("sink does not implement WriteLocal for %s (%s); checked that it refuses it and leaves nothing", m.Name, s.h.LocalWhy)
-			}
 			if m.Guard == offsets.GuardCAS {
 				newer := acquire(t, s.h.Open(t), topic, 0, 0)
-				wantFenced(t, sk.WriteLocal(ctx, s.batch(recs, 0, pos.Fence), m.Guard, m.Order), "WriteLocal with an old fence")
-				wantFenced(t, sk.WriteLocal(ctx, s.batch(recs, 2, newer.Fence), m.Guard, m.Order), "WriteLocal with Prev not the stored next_offset")
+				wantFenced(t, lw.WriteLocal(ctx, s.batch(recs, 0, pos.Fence), m.Guard, m.Order), "WriteLocal with an old fence")
+				wantFenced(t, lw.WriteLocal(ctx, s.batch(recs, 2, newer.Fence), m.Guard, m.Order), "WriteLocal with Prev not the stored next_offset")
 				s.rows(t, topic, nil, "after refused WriteLocals")
 				wantNext(t, sk, topic, 0, 0, "after refused WriteLocals")
 				pos = newer
 			}
-			if err := sk.WriteLocal(ctx, s.batch(recs, 0, pos.Fence), m.Guard, m.Order); err != nil {
+			if err := lw.WriteLocal(ctx, s.batch(recs, 0, pos.Fence), m.Guard, m.Order); err != nil {
 				t.Fatalf("WriteLocal(%s): %v", m.Name, err)
 			}
 			s.rows(t, topic, ids(recs), "after WriteLocal")
 			wantNext(t, sk, topic, 0, recs[2].Offset+1, "after WriteLocal")
 			s.noneInDoubt(t, sk, "after WriteLocal")
 			more := s.records(t, topic, 0, 2)
-			if err := sk.WriteLocal(ctx, s.batch(more, recs[2].Offset+1, pos.Fence), m.Guard, m.Order); err != nil {
+			if err := lw.WriteLocal(ctx, s.batch(more, recs[2].Offset+1, pos.Fence), m.Guard, m.Order); err != nil {
 				t.Fatalf("second WriteLocal(%s): %v", m.Name, err)
 			}
 			s.rows(t, topic, ids(recs, more), "after two WriteLocals")

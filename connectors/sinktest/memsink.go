@@ -116,9 +116,12 @@ func (s *MemStore) insert(rows []Row) {
 	}
 }
 
-// MemSink is an in-memory connectors.Sink, twophase.Stager and
-// connectors.DeadLetterSource over a MemStore. Set its knobs (Hook, Bad,
-// Tolerate) before the runtime uses it; they are read under its lock.
+// MemSink is an in-memory connectors.Sink, connectors.LocalWriter and
+// twophase.Stager over a MemStore. Set its knobs (Hook, Bad, Tolerate)
+// before the runtime uses it; they are read under its lock. It writes the
+// converted records of a batch (the runtime's, or, for a batch the
+// runtime did not convert, its own conversion through the default
+// pipeline) and reports those Bad names to the batch's tolerance operator.
 type MemSink struct {
 	store     *MemStore
 	connector string
@@ -129,17 +132,17 @@ type MemSink struct {
 	// non-nil error makes the method fail there; one wrapping ErrCrashed
 	// also crashes the instance. Hook may block (honour ctx to be kind).
 	Hook func(ctx context.Context, p Point, id twophase.BatchID) error
-	// Bad maps a record's coordinates to the error that converting it
-	// gives: a bad record.
+	// Bad maps a record's coordinates to the error the sink refuses it
+	// with (as a database refuses a value): a bad record, reported to the
+	// batch's tolerance operator (connectors.Converted.Reject).
 	Bad map[Coord]error
-	// Tolerate is errors.tolerance=all: bad records become dead letters
-	// instead of failing the write.
+	// Tolerate is errors.tolerance=all for the batches the instance
+	// converts itself (those the runtime did not convert).
 	Tolerate bool
 
-	dead    bool
-	fenced  int
-	staged  map[twophase.BatchID][]Row
-	letters map[twophase.BatchID][]connectors.DeadLetter
+	dead   bool
+	fenced int
+	staged map[twophase.BatchID][]Row
 }
 
 // Coord locates one record.
@@ -150,14 +153,14 @@ type Coord struct {
 }
 
 var (
-	_ connectors.Sink             = (*MemSink)(nil)
-	_ twophase.Stager             = (*MemSink)(nil)
-	_ connectors.DeadLetterSource = (*MemSink)(nil)
+	_ connectors.Sink        = (*MemSink)(nil)
+	_ connectors.LocalWriter = (*MemSink)(nil)
+	_ twophase.Stager        = (*MemSink)(nil)
 )
 
 // Open returns a new sink instance of connector over the store.
 func (s *MemStore) Open(connector string) *MemSink {
-	return &MemSink{store: s, connector: connector, staged: map[twophase.BatchID][]Row{}, letters: map[twophase.BatchID][]connectors.DeadLetter{}}
+	return &MemSink{store: s, connector: connector, staged: map[twophase.BatchID][]Row{}}
 }
 
 // Spec registers MemSinks under the name "memory": each connector opened
@@ -217,25 +220,44 @@ func (m *MemSink) at(ctx context.Context, p Point, id twophase.BatchID) error {
 	return nil
 }
 
-// convert maps a batch's records to rows. A bad record is a dead letter
-// with Tolerate and a *record.Error otherwise.
-func (m *MemSink) convert(b *twophase.Batch) ([]Row, []connectors.DeadLetter, error) {
+// rowsOf maps a batch's converted records to rows. The records Bad names
+// are reported to the batch's tolerance operator: the write fails with
+// the first (errors.tolerance=none) or leaves them out as dead letters.
+func (m *MemSink) rowsOf(ctx context.Context, b *twophase.Batch) ([]Row, error) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	tolerance, bad := "none", m.Bad
+	if m.Tolerate {
+		tolerance = "all"
+	}
+	m.mu.Unlock()
+	c, err := connectors.NewRecordPipeline(nil, tolerance, false).Batch(ctx, b)
+	if err != nil {
+		return nil, err
+	}
 	var rows []Row
-	var letters []connectors.DeadLetter
-	for _, r := range b.Records {
-		if err := m.Bad[Coord{r.Topic, r.Partition, r.Offset}]; err != nil {
-			re := record.NewError(r, err)
-			if !m.Tolerate {
-				return nil, nil, re
-			}
-			letters = append(letters, connectors.DeadLetter{Record: r, Err: re})
-			continue
+	var refused []*record.Error
+	err = c.Each(ctx, func(rec *record.Record) error {
+		r := rec.Raw
+		if err := bad[Coord{r.Topic, r.Partition, r.Offset}]; err != nil {
+			refused = append(refused, record.NewError(r, err))
+			return nil
 		}
 		rows = append(rows, Row{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value})
+		return nil
+	})
+	var re *record.Error
+	if errors.As(err, &re) {
+		// A record the pipeline could not convert (errors.tolerance=none):
+		// the lowest of it and the refused ones fails the batch.
+		refused, err = append(refused, re), nil
 	}
-	return rows, letters, nil
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Reject(refused); err != nil {
+		return nil, err
+	}
+	return rows, nil
 }
 
 // Acquire bumps the fence of each partition and returns its position. It
@@ -315,12 +337,10 @@ func (m *MemSink) Prepare(ctx context.Context, b *twophase.Batch) error {
 	delete(m.staged, b.ID)
 	m.mu.Unlock()
 	if !ok {
-		var letters []connectors.DeadLetter
 		var err error
-		if rows, letters, err = m.convert(b); err != nil {
+		if rows, err = m.rowsOf(ctx, b); err != nil {
 			return fmt.Errorf("%w: %w", twophase.ErrNothingPrepared, err)
 		}
-		m.setLetters(b.ID, letters)
 	}
 	st := m.store
 	st.mu.Lock()
@@ -332,20 +352,9 @@ func (m *MemSink) Prepare(ctx context.Context, b *twophase.Batch) error {
 	}
 	st.mu.Unlock()
 	if err != nil {
-		m.setLetters(b.ID, nil)
 		return err
 	}
 	return m.at(ctx, AfterPrepare, b.ID)
-}
-
-func (m *MemSink) setLetters(id twophase.BatchID, l []connectors.DeadLetter) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if l == nil {
-		delete(m.letters, id)
-	} else {
-		m.letters[id] = l
-	}
 }
 
 // Commit makes a prepared batch's rows visible and stores its next offset.
@@ -379,7 +388,6 @@ func (m *MemSink) Abort(ctx context.Context, id twophase.BatchID) error {
 	if err := m.at(ctx, "", id); err != nil {
 		return err
 	}
-	m.setLetters(id, nil)
 	st := m.store
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -423,14 +431,13 @@ func (m *MemSink) Stage(ctx context.Context, b *twophase.Batch) error {
 	if err := m.at(ctx, "", b.ID); err != nil {
 		return err
 	}
-	rows, letters, err := m.convert(b)
+	rows, err := m.rowsOf(ctx, b)
 	if err != nil {
 		return err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.staged[b.ID] = rows
-	m.letters[b.ID] = letters
 	return nil
 }
 
@@ -440,7 +447,6 @@ func (m *MemSink) Discard(ids []twophase.BatchID) {
 	defer m.mu.Unlock()
 	for _, id := range ids {
 		delete(m.staged, id)
-		delete(m.letters, id)
 	}
 }
 
@@ -461,7 +467,7 @@ func (m *MemSink) WriteLocal(ctx context.Context, b *twophase.Batch, guard offse
 	if err := m.at(ctx, BeforeLocalCommit, b.ID); err != nil {
 		return err
 	}
-	rows, letters, err := m.convert(b)
+	rows, err := m.rowsOf(ctx, b)
 	if err != nil {
 		return err
 	}
@@ -498,7 +504,6 @@ func (m *MemSink) WriteLocal(ctx context.Context, b *twophase.Batch, guard offse
 		}
 		rowsStep()
 	}
-	m.setLetters(b.ID, letters)
 	return m.at(ctx, AfterLocalCommit, b.ID)
 }
 
@@ -568,21 +573,12 @@ func (m *MemSink) ResetOffsets(ctx context.Context, all bool, positions []offset
 	return nil
 }
 
-// Preflight accepts every delivery guarantee.
-func (m *MemSink) Preflight(ctx context.Context, delivery string) error {
-	return m.at(ctx, "", twophase.BatchID{})
-}
+// Guarantees declares every delivery guarantee.
+func (m *MemSink) Guarantees() (connectors.Guarantees, error) { return connectors.AllGuarantees, nil }
 
-// TakeDeadLetters returns and forgets the dead letters of ids' batches.
-func (m *MemSink) TakeDeadLetters(ids []twophase.BatchID) []connectors.DeadLetter {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []connectors.DeadLetter
-	for _, id := range ids {
-		out = append(out, m.letters[id]...)
-		delete(m.letters, id)
-	}
-	return out
+// Preflight accepts every delivery guarantee.
+func (m *MemSink) Preflight(ctx context.Context, g connectors.Guarantee) error {
+	return m.at(ctx, "", twophase.BatchID{})
 }
 
 // Close does nothing: the store outlives its instances.

@@ -3,6 +3,7 @@ package sinktest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -15,7 +16,7 @@ import (
 func batch(prev, fence, first, last int64) *twophase.Batch {
 	b := &twophase.Batch{ID: twophase.BatchID{Connector: "c", Topic: "t", Partition: 0, First: first, Last: last}, Prev: prev, Fence: fence}
 	for o := first; o <= last; o++ {
-		b.Records = append(b.Records, &kgo.Record{Topic: "t", Partition: 0, Offset: o, Value: []byte("v")})
+		b.Records = append(b.Records, &kgo.Record{Topic: "t", Partition: 0, Offset: o, Value: fmt.Appendf(nil, `{"id":"v%d"}`, o)})
 	}
 	return b
 }
@@ -159,7 +160,7 @@ func TestBadRecord(t *testing.T) {
 	if err := m.Commit(ctx, b.ID); err != nil {
 		t.Fatal(err)
 	}
-	if dl := m.TakeDeadLetters([]twophase.BatchID{b.ID}); len(dl) != 1 || dl[0].Record.Offset != 3 {
+	if dl := connectors.DeadLettersOf([]*twophase.Batch{b}); len(dl) != 1 || dl[0].Record.Offset != 3 {
 		t.Fatalf("dead letters %+v", dl)
 	}
 	if len(st.Rows()) != 4 {

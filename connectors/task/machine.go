@@ -29,47 +29,20 @@ import (
 	"github.com/txsink/txsink/twophase"
 )
 
-// Guarantee is a connector's delivery guarantee (delivery.guarantee).
-type Guarantee uint8
+// Guarantee is a connector's delivery guarantee (delivery.guarantee); see
+// [connectors.Guarantee].
+type Guarantee = connectors.Guarantee
 
-// Delivery guarantees.
+// Delivery guarantees (see connectors.TwoPhase and the others).
 const (
-	// TwoPhase (exactly_once): every batch is prepared in the sink and the
-	// round's decision is a Kafka transaction that commits the group's
-	// offsets (KIP-447).
-	TwoPhase Guarantee = iota + 1
-	// SinkCAS (exactly_once_sink): rows and the compare-and-set offset
-	// advance commit in one local sink transaction; no Kafka transaction.
-	SinkCAS
-	// AtLeastOnce: rows commit before the offset, in two transactions.
-	AtLeastOnce
-	// AtMostOnce: the offset commits before the rows.
-	AtMostOnce
+	TwoPhase    = connectors.TwoPhase
+	SinkCAS     = connectors.SinkCAS
+	AtLeastOnce = connectors.AtLeastOnce
+	AtMostOnce  = connectors.AtMostOnce
 )
 
-var guaranteeNames = [...]string{TwoPhase: "exactly_once", SinkCAS: "exactly_once_sink", AtLeastOnce: "at_least_once", AtMostOnce: "at_most_once"}
-
-// String returns the guarantee's delivery.guarantee value.
-func (g Guarantee) String() string {
-	if int(g) < len(guaranteeNames) && guaranteeNames[g] != "" {
-		return guaranteeNames[g]
-	}
-	return fmt.Sprintf("Guarantee(%d)", uint8(g))
-}
-
 // ParseGuarantee returns the guarantee of a delivery.guarantee value.
-func ParseGuarantee(s string) (Guarantee, error) {
-	for g := TwoPhase; g <= AtMostOnce; g++ {
-		if g.String() == s {
-			return g, nil
-		}
-	}
-	return 0, fmt.Errorf("delivery.guarantee: unknown value %q", s)
-}
-
-// Pipelines reports whether rounds of g can be written ahead: only the
-// guarantees whose rows and offsets commit together.
-func (g Guarantee) Pipelines() bool { return g == TwoPhase || g == SinkCAS }
+func ParseGuarantee(s string) (Guarantee, error) { return connectors.ParseGuarantee(s) }
 
 // ErrStopped is wrapped by the error of [ActionFail] when a partition
 // stopped at a bad record with errors.tolerance=none.
