@@ -68,10 +68,12 @@ func (i chIntent) String() string {
 }
 
 // chIntents reads the connector's intents, one per (batch, fence) with
-// its final status, in order.
+// its final state (the stored status is attempt*4 + state: a round the
+// decision aborted is redone under the same fence as a new attempt), in
+// order.
 func chIntents(t testing.TB, conn driver.Conn, connector string) []chIntent {
 	t.Helper()
-	rows, err := conn.Query(context.Background(), "SELECT topic, `partition`, first, last, fence, max(status) FROM txsink_intents WHERE connector = ? "+
+	rows, err := conn.Query(context.Background(), "SELECT topic, `partition`, first, last, fence, toUInt8(modulo(toUInt16(max(status)) + 3, 4) + 1) FROM txsink_intents WHERE connector = ? "+
 		"GROUP BY topic, `partition`, first, last, fence ORDER BY topic, `partition`, first, fence", connector)
 	if err != nil {
 		t.Fatal(err)

@@ -91,12 +91,6 @@ func TestClickHouseConformance(t *testing.T) {
 			Local:    []sinktest.LocalMode{sinktest.AtLeastOnce, sinktest.AtMostOnce},
 			LocalWhy: chsink.ErrNoLocalTransactions.Error(),
 			Stager:   true,
-			Known: map[string]string{
-				// txsink_intents keeps one row per (batch, fence), status
-				// max(): a pending intent written again after that batch's
-				// abort under the same fence stays "aborted".
-				"redo/same-fence": "Prepare again after Abort under the same fence returns nil, but InDoubt does not list the batch and Commit returns ErrNotPrepared (txsink_intents: ReplacingMergeTree(status) keyed by batch and fence, read with max(status))",
-			},
 		}
 	})
 }

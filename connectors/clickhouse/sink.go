@@ -529,6 +529,9 @@ func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) error {
 	}
 	in := intent{ID: b.ID, Fence: b.Fence, Prev: b.Prev, Token: Token(b.ID), Target: p.target(), Records: len(b.Records),
 		Blocks: p.nblocks(), BlockRows: s.cfg.BlockRows, Mechanism: mech}
+	if err := s.nextAttempt(ctx, &in); err != nil {
+		return err
+	}
 	if err := s.st.writeIntent(ctx, in, statusPending, ""); err != nil {
 		return err
 	}
@@ -538,6 +541,44 @@ func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) error {
 		s.mechs[t.Name] = mechs[i]
 	}
 	s.mu.Unlock()
+	return nil
+}
+
+// nextAttempt sets the attempt of in, a batch about to be prepared under
+// its fence: a new attempt after an aborted one (a round the decision
+// aborted, redone by the same owner under the same fence), else the
+// current one (attempt 0 for a first Prepare; the same attempt, with its
+// prepared_at, for a Prepare repeated before any decision). A later
+// attempt's rows outrank the earlier attempt's abort (see statusCode).
+// Nothing was inserted for an aborted attempt (rows go in only after a
+// committed decision), so the redo's inserts reuse the batch's token.
+func (s *Sink) nextAttempt(ctx context.Context, in *intent) error {
+	ins, err := s.st.intentsOf(ctx, in.ID)
+	if err != nil {
+		return err
+	}
+	for _, old := range ins {
+		if old.Fence != in.Fence {
+			continue
+		}
+		switch old.Status {
+		case statusPending:
+			in.Attempt, in.PreparedAt = old.Attempt, old.PreparedAt
+		case statusAborted:
+			if old.Attempt >= maxAttempt {
+				// The stored status has no room for another attempt under
+				// this fence: a restart of the task acquires a new fence,
+				// under which attempts count from 0 again.
+				return fmt.Errorf("clickhouse: prepare %s: %d aborted attempts under fence %d, no room for another; the partition is acquired anew: %w",
+					in.ID, old.Attempt+1, in.Fence, twophase.ErrFenced)
+			}
+			in.Attempt = old.Attempt + 1
+		default:
+			// Done or fenced under this fence: the offset checks above
+			// refuse such a batch before it gets here.
+			in.Attempt = old.Attempt
+		}
+	}
 	return nil
 }
 

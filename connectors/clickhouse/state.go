@@ -14,15 +14,47 @@ import (
 
 var errNoRows = sql.ErrNoRows
 
-// Intent states, in increasing precedence: the intents table is a
-// ReplacingMergeTree versioned by status, so merges keep the final state
-// of each (batch, fence), and readers take max(status).
+// Intent states, in increasing precedence within one attempt. The
+// intents table is a ReplacingMergeTree versioned by its status column,
+// so merges keep the greatest status of each (batch, fence), and readers
+// take max(status).
+//
+// A round the decision aborted is redone by the same owner under the same
+// fence (no new Acquire), so one (batch, fence) can be prepared again
+// after it was aborted. The stored status therefore carries the attempt
+// as well as the state: status = attempt*4 + state (attempt 0 is 1..4, the
+// values every row had before attempts existed, so old rows keep their
+// meaning). A later attempt's rows outrank every row of an earlier one,
+// for readers (max(status)) and for merges alike, without a change to the
+// table. The engine's version column cannot be altered on an existing
+// table, which is why the attempt is not a column of its own: a merge
+// would keep an earlier attempt's abort over a later attempt's pending
+// row.
 const (
 	statusPending uint8 = 1
 	statusAborted uint8 = 2
 	statusFenced  uint8 = 3 // a newer owner or an offsets reset took the partition before the commit
 	statusDone    uint8 = 4
 )
+
+// maxAttempt is the greatest attempt a status of one byte holds
+// (62*4 + 4 = 252).
+const maxAttempt = 62
+
+// statusCode is the stored status of state in attempt.
+func statusCode(attempt int, state uint8) uint8 { return uint8(attempt*4) + state }
+
+// decodeStatus splits a stored status into its attempt and state.
+func decodeStatus(code uint8) (attempt int, state uint8) {
+	if code == 0 {
+		return 0, 0
+	}
+	return int(code-1) / 4, (code-1)%4 + 1
+}
+
+// sqlState is the SQL expression of the state of the stored status expr
+// (see decodeStatus).
+func sqlState(expr string) string { return "(modulo(toUInt16(" + expr + ") + 3, 4) + 1)" }
 
 // offsetsDDL: one row per change; the current position of a partition is
 // the row with the greatest (fence, next_offset). The engine's version is
@@ -39,7 +71,8 @@ const offsetsDDL = `CREATE TABLE IF NOT EXISTS %s (
 
 // intentsDDL: the durable intent log. A row per state change of a batch
 // intent, keyed by batch identity and fence (two owners may prepare the
-// same range: the de-dup token is the same for both).
+// same range: the de-dup token is the same for both); status holds the
+// attempt and the state (see statusCode).
 const intentsDDL = `CREATE TABLE IF NOT EXISTS %s (
 	connector String,
 	topic String,
@@ -71,7 +104,8 @@ type intent struct {
 	Blocks     int
 	BlockRows  int
 	Mechanism  Mechanism
-	Status     uint8
+	Status     uint8 // the state (statusPending…statusDone) of the latest attempt
+	Attempt    int   // the latest attempt (see statusCode)
 	PreparedAt time.Time
 }
 
@@ -156,7 +190,8 @@ func (s *store) writePositions(ctx context.Context, connector string, ps []offse
 	return nil
 }
 
-// writeIntent inserts an intent row with the given status.
+// writeIntent inserts an intent row with the given state, in the intent's
+// attempt. Every row of one attempt carries the attempt's prepared_at.
 func (s *store) writeIntent(ctx context.Context, in intent, status uint8, note string) error {
 	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO "+s.intents+" (connector, topic, `partition`, first, last, fence, prev, token, target, records, blocks, block_rows, mechanism, status, prepared_at, updated_at, note)")
 	if err != nil {
@@ -168,7 +203,7 @@ func (s *store) writeIntent(ctx context.Context, in intent, status uint8, note s
 		prepared = now
 	}
 	if err := b.Append(in.ID.Connector, in.ID.Topic, in.ID.Partition, in.ID.First, in.ID.Last, uint64(in.Fence), in.Prev, in.Token, in.Target,
-		uint32(in.Records), uint32(in.Blocks), uint32(in.BlockRows), string(in.Mechanism), status, prepared, now, note); err != nil {
+		uint32(in.Records), uint32(in.Blocks), uint32(in.BlockRows), string(in.Mechanism), statusCode(in.Attempt, status), prepared, now, note); err != nil {
 		_ = b.Abort()
 		return fmt.Errorf("clickhouse: write intent %s: %w", in.ID, err)
 	}
@@ -178,7 +213,10 @@ func (s *store) writeIntent(ctx context.Context, in intent, status uint8, note s
 	return nil
 }
 
-const intentCols = "topic, `partition`, first, last, fence, max(status), any(prev), any(token), any(target), any(records), any(blocks), any(block_rows), any(mechanism), min(prepared_at)"
+// intentCols reads one (batch, fence) intent as its latest row: the
+// greatest status, which is the latest attempt's latest state.
+const intentCols = "topic, `partition`, first, last, fence, max(status), argMax(prev, status), argMax(token, status), argMax(target, status), " +
+	"argMax(records, status), argMax(blocks, status), argMax(block_rows, status), argMax(mechanism, status), argMax(prepared_at, status)"
 
 func scanIntents(rows driver.Rows, connector string) ([]intent, error) {
 	defer rows.Close()
@@ -193,6 +231,7 @@ func scanIntents(rows driver.Rows, connector string) ([]intent, error) {
 			return nil, fmt.Errorf("clickhouse: read intents: %w", err)
 		}
 		in.Fence, in.Records, in.Blocks, in.BlockRows, in.Mechanism = int64(fence), int(records), int(blocks), int(blockRows), Mechanism(mech)
+		in.Attempt, in.Status = decodeStatus(in.Status)
 		out = append(out, in)
 	}
 	return out, rows.Err()
@@ -214,7 +253,7 @@ func (s *store) intentsOf(ctx context.Context, id twophase.BatchID) ([]intent, e
 // intents.
 func (s *store) pending(ctx context.Context, connector string) ([]intent, error) {
 	rows, err := s.conn.Query(ctx, "SELECT "+intentCols+" FROM "+s.intents+
-		" WHERE connector = ? GROUP BY topic, `partition`, first, last, fence HAVING max(status) = ?", connector, statusPending)
+		" WHERE connector = ? GROUP BY topic, `partition`, first, last, fence HAVING "+sqlState("max(status)")+" = ?", connector, statusPending)
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: list pending intents: %w", err)
 	}
@@ -245,7 +284,7 @@ func (s *store) pending(ctx context.Context, connector string) ([]intent, error)
 func (s *store) blocksSince(ctx context.Context, connector, target string, t time.Time) (uint64, error) {
 	var n uint64
 	err := s.conn.QueryRow(ctx, "SELECT toUInt64(sum(blocks)) FROM (SELECT any(blocks) AS blocks FROM "+s.intents+
-		" WHERE connector = ? AND target = ? AND status = ? AND prepared_at >= ? GROUP BY topic, `partition`, first, last)",
+		" WHERE connector = ? AND target = ? AND "+sqlState("status")+" = ? AND prepared_at >= ? GROUP BY topic, `partition`, first, last)",
 		connector, target, statusDone, t).Scan(&n)
 	return n, err
 }
@@ -258,13 +297,14 @@ type batchKey struct {
 }
 
 // oldestPending returns the prepared_at of the connector's oldest
-// (batch, fence) intent whose status is still pending; ok is false when
+// (batch, fence) intent whose latest attempt is still pending (its
+// prepared_at is that attempt's); ok is false when
 // there is none.
 func (s *store) oldestPending(ctx context.Context, connector string) (time.Time, bool, error) {
 	var n uint64
 	var oldest time.Time
-	err := s.conn.QueryRow(ctx, "SELECT count(), min(p) FROM (SELECT min(prepared_at) AS p FROM "+s.intents+
-		" WHERE connector = ? GROUP BY topic, `partition`, first, last, fence HAVING max(status) = ?)", connector, statusPending).Scan(&n, &oldest)
+	err := s.conn.QueryRow(ctx, "SELECT count(), min(p) FROM (SELECT argMax(prepared_at, status) AS p FROM "+s.intents+
+		" WHERE connector = ? GROUP BY topic, `partition`, first, last, fence HAVING "+sqlState("max(status)")+" = ?)", connector, statusPending).Scan(&n, &oldest)
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("clickhouse: oldest pending intent: %w", err)
 	}
