@@ -13,8 +13,10 @@ import (
 	chsink "github.com/txsink/txsink/connectors/clickhouse"
 )
 
-// Intent states of the ClickHouse sink's txsink_intents (its status column;
-// readers take max(status) per batch and fence).
+// Intent states of the ClickHouse sink's txsink_intents. The status column
+// holds attempt*4 + state (see the sink's state.go); readers take
+// max(status) per batch and fence and decode the latest attempt's state as
+// (max(status)+3)%4 + 1.
 const (
 	chIntentPending uint8 = 1
 	chIntentDone    uint8 = 4
@@ -257,7 +259,7 @@ func readClickHouse(ctx context.Context, o SinkOptions, topics []string) ([]Part
 // not, nobody resolved them yet. Age is measured on the server's clock.
 func chUnfinishedIntents(ctx context.Context, conn driver.Conn, table, connector, inTopics string) ([]Prepared, error) {
 	q := fmt.Sprintf("SELECT topic, `partition`, first, last, max(fence), toInt64(now()) - toInt64(min(prepared_at)) FROM ("+
-		"SELECT topic, `partition`, first, last, fence, max(status) AS st, min(prepared_at) AS prepared_at FROM %s "+
+		"SELECT topic, `partition`, first, last, fence, toUInt8(modulo(toUInt16(max(status)) + 3, 4) + 1) AS st, min(prepared_at) AS prepared_at FROM %s "+
 		"WHERE connector = %s AND topic IN %s GROUP BY topic, `partition`, first, last, fence) "+
 		"GROUP BY topic, `partition`, first, last HAVING countIf(st = %d) > 0 AND countIf(st = %d) = 0 ORDER BY topic, `partition`, first",
 		table, chLiteral(connector), inTopics, chIntentPending, chIntentDone)
