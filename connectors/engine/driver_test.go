@@ -403,9 +403,17 @@ func TestDriverCrash(t *testing.T) {
 				if p == sinktest.InAcquire {
 					n = 1
 				}
+				// at_most_once writes the offset before the rows, so a
+				// crash loses every batch of its round then between the
+				// two; one batch at a time makes that exactly the crashed
+				// batch at between-local-commit and none elsewhere.
+				var extra []string
+				if m.delivery == "at_most_once" {
+					extra = []string{"commit.parallelism", "1"}
+				}
 				connA := r.open(t, m.delivery, m.inFlight, "a", nil, func(s *sinktest.MemSink) {
 					a, s.Hook = s, crashAt(p, n, &hits)
-				})
+				}, extra...)
 				connA.Start(nil)
 				r.ev.waitFor(t, "the sink crashed", func() bool { return hits.Load() >= n })
 				connA.Stop()
@@ -417,7 +425,7 @@ func TestDriverCrash(t *testing.T) {
 				if (p == sinktest.AfterPrepare || p == sinktest.BeforeCommit) && len(r.store.Prepared()) == 0 {
 					t.Fatalf("after the crash at %s nothing is prepared", p)
 				}
-				connB := r.open(t, m.delivery, m.inFlight, "a", nil, nil)
+				connB := r.open(t, m.delivery, m.inFlight, "a", nil, nil, extra...)
 				connB.Start(nil)
 				if m.delivery == "at_most_once" {
 					r.checkAtMostOnce(t, connB, p == sinktest.BetweenLocal)
