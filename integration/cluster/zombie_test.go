@@ -115,16 +115,24 @@ func TestClusterZombie(t *testing.T) {
 				ok, _ := runningOn(st, 4, ids(ws...)...)
 				return ok
 			})
-			e.drain(name, prod, stopProd, 3*time.Minute)
-			r := e.check(name)
-			fenceConflicts := strings.Count(logSince(t, b.Logs(), resumed), "fence conflict")
 			if c.unfenced {
+				// No drain: the unfenced zombie also wrote its stale
+				// offset blindly, maybe after the owner's last write on
+				// that partition, and with no newer record there nobody
+				// moves it forward again, so the stored offsets may
+				// never reach the log's end. The duplicates are what the
+				// control must show, and they are there already.
+				stopProd()
+				r := e.check(name)
 				if r.OK() || r.Counts[verify.Duplicate] == 0 {
 					t.Fatalf("negative control: the unfenced zombie's late write left the table exact; the test could not fail:\n%s", reportText(r))
 				}
 				t.Logf("negative control: the unfenced zombie duplicated rows as it must: %d committed records, %d rows, anomalies %v", r.Committed, r.Rows, r.Counts)
 				return
 			}
+			e.drain(name, prod, stopProd, 3*time.Minute)
+			r := e.check(name)
+			fenceConflicts := strings.Count(logSince(t, b.Logs(), resumed), "fence conflict")
 			if !r.OK() || r.Rows != r.Committed {
 				t.Fatalf("the zombie committed something:\n%s", reportText(r))
 			}
