@@ -309,11 +309,31 @@ func TestAPILifecycle(t *testing.T) {
 	w.waitState(t, name, "PAUSED", 1, time.Minute)
 	before := rowCount(t, pool, topic)
 	produce(t, k.Bootstrap, topic, produceOpts{Records: 900, Partitions: 3, AbortRatio: 0.1, MaxTxn: 40, Seed: 42}, &u)
-	time.Sleep(3 * time.Second)
+	// The paused task has seen the new records arrive: its status counts
+	// every one of them as lag. Only then does "no new row" mean
+	// something: a task that kept fetching would have had their
+	// committed transactions in hand.
+	added := int64(u.total() - before)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		st := w.waitState(t, name, "PAUSED", 1, time.Second)
+		var lag int64
+		for _, p := range st.Tasks[0].Txsink.Partitions {
+			if p.Topic == topic && p.Lag != nil {
+				lag += *p.Lag
+			}
+		}
+		if lag >= added {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the paused task's status shows lag %d, want the %d records produced while paused", lag, added)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	if after := rowCount(t, pool, topic); after != before {
 		t.Fatalf("rows changed while PAUSED: %d -> %d", before, after)
 	}
-	w.waitState(t, name, "PAUSED", 1, time.Second)
 
 	// Resume: the records produced meanwhile land exactly once.
 	w.must(t, 202, "PUT", "/connectors/"+name+"/resume", nil)
