@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/txsink/txsink/config"
+	"github.com/txsink/txsink/connectors/engine"
 	"github.com/txsink/txsink/connectors/herder"
 	"github.com/txsink/txsink/connectors/secrets"
 )
@@ -138,8 +139,30 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	case !ready:
 		writeJSON(w, http.StatusServiceUnavailable, healthBody{Status: "starting", Message: "Worker is still starting up (or shutting down)."})
 	default:
-		writeJSON(w, http.StatusOK, healthBody{Status: "healthy", Message: "Worker has completed startup and is ready to handle requests."})
+		body := healthBody{Status: "healthy", Message: "Worker has completed startup and is ready to handle requests."}
+		if wl, ok := s.h.(waitingLister); ok {
+			secs := s.h.Secrets()
+			for _, tw := range wl.Waiting() {
+				body.Waiting = append(body.Waiting, healthWaiting{Connector: secrets.ScrubString(tw.Connector, secs), Task: tw.Task, Cause: string(tw.Cause), Since: tw.Since, Error: secrets.ScrubString(tw.Error, secs)})
+			}
+		}
+		tasks := map[string]bool{}
+		for _, tw := range body.Waiting {
+			tasks[fmt.Sprintf("%s/%d", tw.Connector, tw.Task)] = true
+		}
+		if n := len(tasks); n > 0 {
+			// Still 200: the worker is up and its tasks retry by
+			// themselves; restarting it would not bring a dependency back.
+			body.Message = fmt.Sprintf("Worker has completed startup and is ready to handle requests; %d task(s) waiting for a dependency (see waiting).", n)
+		}
+		writeJSON(w, http.StatusOK, body)
 	}
+}
+
+// waitingLister is implemented by herders that list the waiting causes
+// of their tasks without I/O (herder.Standalone, herder.Distributed).
+type waitingLister interface {
+	Waiting() []engine.TaskWaiting
 }
 
 // writeJSON writes v with status code.

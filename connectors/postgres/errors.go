@@ -5,6 +5,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/txsink/txsink/connectors"
 	"github.com/txsink/txsink/connectors/record"
 )
 
@@ -136,6 +137,22 @@ func Unavailable(err error) bool {
 	var ce *pgconn.ConnectError
 	return errors.As(err, &ce)
 }
+
+// markUnavailable marks err, when Unavailable, with
+// connectors.ErrSinkUnavailable (keeping its message), so that the
+// runtime waits and shows the task waiting for the database instead of
+// failing it.
+func markUnavailable(err error) error {
+	if !Unavailable(err) || errors.Is(err, connectors.ErrSinkUnavailable) {
+		return err
+	}
+	return unavailableError{err}
+}
+
+type unavailableError struct{ err error }
+
+func (e unavailableError) Error() string   { return e.err.Error() }
+func (e unavailableError) Unwrap() []error { return []error{connectors.ErrSinkUnavailable, e.err} }
 
 // pgCode returns err's SQLSTATE, or "" when err is not a PostgreSQL error.
 func pgCode(err error) string {
