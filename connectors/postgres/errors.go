@@ -1,7 +1,12 @@
 package postgres
 
 import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"io"
+	"net"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -138,15 +143,43 @@ func Unavailable(err error) bool {
 	return errors.As(err, &ce)
 }
 
-// markUnavailable marks err, when Unavailable, with
-// connectors.ErrSinkUnavailable (keeping its message), so that the
-// runtime waits and shows the task waiting for the database instead of
-// failing it.
+// markUnavailable marks err with connectors.ErrSinkUnavailable (keeping
+// its message) when the database cannot be reached or cannot take work
+// for a while (unreachable), so that the runtime shows the task waiting
+// for the database and retries, instead of failing it. A refused login,
+// a certificate that does not verify, a server that refuses TLS or a
+// missing database are not marked: a person must act.
 func markUnavailable(err error) error {
-	if !Unavailable(err) || errors.Is(err, connectors.ErrSinkUnavailable) {
+	if !unreachable(err) || errors.Is(err, connectors.ErrSinkUnavailable) {
 		return err
 	}
 	return unavailableError{err}
+}
+
+// unreachable reports whether err says the server could not be reached
+// or cannot take work for a while: a server error of Unavailable's
+// classes, or a network failure (refused, reset, timed out, closed).
+func unreachable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return Unavailable(err)
+	}
+	var cv *tls.CertificateVerificationError
+	var ue x509.UnknownAuthorityError
+	var he x509.HostnameError
+	var ie x509.CertificateInvalidError
+	if errors.As(err, &cv) || errors.As(err, &ue) || errors.As(err, &he) || errors.As(err, &ie) {
+		return false
+	}
+	var op *net.OpError
+	var ne net.Error
+	var ce *pgconn.ConnectError
+	return errors.As(err, &op) || errors.As(err, &ne) && ne.Timeout() ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.As(err, &ce) && errors.Is(err, context.DeadlineExceeded)
 }
 
 type unavailableError struct{ err error }
