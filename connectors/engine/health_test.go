@@ -252,6 +252,32 @@ func TestHealthDatabaseLostMidRun(t *testing.T) {
 	}
 }
 
+// TestHealthDatabaseDownAtAssignment: the sink opened, but the database
+// is gone when the task's partitions are assigned (recovery and fencing
+// fail, as after a session restart in the middle of a run): the task
+// waits for the database, retrying, instead of showing nothing.
+func TestHealthDatabaseDownAtAssignment(t *testing.T) {
+	r := newMemRig(t, 2, 20)
+	var down atomic.Bool
+	down.Store(true)
+	h := newHealthEngine(t, r.c.ListenAddrs(), r.spec(func(s *sinktest.MemSink) {
+		s.Hook = func(_ context.Context, p sinktest.Point, _ twophase.BatchID) error {
+			if down.Load() && p == sinktest.InAcquire {
+				return fmt.Errorf("%w: acquire: connection refused", connectors.ErrSinkUnavailable)
+			}
+			return nil
+		}
+	}))
+	h.run("dbassign", r.topic, "exactly_once")
+	waitUntil(t, 15*time.Second, "waiting for the database", func() (bool, string) {
+		return h.waitingFor(t, "dbassign", engine.CauseDatabase, "acquire: connection refused")
+	})
+	down.Store(false)
+	r.ev.waitFor(t, "every record stored", func() bool { return r.distinct() >= len(r.want) })
+	waitUntil(t, 10*time.Second, "waiting cleared", func() (bool, string) { return h.notWaiting(t, "dbassign") })
+	r.check(t, false)
+}
+
 // TestHealthTopicMissing: a connector whose topic does not exist is
 // RUNNING and waits for the topic, naming it; created, the wait ends.
 func TestHealthTopicMissing(t *testing.T) {
