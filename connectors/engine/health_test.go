@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -93,8 +92,12 @@ func (h healthEngine) gauge(t *testing.T, name string, labels ...string) (float6
 		}
 	next:
 		for _, m := range f.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
 			for i := 0; i+1 < len(labels); i += 2 {
-				if labelOf(m, labels[i]) != labels[i+1] {
+				if have[labels[i]] != labels[i+1] {
 					continue next
 				}
 			}
@@ -102,15 +105,6 @@ func (h healthEngine) gauge(t *testing.T, name string, labels ...string) (float6
 		}
 	}
 	return 0, false
-}
-
-func labelOf(m *dto.Metric, name string) string {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
-	}
-	return ""
 }
 
 // waitUntil polls cond (every 20 ms) until it holds or d passes.
