@@ -147,8 +147,9 @@ func Unavailable(err error) bool {
 // its message) when the database cannot be reached or cannot take work
 // for a while (unreachable), so that the runtime shows the task waiting
 // for the database and retries, instead of failing it. A refused login,
-// a certificate that does not verify, a server that refuses TLS or a
-// missing database are not marked: a person must act.
+// a certificate that does not verify, a server that refuses TLS, a host
+// name that does not exist or a missing database are not marked: a
+// person must act.
 func markUnavailable(err error) error {
 	if !unreachable(err) || errors.Is(err, connectors.ErrSinkUnavailable) {
 		return err
@@ -171,8 +172,10 @@ func unreachable(err error) bool {
 	var ue x509.UnknownAuthorityError
 	var he x509.HostnameError
 	var ie x509.CertificateInvalidError
-	if errors.As(err, &cv) || errors.As(err, &ue) || errors.As(err, &he) || errors.As(err, &ie) {
-		return false
+	var de *net.DNSError
+	if errors.As(err, &cv) || errors.As(err, &ue) || errors.As(err, &he) || errors.As(err, &ie) ||
+		errors.As(err, &de) && de.IsNotFound {
+		return false // a person must fix the certificate or the host name
 	}
 	var op *net.OpError
 	var ne net.Error

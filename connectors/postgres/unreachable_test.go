@@ -33,6 +33,8 @@ func TestMarkUnavailable(t *testing.T) {
 		{"no database", &pgconn.PgError{Code: "3D000"}, false},
 		{"certificate", fmt.Errorf("tls: %w", x509.UnknownAuthorityError{}), false},
 		{"other", errors.New("server refused TLS connection"), false},
+		{"no such host", &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "pg.example", IsNotFound: true}}, false},
+		{"dns timeout", &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "i/o timeout", Name: "pg.example", IsTimeout: true}}, true},
 	} {
 		err := markUnavailable(c.err)
 		if got := errors.Is(err, connectors.ErrSinkUnavailable); got != c.want {
