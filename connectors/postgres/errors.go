@@ -151,7 +151,21 @@ func Unavailable(err error) bool {
 // name that does not exist or a missing database are not marked: a
 // person must act.
 func markUnavailable(err error) error {
-	if !unreachable(err) || errors.Is(err, connectors.ErrSinkUnavailable) {
+	return mark(err, unreachable(err, false))
+}
+
+// markUnreachableAtOpen is markUnavailable for the sink's first
+// connection, narrower: only a server that cannot be reached at all (the
+// dial fails or times out) or that says it cannot take work is marked.
+// A connection the server closes during the handshake is a mismatch of
+// settings (sslnegotiation=direct against a server without TLS), which
+// a person must fix.
+func markUnreachableAtOpen(err error) error {
+	return mark(err, unreachable(err, true))
+}
+
+func mark(err error, unavailable bool) error {
+	if !unavailable || errors.Is(err, connectors.ErrSinkUnavailable) {
 		return err
 	}
 	return unavailableError{err}
@@ -159,8 +173,9 @@ func markUnavailable(err error) error {
 
 // unreachable reports whether err says the server could not be reached
 // or cannot take work for a while: a server error of Unavailable's
-// classes, or a network failure (refused, reset, timed out, closed).
-func unreachable(err error) bool {
+// classes, or a network failure (refused, timed out; unless dialOnly,
+// also reset or closed).
+func unreachable(err error, dialOnly bool) bool {
 	if err == nil {
 		return false
 	}
@@ -178,11 +193,15 @@ func unreachable(err error) bool {
 		return false // a person must fix the certificate or the host name
 	}
 	var op *net.OpError
-	var ne net.Error
 	var ce *pgconn.ConnectError
-	return errors.As(err, &op) || errors.As(err, &ne) && ne.Timeout() ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.As(err, &ce) && errors.Is(err, context.DeadlineExceeded)
+	if errors.As(err, &op) && op.Op == "dial" || errors.As(err, &ce) && errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	if dialOnly {
+		return false
+	}
+	var ne net.Error
+	return op != nil || errors.As(err, &ne) && ne.Timeout() || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 type unavailableError struct{ err error }
