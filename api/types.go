@@ -216,7 +216,8 @@ type healthBody struct {
 	Status  string `json:"status"`
 	Message string `json:"message"`
 	// Waiting lists the tasks of this worker that wait for a dependency
-	// (txsink extension; omitted when none).
+	// (txsink extension; omitted when none, and when the API requires
+	// authentication: /health is open).
 	Waiting []healthWaiting `json:"waiting,omitempty"`
 }
 
@@ -225,7 +226,6 @@ type healthWaiting struct {
 	Task      int       `json:"task"`
 	Cause     string    `json:"cause"`
 	Since     time.Time `json:"since"`
-	Error     string    `json:"error"`
 }
 
 func toInfo(reg *connectors.Registry, inf herder.Info) connectorInfo {

@@ -50,7 +50,6 @@ type healthAnswer struct {
 		Connector string `json:"connector"`
 		Task      int    `json:"task"`
 		Cause     string `json:"cause"`
-		Error     string `json:"error"`
 	} `json:"waiting"`
 }
 
@@ -114,7 +113,7 @@ func opWaiting(t *testing.T, w *worker, name, cause, want string) (bool, string)
 		return false, fmt.Sprintf("/health: %d %s", code, b)
 	}
 	for _, hw := range h.Waiting {
-		if hw.Connector == name && hw.Task == 0 && hw.Cause == cause && strings.Contains(hw.Error, want) {
+		if hw.Connector == name && hw.Task == 0 && hw.Cause == cause && strings.Contains(h.Message, "waiting for a dependency") {
 			return true, ""
 		}
 	}
