@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/txsink/txsink/config"
+	"github.com/txsink/txsink/connectors/engine"
 	"github.com/txsink/txsink/connectors/herder"
 	"github.com/txsink/txsink/connectors/secrets"
 )
@@ -138,8 +139,35 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	case !ready:
 		writeJSON(w, http.StatusServiceUnavailable, healthBody{Status: "starting", Message: "Worker is still starting up (or shutting down)."})
 	default:
-		writeJSON(w, http.StatusOK, healthBody{Status: "healthy", Message: "Worker has completed startup and is ready to handle requests."})
+		body := healthBody{Status: "healthy", Message: "Worker has completed startup and is ready to handle requests."}
+		var waiting []engine.TaskWaiting
+		if wl, ok := s.h.(waitingLister); ok {
+			waiting = wl.Waiting()
+		}
+		tasks := map[string]bool{}
+		for _, tw := range waiting {
+			tasks[fmt.Sprintf("%s/%d", tw.Connector, tw.Task)] = true
+		}
+		if n := len(tasks); n > 0 {
+			// Still 200: the worker is up and its tasks retry by
+			// themselves; restarting it would not bring a dependency back.
+			body.Message = fmt.Sprintf("Worker has completed startup and is ready to handle requests; %d task(s) waiting for a dependency (see the connectors' status).", n)
+		}
+		// /health is open to anyone: with authentication configured it
+		// names no connector. The errors are in the task statuses only.
+		if !s.opt.Auth.Enabled() && !s.opt.RequireClientCert {
+			for _, tw := range waiting {
+				body.Waiting = append(body.Waiting, healthWaiting{Connector: tw.Connector, Task: tw.Task, Cause: string(tw.Cause), Since: tw.Since})
+			}
+		}
+		writeJSON(w, http.StatusOK, body)
 	}
+}
+
+// waitingLister is implemented by herders that list the waiting causes
+// of their tasks without I/O (herder.Standalone, herder.Distributed).
+type waitingLister interface {
+	Waiting() []engine.TaskWaiting
 }
 
 // writeJSON writes v with status code.

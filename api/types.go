@@ -89,13 +89,17 @@ type taskExt struct {
 	LastFenceConflict *fenceConflict    `json:"last_fence_conflict"`
 	LastRound         *roundSummary     `json:"last_round"`
 	Waiting           *waiting          `json:"waiting,omitempty"`
+	Waits             []waiting         `json:"waits,omitempty"`
 	Restarts          int               `json:"restarts"`
 	NextRestart       *time.Time        `json:"next_restart"`
 }
 
-// waiting: the task's rounds fail because a dependency of the record
-// pipeline (a schema registry) is unavailable; it retries with backoff.
+// waiting: the task is RUNNING but cannot make progress because a
+// dependency (cause: broker, topic, database, schema_registry) is missing
+// or unavailable; it retries by itself and skips nothing. Connect's tools
+// read state and trace only, and see a RUNNING task.
 type waiting struct {
+	Cause string    `json:"cause"`
 	Since time.Time `json:"since"`
 	Error string    `json:"error"`
 }
@@ -211,6 +215,17 @@ type loggerLevel struct {
 type healthBody struct {
 	Status  string `json:"status"`
 	Message string `json:"message"`
+	// Waiting lists the tasks of this worker that wait for a dependency
+	// (txsink extension; omitted when none, and when the API requires
+	// authentication: /health is open).
+	Waiting []healthWaiting `json:"waiting,omitempty"`
+}
+
+type healthWaiting struct {
+	Connector string    `json:"connector"`
+	Task      int       `json:"task"`
+	Cause     string    `json:"cause"`
+	Since     time.Time `json:"since"`
 }
 
 func toInfo(reg *connectors.Registry, inf herder.Info) connectorInfo {
@@ -243,7 +258,10 @@ func toTaskState(t engine.TaskStatus, version string) taskState {
 		ext.LastRound = &roundSummary{At: r.At, Outcome: r.Outcome, Records: r.Records, Batches: r.Batches, TotalMs: float64(r.Total.Microseconds()) / 1000}
 	}
 	if w := t.Waiting; w != nil {
-		ext.Waiting = &waiting{Since: w.Since, Error: w.Error}
+		ext.Waiting = &waiting{Cause: string(w.Cause), Since: w.Since, Error: w.Error}
+	}
+	for _, w := range t.Waits {
+		ext.Waits = append(ext.Waits, waiting{Cause: string(w.Cause), Since: w.Since, Error: w.Error})
 	}
 	if !t.RestartAt.IsZero() {
 		n := t.RestartAt.UTC()
@@ -344,6 +362,10 @@ func (s *Server) scrubStatus(st engine.ConnectorStatus, secs []string) engine.Co
 			c := *w
 			c.Error = scrub(c.Error)
 			t.Waiting = &c
+		}
+		t.Waits = slices.Clone(t.Waits)
+		for j := range t.Waits {
+			t.Waits[j].Error = scrub(t.Waits[j].Error)
 		}
 		tasks[i] = t
 	}

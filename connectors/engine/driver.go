@@ -159,6 +159,7 @@ func (t *Task) newDriver(soft, hard context.Context) (*driver, error) {
 // terminal error.
 func (d *driver) run() error {
 	defer d.close()
+	defer d.t.startProbe(d.hard)() // broker and topics, for the status (health.go)
 	tick := time.NewTicker(task.TickMillis * time.Millisecond)
 	defer tick.Stop()
 	d.step(task.Event{Type: task.EventStart})
@@ -319,6 +320,9 @@ func (d *driver) startSession() error {
 			}
 			if len(parts) == 0 {
 				return
+			}
+			if lost {
+				t.noteLost(rev) // (health.go)
 			}
 			if obs := t.opt.Observer; obs != nil {
 				for topic, ps := range rev {

@@ -679,6 +679,10 @@ func (e *Engine) startLocked(ctx context.Context, c *conn) {
 		run, err = Open(octx, e.reg, resolved, e.taskOptions(c))
 	}
 	cancel()
+	if err != nil && errors.Is(err, connectors.ErrSinkUnavailable) {
+		e.sinkUnavailableLocked(c, err, secs)
+		return
+	}
 	if err != nil {
 		// As in Kafka Connect, where a sink task opens its connections:
 		// the connector runs and its tasks are FAILED with the error.
@@ -699,6 +703,7 @@ func (e *Engine) startLocked(ctx context.Context, c *conn) {
 		e.scheduleConnRestart(c)
 		return
 	}
+	c.obs.clearCause(CauseDatabase) // the sink opened
 	paused := c.cfg.Target == TargetPaused
 	run.SetPaused(paused)
 	c.mu.Lock()

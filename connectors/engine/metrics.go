@@ -33,6 +33,7 @@ type metrics struct {
 	unavailable       *prometheus.CounterVec
 
 	nextDesc, lagDesc, inDoubtDesc, inDoubtAgeDesc, stateDesc, taskStateDesc *prometheus.Desc
+	lagUpdatedDesc, waitingDesc                                              *prometheus.Desc
 }
 
 func newMetrics(e *Engine) *metrics {
@@ -50,9 +51,11 @@ func newMetrics(e *Engine) *metrics {
 		taskFailures:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "txsink_task_failures_total", Help: "Tasks that stopped with an error."}, conn),
 		taskRestarts:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "txsink_task_restarts_total", Help: "Automatic restarts of failed tasks."}, conn),
 		connectorFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "txsink_connector_failures_total", Help: "Failures to open a connector's sink or pass its preflight check."}, conn),
-		unavailable:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "txsink_dependency_unavailable_total", Help: "Rounds that failed because a dependency of the record pipeline (a schema registry) was unavailable; the task retried them with backoff and skipped nothing."}, conn),
+		unavailable:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "txsink_dependency_unavailable_total", Help: "Rounds (and sink opens) that failed because a dependency was unavailable (a schema registry, the sink database); the task retried them with backoff and skipped nothing. txsink_task_waiting says which tasks wait now, and for what."}, conn),
 		nextDesc:          prometheus.NewDesc("txsink_partition_next_offset", "Stored next_offset of an owned partition (the offset of the next record to write).", []string{"connector", "topic", "partition"}, nil),
 		lagDesc:           prometheus.NewDesc("txsink_partition_lag", "Records of an owned partition that a read_committed consumer could still read and the sink has not stored: committed records from the stored next_offset up to the last stable offset (transaction markers and aborted records do not count; 0 when drained).", []string{"connector", "topic", "partition"}, nil),
+		lagUpdatedDesc:    prometheus.NewDesc("txsink_partition_lag_updated_timestamp_seconds", "When txsink_partition_lag of an owned partition was last looked up in Kafka (Unix time). While Kafka does not answer, txsink_partition_lag keeps its last value and this stays behind: time() minus it is the lag's staleness.", []string{"connector", "topic", "partition"}, nil),
+		waitingDesc:       prometheus.NewDesc("txsink_task_waiting", "1 while a RUNNING task waits for a dependency (cause: broker, topic, database, schema_registry); it retries by itself and skips nothing. 0 otherwise.", []string{"connector", "task", "cause"}, nil),
 		inDoubtDesc:       prometheus.NewDesc("txsink_in_doubt_batches", "Prepared batches awaiting a decision.", conn, nil),
 		inDoubtAgeDesc:    prometheus.NewDesc("txsink_in_doubt_oldest_age_seconds", "Age of the oldest in-doubt batch, since this worker first saw it (0 when none).", conn, nil),
 		stateDesc:         prometheus.NewDesc("txsink_connector_state", "1 for the connector's current state.", []string{"connector", "state"}, nil),
@@ -150,7 +153,7 @@ func (m *metrics) forgetPartition(string, string, int32) {}
 
 // Describe implements prometheus.Collector for the scrape-time gauges.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.nextDesc, m.lagDesc, m.inDoubtDesc, m.inDoubtAgeDesc, m.stateDesc, m.taskStateDesc} {
+	for _, d := range []*prometheus.Desc{m.nextDesc, m.lagDesc, m.lagUpdatedDesc, m.waitingDesc, m.inDoubtDesc, m.inDoubtAgeDesc, m.stateDesc, m.taskStateDesc} {
 		ch <- d
 	}
 }
@@ -167,6 +170,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		sink   connectors.Sink
 		hasRun bool
 		secs   []string
+		here   []int // the tasks that run here
 	}
 	var snaps []connSnap
 	for _, c := range m.e.all() {
@@ -175,8 +179,11 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		if s.state == "" {
 			s.state = StateUnassigned
 		}
-		for _, t := range c.tasks {
+		for i, t := range c.tasks {
 			s.tasks[t.state]++
+			if t.here {
+				s.here = append(s.here, i)
+			}
 		}
 		if c.run != nil {
 			s.sink, s.hasRun = c.run.Sink, true
@@ -197,15 +204,47 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	_, lags := m.e.partitionLags(ctx, at)
+	now := time.Now()
 	for _, s := range snaps {
+		waits := s.obs.waitingCauses()
+		for _, id := range s.here {
+			on := map[Cause]bool{}
+			for _, w := range waits[id] {
+				on[w.Cause] = true
+			}
+			for _, c := range Causes {
+				v := 0.0
+				if on[c] {
+					v = 1
+				}
+				ch <- prometheus.MustNewConstMetric(m.waitingDesc, prometheus.GaugeValue, v, s.name, strconv.Itoa(id), string(c))
+			}
+		}
 		positions := s.obs.positions()
-		label := topicLabels(positions, s.secs)
+		kept := s.obs.keptLags()
+		all := positions
+		for k := range kept {
+			all = append(all, offsets.Position{Topic: k.topic, Partition: k.partition})
+		}
+		label := topicLabels(all, s.secs)
 		for _, p := range positions {
 			part := strconv.Itoa(int(p.Partition))
 			ch <- prometheus.MustNewConstMetric(m.nextDesc, prometheus.GaugeValue, float64(p.Next), s.name, label[p.Topic], part)
-			if l, ok := lags[lagAt{tp{p.Topic, p.Partition}, p.Next}]; ok {
-				ch <- prometheus.MustNewConstMetric(m.lagDesc, prometheus.GaugeValue, float64(l), s.name, label[p.Topic], part)
+			// A lag Kafka did not answer for keeps its last value, with
+			// when it was looked up: a lag alert still sees the backlog
+			// while the broker is gone, and a staleness alert fires.
+			l, ok := lags[lagAt{tp{p.Topic, p.Partition}, p.Next}]
+			pt, ok := s.obs.lagPoint(tp{p.Topic, p.Partition}, l, ok, now)
+			if ok {
+				ch <- prometheus.MustNewConstMetric(m.lagDesc, prometheus.GaugeValue, float64(pt.lag), s.name, label[p.Topic], part)
+				ch <- prometheus.MustNewConstMetric(m.lagUpdatedDesc, prometheus.GaugeValue, float64(pt.at.UnixNano())/1e9, s.name, label[p.Topic], part)
 			}
+			delete(kept, tp{p.Topic, p.Partition})
+		}
+		for k, pt := range kept {
+			part := strconv.Itoa(int(k.partition))
+			ch <- prometheus.MustNewConstMetric(m.lagDesc, prometheus.GaugeValue, float64(pt.lag), s.name, label[k.topic], part)
+			ch <- prometheus.MustNewConstMetric(m.lagUpdatedDesc, prometheus.GaugeValue, float64(pt.at.UnixNano())/1e9, s.name, label[k.topic], part)
 		}
 		if !s.hasRun {
 			continue

@@ -49,10 +49,13 @@ type TaskStatus struct {
 	LastFenceConflict *FenceConflict
 	// LastRound summarizes the task's last round, if any.
 	LastRound *RoundSummary
-	// Waiting is set while the task's rounds fail because a dependency of
-	// the record pipeline (a schema registry) is unavailable; the task
-	// retries with backoff and skips nothing.
+	// Waiting is set while the task cannot make progress because a
+	// dependency is missing or unavailable (a broker, a topic, the sink
+	// database, a schema registry): the task stays RUNNING, retries by
+	// itself and skips nothing. It is the first of Waits.
 	Waiting *Waiting
+	// Waits lists every cause the task waits for, in the order of Causes.
+	Waits []Waiting
 	// Restarts counts consecutive automatic restarts; RestartAt is the
 	// next one when scheduled.
 	Restarts  int
@@ -84,8 +87,10 @@ type FenceConflict struct {
 	Error string
 }
 
-// Waiting says since when and why a task waits for a dependency.
+// Waiting says since when, for what and why a task waits for a
+// dependency.
 type Waiting struct {
+	Cause Cause
 	Since time.Time
 	Error string
 }
@@ -227,13 +232,47 @@ type observer struct {
 	active map[string]bool
 	// recent are the connector's last rounds, oldest first.
 	recent []RoundTiming
+	// lags are the last lag looked up of each owned partition
+	// (txsink_partition_lag), kept while Kafka does not answer.
+	lags map[tp]lagPoint
+	// kept are the last lags of partitions a task lost (its group session
+	// ended without a revocation, as when the broker is gone), shown
+	// until the broker answers the task's probe again or the partition is
+	// assigned again.
+	kept map[tp]keptLag
+}
+
+type keptLag struct {
+	task int
+	lagPoint
+}
+
+// lagPoint is a partition's lag as last looked up.
+type lagPoint struct {
+	lag int64
+	at  time.Time
+}
+
+// lagPoint notes a partition's lag when fresh (ok) and returns the last
+// one known, if any.
+func (o *observer) lagPoint(k tp, lag int64, fresh bool, now time.Time) (lagPoint, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if fresh {
+		if o.lags == nil {
+			o.lags = map[tp]lagPoint{}
+		}
+		o.lags[k] = lagPoint{lag, now}
+	}
+	pt, ok := o.lags[k]
+	return pt, ok
 }
 
 type taskObs struct {
-	parts   map[tp]offsets.Position
-	fence   *FenceConflict
-	round   *RoundSummary
-	waiting *Waiting
+	parts map[tp]offsets.Position
+	fence *FenceConflict
+	round *RoundSummary
+	waits map[Cause]*Waiting
 }
 
 var _ Observer = (*observer)(nil)
@@ -254,7 +293,7 @@ func (o *observer) setSecrets(s []string) {
 func (o *observer) task(id int) *taskObs {
 	t := o.tasks[id]
 	if t == nil {
-		t = &taskObs{parts: map[tp]offsets.Position{}}
+		t = &taskObs{parts: map[tp]offsets.Position{}, waits: map[Cause]*Waiting{}}
 		o.tasks[id] = t
 	}
 	return t
@@ -267,7 +306,35 @@ func (o *observer) Assigned(task int, positions []offsets.Position) {
 	t := o.task(task)
 	for _, p := range positions {
 		t.parts[tp{p.Topic, p.Partition}] = p
+		delete(o.kept, tp{p.Topic, p.Partition})
 	}
+}
+
+// lost keeps the last lags of partitions a task lost, before Revoked
+// forgets them.
+func (o *observer) lost(task int, topic string, partitions []int32) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, p := range partitions {
+		k := tp{topic, p}
+		if pt, ok := o.lags[k]; ok {
+			if o.kept == nil {
+				o.kept = map[tp]keptLag{}
+			}
+			o.kept[k] = keptLag{task, pt}
+		}
+	}
+}
+
+// keptLags returns the kept lags of partitions no task owns now.
+func (o *observer) keptLags() map[tp]lagPoint {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := map[tp]lagPoint{}
+	for k, kl := range o.kept {
+		out[k] = kl.lagPoint
+	}
+	return out
 }
 
 // Revoked implements Observer.
@@ -277,6 +344,7 @@ func (o *observer) Revoked(task int, topic string, partitions []int32) {
 	t := o.task(task)
 	for _, p := range partitions {
 		delete(t.parts, tp{topic, p})
+		delete(o.lags, tp{topic, p})
 		o.m.forgetPartition(o.name, topic, p)
 	}
 }
@@ -308,22 +376,70 @@ func (o *observer) FenceConflict(task int, err error) {
 	o.m.fenced.WithLabelValues(o.name).Inc()
 }
 
-// Waiting implements Observer.
+// Waiting implements Observer: rounds fail for an unavailable schema
+// registry or sink database (err), or a round committed again (nil: both
+// are available).
 func (o *observer) Waiting(task int, err error) {
-	o.mu.Lock()
-	t := o.task(task)
 	if err == nil {
-		t.waiting = nil
-		o.mu.Unlock()
+		o.waitFor(task, CauseDatabase, nil)
+		o.waitFor(task, CauseSchemaRegistry, nil)
 		return
 	}
-	w := &Waiting{Since: time.Now().UTC(), Error: secrets.ScrubString(fmt.Sprint(err), o.secrets)}
-	if t.waiting != nil {
-		w.Since = t.waiting.Since
+	c := causeOf(err)
+	if c == "" {
+		c = CauseDatabase // (the machine reports waiting for these two only)
 	}
-	t.waiting = w
-	o.mu.Unlock()
+	o.waitFor(task, c, err)
 	o.m.unavailable.WithLabelValues(o.name).Inc()
+}
+
+// waitFor implements causeObserver.
+func (o *observer) waitFor(task int, cause Cause, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	t := o.task(task)
+	old := t.waits[cause]
+	if err == nil {
+		delete(t.waits, cause)
+		if cause == CauseBroker {
+			for k, kl := range o.kept {
+				if kl.task == task {
+					delete(o.kept, k)
+				}
+			}
+		}
+		return
+	}
+	w := &Waiting{Cause: cause, Since: time.Now().UTC(), Error: secrets.ScrubString(fmt.Sprint(err), o.secrets)}
+	if old != nil {
+		w.Since = old.Since
+	}
+	t.waits[cause] = w
+}
+
+// waiting returns the causes a task waits for, in the order of Causes.
+func (o *observer) waitingLocked(t *taskObs) []Waiting {
+	var out []Waiting
+	for _, c := range Causes {
+		if w := t.waits[c]; w != nil {
+			out = append(out, *w)
+		}
+	}
+	return out
+}
+
+// waitingCauses returns, by task, the causes the connector's tasks wait
+// for.
+func (o *observer) waitingCauses() map[int][]Waiting {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := map[int][]Waiting{}
+	for id, t := range o.tasks {
+		if ws := o.waitingLocked(t); len(ws) > 0 {
+			out[id] = ws
+		}
+	}
+	return out
 }
 
 // clearTask forgets a task's partitions (it exited).
@@ -332,10 +448,11 @@ func (o *observer) clearTask(id int) {
 	defer o.mu.Unlock()
 	if t := o.tasks[id]; t != nil {
 		for k := range t.parts {
+			delete(o.lags, k)
 			o.m.forgetPartition(o.name, k.topic, k.partition)
 		}
 		t.parts = map[tp]offsets.Position{}
-		t.waiting = nil
+		t.waits = map[Cause]*Waiting{}
 	}
 }
 
@@ -379,8 +496,9 @@ func (o *observer) fill(ts []TaskStatus) {
 			r := *t.round
 			ts[i].LastRound = &r
 		}
-		if t.waiting != nil {
-			w := *t.waiting
+		if ws := o.waitingLocked(t); len(ws) > 0 {
+			ts[i].Waits = ws
+			w := ws[0]
 			ts[i].Waiting = &w
 		}
 	}

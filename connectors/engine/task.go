@@ -227,6 +227,9 @@ func (t *Task) assign(ctx context.Context, or outcomeReader, offs map[string]map
 				}
 			} else if _, err := twophase.Recover(ctx, t.sink, or, t.conn.Name, owns, twophase.WithCallTimeout(t.conn.SinkTimeout)); err != nil {
 				t.log.Warn("recovery of in-doubt batches failed; retrying", "topic", topic, "err", err)
+				if c := causeOf(err); c != "" {
+					t.waitFor(c, err) // shown in the status (health.go)
+				}
 				if err := sleepCtx(ctx, backoffFor(attempt)); err != nil {
 					return nil, nil, fmt.Errorf("recovery of %s: %w", topic, err)
 				}
@@ -235,7 +238,16 @@ func (t *Task) assign(ctx context.Context, or outcomeReader, offs map[string]map
 			var err error
 			pos, err = t.sink.Acquire(ctx, topic, ps)
 			if err == nil {
+				t.waitFor(CauseDatabase, nil) // the database answers again
 				break
+			}
+			if c := causeOf(err); c != "" {
+				t.waitFor(c, err)
+				t.log.Warn("fencing the partitions failed; retrying", "topic", topic, "err", err)
+				if err := sleepCtx(ctx, backoffFor(attempt)); err != nil {
+					return nil, nil, fmt.Errorf("fencing %s: %w", topic, err)
+				}
+				continue
 			}
 			if !errors.Is(err, offsets.ErrBusy) {
 				return nil, nil, err

@@ -312,6 +312,10 @@ func (h *Distributed) Ready(context.Context) (bool, error) {
 // before ctx ends.
 func (h *Distributed) ClusterID(ctx context.Context) string { return h.eng.ClusterID(ctx) }
 
+// Waiting lists the waiting causes of the tasks that run on this worker
+// (GET /health).
+func (h *Distributed) Waiting() []engine.TaskWaiting { return h.eng.Waiting() }
+
 // Sync waits until this worker read the config topic up to its current
 // end (after a write forwarded to the leader, so that the next read here
 // sees it). Cancelling ctx abandons the wait.

@@ -219,6 +219,10 @@ func (h *Standalone) Ready(context.Context) (bool, error) {
 // before ctx ends.
 func (h *Standalone) ClusterID(ctx context.Context) string { return h.eng.ClusterID(ctx) }
 
+// Waiting lists the waiting causes of the tasks that run on this worker
+// (GET /health).
+func (h *Standalone) Waiting() []engine.TaskWaiting { return h.eng.Waiting() }
+
 // Connectors lists the connector names, sorted.
 func (h *Standalone) Connectors(context.Context) ([]string, error) {
 	h.mu.Lock()

@@ -1,10 +1,16 @@
 package postgres
 
 import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"io"
+	"net"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/txsink/txsink/connectors"
 	"github.com/txsink/txsink/connectors/record"
 )
 
@@ -136,6 +142,72 @@ func Unavailable(err error) bool {
 	var ce *pgconn.ConnectError
 	return errors.As(err, &ce)
 }
+
+// markUnavailable marks err with connectors.ErrSinkUnavailable (keeping
+// its message) when the database cannot be reached or cannot take work
+// for a while (unreachable), so that the runtime shows the task waiting
+// for the database and retries, instead of failing it. A refused login,
+// a certificate that does not verify, a server that refuses TLS, a host
+// name that does not exist or a missing database are not marked: a
+// person must act.
+func markUnavailable(err error) error {
+	return mark(err, unreachable(err, false))
+}
+
+// markUnreachableAtOpen is markUnavailable for the sink's first
+// connection, narrower: only a server that cannot be reached at all (the
+// dial fails or times out) or that says it cannot take work is marked.
+// A connection the server closes during the handshake is a mismatch of
+// settings (sslnegotiation=direct against a server without TLS), which
+// a person must fix.
+func markUnreachableAtOpen(err error) error {
+	return mark(err, unreachable(err, true))
+}
+
+func mark(err error, unavailable bool) error {
+	if !unavailable || errors.Is(err, connectors.ErrSinkUnavailable) {
+		return err
+	}
+	return unavailableError{err}
+}
+
+// unreachable reports whether err says the server could not be reached
+// or cannot take work for a while: a server error of Unavailable's
+// classes, or a network failure (refused, timed out; unless dialOnly,
+// also reset or closed).
+func unreachable(err error, dialOnly bool) bool {
+	if err == nil {
+		return false
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return Unavailable(err)
+	}
+	var cv *tls.CertificateVerificationError
+	var ue x509.UnknownAuthorityError
+	var he x509.HostnameError
+	var ie x509.CertificateInvalidError
+	var de *net.DNSError
+	if errors.As(err, &cv) || errors.As(err, &ue) || errors.As(err, &he) || errors.As(err, &ie) ||
+		errors.As(err, &de) && de.IsNotFound {
+		return false // a person must fix the certificate or the host name
+	}
+	var op *net.OpError
+	var ce *pgconn.ConnectError
+	if errors.As(err, &op) && op.Op == "dial" || errors.As(err, &ce) && errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	if dialOnly {
+		return false
+	}
+	var ne net.Error
+	return op != nil || errors.As(err, &ne) && ne.Timeout() || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+type unavailableError struct{ err error }
+
+func (e unavailableError) Error() string   { return e.err.Error() }
+func (e unavailableError) Unwrap() []error { return []error{connectors.ErrSinkUnavailable, e.err} }
 
 // pgCode returns err's SQLSTATE, or "" when err is not a PostgreSQL error.
 func pgCode(err error) string {

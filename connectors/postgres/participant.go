@@ -414,6 +414,7 @@ func (s *Sink) Abort(ctx context.Context, id twophase.BatchID) (err error) {
 // transactions in this database, from pg_prepared_xacts. Topic names come
 // from the offsets table (a prepared batch always follows a row there).
 func (s *Sink) InDoubt(ctx context.Context, connector string) (_ []twophase.BatchID, err error) {
+	defer func() { err = markUnavailable(err) }()
 	defer func() { s.resetOnLostConnection(err) }()
 	prefix := GIDPrefix + shortHash(connector) + "_"
 	rows, err := s.pool.Query(ctx, `SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND left(gid, $2) = $1`,
@@ -454,6 +455,7 @@ func (s *Sink) InDoubt(ctx context.Context, connector string) (_ []twophase.Batc
 
 // Acquire implements connectors.Sink.
 func (s *Sink) Acquire(ctx context.Context, topic string, partitions []int32) (_ map[int32]offsets.Position, err error) {
+	defer func() { err = markUnavailable(err) }()
 	defer func() { s.resetOnLostConnection(err) }()
 	return s.store.Acquire(ctx, s.connector, topic, partitions)
 }

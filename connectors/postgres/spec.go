@@ -153,11 +153,11 @@ func open(ctx context.Context, env connectors.Env, c config.Connector, v config.
 	pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(v.Int(KeyIdleTxTimeout), 10)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
-		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
+		return nil, markUnreachableAtOpen(fmt.Errorf("connect to PostgreSQL: %w", err))
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("connect to PostgreSQL at %s as %s: %w", strings.Join(cs.Endpoints, ","), cs.User(v[KeyUser]), err)
+		return nil, markUnreachableAtOpen(fmt.Errorf("connect to PostgreSQL at %s as %s: %w", strings.Join(cs.Endpoints, ","), cs.User(v[KeyUser]), err))
 	}
 	wc := writerConfig(c, v)
 	wc.Pipeline = env.Pipeline
