@@ -155,6 +155,13 @@ func TestPySerdeFormats(t *testing.T) {
 	}
 	for i, f := range pySerdeFormats {
 		t.Run(f.name, func(t *testing.T) {
+			if f.name == "protobuf" && !reg.Real {
+				// The serializer, with use.latest.version, asks for the
+				// latest schema with format=serialized (a base64
+				// descriptor); srfake ignores the format and answers with
+				// the .proto text, which the client cannot parse.
+				t.Skip("srfake does not serve format=serialized, which Confluent's ProtobufSerializer asks for: needs a real registry (TXSINK_TEST_SCHEMA_REGISTRY_BIN or _URL)")
+			}
 			topic := formatTopic(t, k, "pyserde-"+f.name, 3)
 			if f.name == "protobuf" {
 				text, err := os.ReadFile(filepath.Join("testdata", "pyserde_event.proto"))
