@@ -60,7 +60,7 @@ test-integration:
 # The integration package in two shards, two test binaries with their own
 # services: the first runs the tests INTEGRATION_1 selects, the second
 # every other test (-skip, so a new test cannot fall between the two).
-INTEGRATION_1 := ^Test(Postgres|Security|Py|Debezium|Shutdown|Smoke|Kafka|Verify|Operator)
+INTEGRATION_1 := ^Test(Postgres|Security|Py|Registry|Debezium|Shutdown|Smoke|Kafka|Verify|Operator)
 test-integration-1:
 	$(GO) test -count=1 -timeout 30m -run '$(INTEGRATION_1)' ./integration/
 test-integration-2:
