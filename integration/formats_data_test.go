@@ -569,7 +569,11 @@ func init() {
 
 // ---- JSON Schema ----
 
-const jsonSchemaEvent = `{"$schema":"http://json-schema.org/draft-07/schema#","type":"object","title":"e2e.Event","properties":{
+// jsonSchemaEvent is a closed content model (additionalProperties false):
+// adding an optional property to it is BACKWARD-compatible, which a real
+// registry checks (to an open model it is not: any value of that name may
+// be in the old data).
+const jsonSchemaEvent = `{"$schema":"http://json-schema.org/draft-07/schema#","type":"object","title":"e2e.Event","additionalProperties":false,"properties":{
  "id":{"type":"string"},
  "seq":{"type":"integer"},
  "n32":{"type":"integer","connect.type":"int32"},

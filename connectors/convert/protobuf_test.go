@@ -94,8 +94,15 @@ func protoMessage(t testing.TB, schema string, deps map[string]string, idx []int
 func TestProtobufAllTypes(t *testing.T) {
 	reg := newTestRegistry(t)
 	_, cver := reg.register("common", sr.Schema{Schema: protoCommon, Type: sr.TypeProtobuf})
+	// confluent/type/decimal.proto is built into Confluent's registry but
+	// not into every registry (AxonOps v0.2.1 has none): registered as a
+	// reference, as Confluent's clients register an import, it resolves on
+	// any registry, and the converter reads the referenced text.
+	_, dver := reg.register("confluent-type-decimal", sr.Schema{Schema: bundledProtos["confluent/type/decimal.proto"], Type: sr.TypeProtobuf})
 	id, _ := reg.register("order", sr.Schema{Schema: protoAllTypes, Type: sr.TypeProtobuf,
-		References: []sr.SchemaReference{reg.ref("common.proto", "common", cver)}})
+		References: []sr.SchemaReference{reg.ref("common.proto", "common", cver),
+			reg.ref("confluent/type/decimal.proto", "confluent-type-decimal", dver)}})
+	t.Logf("registry: %s", reg.kind())
 	c := newConverter(t, ProtobufClass, reg.settings())
 	deps := map[string]string{"common.proto": protoCommon}
 	payload := protoMessage(t, protoAllTypes, deps, []int{0}, `{"i32":-5,"s32":-6,"sf32":-7,"i64":"-8","s64":"-9","sf64":"-10",

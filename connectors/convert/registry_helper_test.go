@@ -187,6 +187,24 @@ func (tr *testRegistry) register(subject string, s sr.Schema) (id, version int) 
 	return ss.ID, ss.Version
 }
 
+// setCompatibility sets subject's (made unique) compatibility level.
+func (tr *testRegistry) setCompatibility(subject string, level sr.CompatibilityLevel) {
+	tr.t.Helper()
+	for _, r := range tr.admin.SetCompatibility(context.Background(), sr.SetCompatibility{Level: level}, tr.subject(subject)) {
+		if r.Err != nil {
+			tr.t.Fatalf("set compatibility of %s to %s: %v", subject, level, r.Err)
+		}
+	}
+}
+
+// kind says which registry is behind the front, for the test's log.
+func (tr *testRegistry) kind() string {
+	if tr.Real {
+		return "a real one (" + registryURLEnv + ")"
+	}
+	return "franz-go srfake"
+}
+
 // ref returns the reference to a registered subject's version.
 func (tr *testRegistry) ref(name, subject string, version int) sr.SchemaReference {
 	return sr.SchemaReference{Name: name, Subject: tr.subject(subject), Version: version}

