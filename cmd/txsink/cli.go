@@ -436,6 +436,10 @@ type (
 				EndOffset  *int64 `json:"end_offset"`
 				Lag        *int64 `json:"lag"`
 			} `json:"partitions"`
+			Waiting *struct {
+				Since time.Time `json:"since"`
+				Error string    `json:"error"`
+			} `json:"waiting"`
 			Restarts    int        `json:"restarts"`
 			NextRestart *time.Time `json:"next_restart"`
 			LastRound   *struct {
@@ -498,6 +502,9 @@ func printAdvice(out io.Writer, st cliStatus) error {
 	for _, t := range st.Tasks {
 		if t.Trace != "" {
 			fs = append(fs, failed{fmt.Sprintf("Task %d", t.ID), t.Trace})
+		}
+		if x := t.Txsink; x != nil && x.Waiting != nil && x.Waiting.Error != "" {
+			fs = append(fs, failed{fmt.Sprintf("Task %d waiting since %s", t.ID, x.Waiting.Since.Local().Format(time.TimeOnly)), x.Waiting.Error})
 		}
 	}
 	seen := map[string]bool{}
@@ -623,7 +630,7 @@ func printStatus(b []byte, v *verbFlags, out io.Writer) error {
 		target = x.TargetState
 	}
 	fmt.Fprintln(tw, "CONNECTOR\tSTATE\tTARGET\tWORKER\tTRACE")
-	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", st.Name, st.Connector.State, target, st.Connector.WorkerID, shorten(traceCause(st.Connector.Trace)))
+	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", st.Name, st.Connector.State, target, st.Connector.WorkerID, shorten(adviseTrace(st.Name, st.Connector.Trace).Cause))
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -639,7 +646,7 @@ func printStatus(b []byte, v *verbFlags, out io.Writer) error {
 					round = fmt.Sprintf("%s, %d records, %s", r.Outcome, r.Records, r.At.Local().Format(time.TimeOnly))
 				}
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.State, t.WorkerID, restarts, round, shorten(traceCause(t.Trace)))
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.State, t.WorkerID, restarts, round, shorten(adviseTrace(st.Name, t.Trace).Cause))
 		}
 		if err := tw.Flush(); err != nil {
 			return err

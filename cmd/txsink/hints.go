@@ -74,6 +74,20 @@ func perRecordSQLState(code string) bool {
 	return false
 }
 
+// failsAlike says why the next records will most likely fail as the bad
+// one did, or returns "" when the fault may be this record's alone: a
+// SQLSTATE that is not one record's (a NOT NULL violation, a datatype
+// mismatch), or a column of the table that no record can fill.
+func failsAlike(cause, code string) string {
+	switch {
+	case strings.Contains(cause, "no value for NOT NULL column"):
+		return "the table has a NOT NULL column without a default that the records do not set"
+	case code != "" && !perRecordSQLState(code):
+		return "SQLSTATE " + code
+	}
+	return ""
+}
+
 // adviseTrace returns what to print under a failed task of connector name.
 func adviseTrace(name, trace string) traceAdvice {
 	a := traceAdvice{Cause: traceCause(trace)}
@@ -89,12 +103,12 @@ func adviseTrace(name, trace string) traceAdvice {
 		// Stopped at a bad record: skipping helps only when the next
 		// record is not bad the same way.
 		where := badAtRE.FindStringSubmatch(a.Cause)
-		if code != "" && !perRecordSQLState(code) {
+		if why := failsAlike(a.Cause, code); why != "" {
 			a.Cause = skipRE.ReplaceAllString(a.Cause, "")
 			if s := sqlStateSetting[code]; s != "" {
 				a.Setting = s
 			}
-			a.Hint = fmt.Sprintf("every record will most likely fail the same way (SQLSTATE %s): fix the table or the connector's settings, then %s; skipping the record would only stop at the next one", code, restart)
+			a.Hint = fmt.Sprintf("every record will most likely fail the same way (%s): fix the table or the connector's settings, then %s; skipping the record would only stop at the next one", why, restart)
 			return a
 		}
 		if where != nil {
