@@ -89,7 +89,7 @@ func (s *Server) uiPartitions(ctx context.Context, st engine.ConnectorStatus) []
 			missing = true
 			continue
 		}
-		note := fmt.Sprintf("last known, %s at %s", strings.ToLower(string(t.State)), l.At.UTC().Format("15:04:05"))
+		note := fmt.Sprintf("last known at %s · task %s", l.At.UTC().Format("15:04:05"), strings.ToLower(string(t.State)))
 		for _, p := range l.Partitions {
 			rows = append(rows, uiPartition{Task: id, Topic: p.Topic, Partition: p.Partition, NextOffset: p.NextOffset, EndOffset: p.EndOffset, Lag: p.Lag, LastKnown: note})
 		}

@@ -214,9 +214,15 @@ func (u *UIHistory) charts(name string, now time.Time) []uiChart {
 			lag = append(lag, chartPoint{x.At, float64(x.Lag)})
 		}
 	}
+	// The charts cover the samples kept: from a minute (a worker that
+	// just started) up to the whole history.
+	span := time.Minute
+	if len(s) > 0 {
+		span = min(max(now.Sub(s[0].At), span), u.keep)
+	}
 	return []uiChart{
-		drawChart("rate (offsets stored per second)", rate, now, u.keep, "#2f6fdf"),
-		drawChart("lag (records)", lag, now, u.keep, "#c2571a"),
+		drawChart("rate (offsets stored per second)", rate, now, span, "#2f6fdf"),
+		drawChart("lag (records)", lag, now, span, "#c2571a"),
 	}
 }
 
@@ -304,8 +310,5 @@ func formatValue(v float64) string {
 }
 
 func spanText(d time.Duration) string {
-	if d >= time.Minute && d%time.Minute == 0 {
-		return fmt.Sprintf("last %d min", int(d/time.Minute))
-	}
-	return "last " + d.String()
+	return fmt.Sprintf("last %d min", int((d+30*time.Second)/time.Minute))
 }

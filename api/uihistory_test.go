@@ -115,7 +115,7 @@ func TestStatusPageKeepsLastPositions(t *testing.T) {
 	for _, state := range []engine.State{engine.StatePaused, engine.StateFailed} {
 		h.set(uiStatus(state, -1, 0))
 		page := get()
-		if !strings.Contains(page, "<td class=\"num\">1234</td>") || !strings.Contains(page, "last known, "+strings.ToLower(string(state))) ||
+		if !strings.Contains(page, "<td class=\"num\">1234</td>") || !strings.Contains(page, "last known at ") || !strings.Contains(page, "task "+strings.ToLower(string(state))) ||
 			strings.Contains(page, "No partitions assigned") {
 			t.Errorf("/ui of a %s task:\n%s", state, page)
 		}

@@ -7,6 +7,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -323,6 +324,7 @@ func TestOperatorUI(t *testing.T) {
 	bad := &upstream{}
 	produce(t, k.Bootstrap, failTopic, produceOpts{Records: 1, Partitions: 1, MaxTxn: 1, Seed: 23, Value: func(int, string) []byte { return []byte("not json {") }}, bad)
 	badOffset := bad.committed[0][0].Offset
+	drainedEnd := uf.ends()[0]
 	w.must(t, 202, "PUT", "/connectors/"+pauseName+"/pause", nil)
 	deadline = time.Now().Add(90 * time.Second)
 	for {
@@ -345,19 +347,43 @@ func TestOperatorUI(t *testing.T) {
 	if !strings.Contains(fs, `<span class="state failed">FAILED</span>`) {
 		t.Errorf("the failed connector's task is not shown FAILED:\n%s", fs)
 	}
-	// The FAILED task's partition 0 at the bad record, marked last known.
-	row := regexp.MustCompile(`<tr class="last-known"><td>0</td><td>` + regexp.QuoteMeta(failTopic) + `</td><td class="num">0</td><td class="num">(\d+)</td>`).FindStringSubmatch(fs)
-	if row == nil || row[1] != fmt.Sprint(badOffset) {
-		t.Errorf("the FAILED task's partition 0: %v, want last known at next_offset %d:\n%s", row, badOffset, fs)
+	// The FAILED task's partition 0 at its stored position (everything
+	// before the bad record, which may lie past a transaction marker),
+	// marked last known.
+	var offs struct {
+		Offsets []struct {
+			Partition struct {
+				Partition int32 `json:"kafka_partition"`
+			} `json:"partition"`
+			Offset struct {
+				Offset int64 `json:"kafka_offset"`
+			} `json:"offset"`
+		} `json:"offsets"`
 	}
-	if !strings.Contains(fs, "last known, failed at") || strings.Contains(fs, "No partitions assigned") {
+	if err := json.Unmarshal([]byte(w.must(t, 200, "GET", "/connectors/"+failName+"/offsets", nil)), &offs); err != nil {
+		t.Fatal(err)
+	}
+	stored := int64(-1)
+	for _, o := range offs.Offsets {
+		if o.Partition.Partition == 0 {
+			stored = o.Offset.Offset
+		}
+	}
+	if stored < drainedEnd || stored > badOffset {
+		t.Fatalf("stored next offset of partition 0: %d, want from %d (drained) to %d (the bad record)", stored, drainedEnd, badOffset)
+	}
+	row := regexp.MustCompile(`<tr class="last-known"><td>0</td><td>` + regexp.QuoteMeta(failTopic) + `</td><td class="num">0</td><td class="num">(\d+)</td>`).FindStringSubmatch(fs)
+	if row == nil || row[1] != fmt.Sprint(stored) {
+		t.Errorf("the FAILED task's partition 0: %v, want last known at next_offset %d (bad record at %d):\n%s", row, stored, badOffset, fs)
+	}
+	if !strings.Contains(fs, "task failed") || strings.Contains(fs, "No partitions assigned") {
 		t.Errorf("the FAILED task's positions are not kept:\n%s", fs)
 	}
 	// The PAUSED connector's positions: owned, or kept as last known.
 	if strings.Count(ps, "<td>"+pauseTopic+"</td>") != 2 || strings.Contains(ps, "No partitions assigned") {
 		t.Errorf("the PAUSED connector's positions:\n%s", ps)
 	}
-	t.Logf("PAUSED task's rows kept as last known: %v", strings.Contains(ps, "last known, paused"))
+	t.Logf("PAUSED task's rows kept as last known: %v", strings.Contains(ps, "task paused"))
 	for name, sec := range map[string]string{failName: fs, pauseName: ps} {
 		if pts := chartPoints(sec); len(pts) != 2 || pts[0] < 2 || pts[1] < 2 || !strings.Contains(sec, "<svg") {
 			t.Errorf("%s: chart points %v, want two charts of two points or more", name, pts)
