@@ -73,6 +73,10 @@ type Options struct {
 	// (distributed mode; default: plain HTTP with a 90 s timeout). It
 	// carries the worker's TLS settings when the API is served over TLS.
 	Forward *http.Client
+	// UIHistory keeps what /ui draws over time (default: one that samples
+	// only when the page is rendered; the worker runs one, see
+	// UIHistory.Run).
+	UIHistory *UIHistory
 }
 
 // Server holds the API's resources.
@@ -97,6 +101,9 @@ func New(opt Options) chi.Router {
 	}
 	if opt.Levels == nil {
 		opt.Levels = NewLevels(slog.LevelInfo)
+	}
+	if opt.UIHistory == nil {
+		opt.UIHistory = NewUIHistory(opt.Herder, 0, 0, opt.Log)
 	}
 	s := &Server{opt: opt, h: opt.Herder, log: opt.Log}
 	return s.Routes()

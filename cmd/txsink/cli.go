@@ -138,7 +138,11 @@ func cmdConnectors(args []string, stdout, stderr io.Writer) int {
 		}
 		return exitOK
 	}
-	verbName := args[0]
+	verbName, rest, ok := splitVerb(args)
+	if !ok {
+		fmt.Fprintf(stderr, "txsink connectors: no verb given\n\n%s", connectorsUsage)
+		return exitUsage
+	}
 	verb, ok := cliVerbs[verbName]
 	if !ok {
 		fmt.Fprintf(stderr, "txsink connectors: unknown verb %q\n\n%s", verbName, connectorsUsage)
@@ -153,7 +157,7 @@ func cmdConnectors(args []string, stdout, stderr io.Writer) int {
 	if verb.flags != nil {
 		verb.flags(fs, &vf)
 	}
-	pos, err := parseInterspersed(fs, args[1:])
+	pos, err := parseInterspersed(fs, rest)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}
@@ -197,6 +201,42 @@ func cmdConnectors(args []string, stdout, stderr io.Writer) int {
 		return exitCLIError
 	}
 	return exitOK
+}
+
+// splitVerb finds the verb among the arguments, which flags may precede
+// ("connectors -url URL status NAME"), and returns the other arguments in
+// their order. A flag given as "-flag value" takes the next argument when
+// some verb's flag of that name takes a value.
+func splitVerb(args []string) (verb string, rest []string, ok bool) {
+	valued := map[string]bool{}
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	var o cliOptions
+	o.register(fs)
+	var vf verbFlags
+	for _, v := range cliVerbs {
+		if v.flags != nil {
+			v.flags(fs, &vf)
+		}
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		if b, isBool := f.Value.(interface{ IsBoolFlag() bool }); !isBool || !b.IsBoolFlag() {
+			valued[f.Name] = true
+		}
+	})
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || len(a) < 2 || a[0] != '-' {
+			if a == "--" {
+				return "", nil, false
+			}
+			return a, append(append([]string{}, args[:i]...), args[i+1:]...), true
+		}
+		name := strings.TrimLeft(a, "-")
+		if !strings.Contains(name, "=") && valued[name] {
+			i++ // its value
+		}
+	}
+	return "", nil, false
 }
 
 // parseInterspersed parses flags that may come before or after positional
@@ -396,6 +436,10 @@ type (
 				EndOffset  *int64 `json:"end_offset"`
 				Lag        *int64 `json:"lag"`
 			} `json:"partitions"`
+			Waiting *struct {
+				Since time.Time `json:"since"`
+				Error string    `json:"error"`
+			} `json:"waiting"`
 			Restarts    int        `json:"restarts"`
 			NextRestart *time.Time `json:"next_restart"`
 			LastRound   *struct {
@@ -431,10 +475,58 @@ func newTable(out io.Writer) *tabwriter.Writer {
 // firstLine shortens a stack trace to its first line for a table cell.
 func firstLine(s string) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
-	if len(s) > 120 {
-		s = s[:120] + "…"
+	return shorten(s)
+}
+
+// shorten cuts a line for a table cell, keeping its start and its end
+// (where an error chain says why).
+func shorten(s string) string {
+	const head, tail = 60, 60
+	if r := []rune(s); len(r) > head+tail+1 {
+		return string(r[:head]) + "…" + string(r[len(r)-tail:])
 	}
 	return s
+}
+
+// printAdvice prints, under the tables, each failed task's (and the
+// connector's) cause in full, the setting to fix and what to do.
+func printAdvice(out io.Writer, st cliStatus) error {
+	type failed struct {
+		who   string
+		trace string
+	}
+	var fs []failed
+	if st.Connector.Trace != "" {
+		fs = append(fs, failed{"Connector " + st.Name, st.Connector.Trace})
+	}
+	for _, t := range st.Tasks {
+		if t.Trace != "" {
+			fs = append(fs, failed{fmt.Sprintf("Task %d", t.ID), t.Trace})
+		}
+		if x := t.Txsink; x != nil && x.Waiting != nil && x.Waiting.Error != "" {
+			fs = append(fs, failed{fmt.Sprintf("Task %d waiting since %s", t.ID, x.Waiting.Since.Local().Format(time.TimeOnly)), x.Waiting.Error})
+		}
+	}
+	seen := map[string]bool{}
+	for _, f := range fs {
+		a := adviseTrace(st.Name, f.trace)
+		if a.Cause == "" || seen[a.Cause] {
+			continue
+		}
+		seen[a.Cause] = true
+		fmt.Fprintf(out, "\n%s: %s\n", f.who, a.Cause)
+		if a.Setting != "" {
+			fmt.Fprintf(out, "  setting to fix: %s\n", a.Setting)
+		}
+		if a.Hint != "" {
+			fmt.Fprintf(out, "  next: %s\n", a.Hint)
+		}
+	}
+	if len(fs) > 0 {
+		_, err := fmt.Fprintf(out, "  (full trace: txsink connectors status %s -output json)\n", st.Name)
+		return err
+	}
+	return nil
 }
 
 func cliList(ctx context.Context, c *restClient, _ string, v *verbFlags, out io.Writer) error {
@@ -538,7 +630,7 @@ func printStatus(b []byte, v *verbFlags, out io.Writer) error {
 		target = x.TargetState
 	}
 	fmt.Fprintln(tw, "CONNECTOR\tSTATE\tTARGET\tWORKER\tTRACE")
-	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", st.Name, st.Connector.State, target, st.Connector.WorkerID, firstLine(st.Connector.Trace))
+	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", st.Name, st.Connector.State, target, st.Connector.WorkerID, shorten(adviseTrace(st.Name, st.Connector.Trace).Cause))
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -554,11 +646,14 @@ func printStatus(b []byte, v *verbFlags, out io.Writer) error {
 					round = fmt.Sprintf("%s, %d records, %s", r.Outcome, r.Records, r.At.Local().Format(time.TimeOnly))
 				}
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.State, t.WorkerID, restarts, round, firstLine(t.Trace))
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.State, t.WorkerID, restarts, round, shorten(adviseTrace(st.Name, t.Trace).Cause))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+	}
+	if err := printAdvice(out, st); err != nil {
+		return err
 	}
 	var parts, doubts [][]string
 	for _, t := range st.Tasks {
@@ -721,6 +816,17 @@ func cliRestart(ctx context.Context, c *restClient, name string, v *verbFlags, o
 	return err
 }
 
+// cliNotStopped rewrites Kafka Connect's answer to an offsets change of a
+// connector that is not STOPPED, which tells REST clients to PUT
+// /connectors/NAME/stop, into the command a CLI user runs.
+func cliNotStopped(err error, name string) error {
+	var ae *apiError
+	if errors.As(err, &ae) && ae.Status == http.StatusBadRequest && strings.Contains(ae.Message, "must be in the STOPPED state") {
+		return fmt.Errorf("connector %s must be STOPPED before its offsets can be changed: run txsink connectors stop %s first (HTTP %d)", name, name, ae.Status)
+	}
+	return err
+}
+
 func cliOffsets(ctx context.Context, c *restClient, name string, v *verbFlags, out io.Writer) error {
 	path := "/connectors/" + url.PathEscape(name) + "/offsets"
 	if v.setFile != "" || v.reset {
@@ -743,7 +849,7 @@ func cliOffsets(ctx context.Context, c *restClient, name string, v *verbFlags, o
 			b, _, err = c.do(ctx, http.MethodPatch, path, nil, json.RawMessage(body))
 		}
 		if err != nil {
-			return err
+			return cliNotStopped(err, name)
 		}
 		if v.json {
 			return writeJSON(out, b)

@@ -170,8 +170,14 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) (verdict, error)
 	if err != nil {
 		return verdict{}, fmt.Errorf("REST API: %w", err)
 	}
+	uiHist := api.NewUIHistory(worker, api.DefaultUIHistoryEvery, api.DefaultUIHistoryKeep, nil)
+	hctx, hcancel := context.WithCancel(ctx)
+	hdone := make(chan struct{})
+	go func() { defer close(hdone); uiHist.Run(hctx) }()
+	defer func() { hcancel(); <-hdone }()
 	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: api.New(api.Options{
-		Herder: worker, Metrics: promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}),
+		UIHistory: uiHist,
+		Herder:    worker, Metrics: promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}),
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Version: buildinfo.Version, Commit: buildinfo.CommitID(),
 	})}
 	go func() { _ = srv.Serve(ln) }()
@@ -250,17 +256,22 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) (verdict, error)
 		say("verdict     NOT EXACT: %d rows for %d committed records: %d missing, %d duplicated, %d from aborted transactions",
 			v.rows, v.committed, v.missing, v.duplicated, v.unexpected)
 	}
+	if o.nonInteractive || ctx.Err() != nil {
+		// The services end with this process: no commands to try on them.
+		say("")
+		say("the demo's Kafka, PostgreSQL and worker stopped with it; on a terminal, txsink demo keeps them up until Ctrl-C")
+		return v, nil
+	}
 	say("")
 	say("look around:")
-	say("  curl -s %s/connectors?expand=status", base)
+	say("  open %s/ui                          # status page: tasks, partitions, rate and lag charts", base)
+	say("  txsink connectors -url %s status demo", base)
 	say("  curl -s %s/connectors/demo/status     # partitions, next_offset, lag, in-doubt batches", base)
 	say("  curl -s %s/metrics | grep ^txsink_", base)
-	say("  curl -s -X PUT %s/connectors/demo/stop && curl -s %s/connectors/demo/offsets", base, base)
-	if !o.nonInteractive && ctx.Err() == nil {
-		say("")
-		say("the demo keeps running; press Ctrl-C to stop it and remove everything it created")
-		<-ctx.Done()
-	}
+	say("  txsink connectors -url %s stop demo && txsink connectors -url %s offsets demo", base, base)
+	say("")
+	say("the demo keeps running; press Ctrl-C to stop it and remove everything it created")
+	<-ctx.Done()
 	return v, nil
 }
 

@@ -31,9 +31,16 @@ func TestDemo(t *testing.T) {
 	if !v.exact() || v.committed < 3000 || v.aborted == 0 {
 		t.Fatalf("verdict %+v, want exact with aborted records upstream\n%s", v, out.String())
 	}
-	for _, want := range []string{"verdict     EXACT", "POST http://127.0.0.1:", "201 Created", "curl -s http://127.0.0.1:"} {
+	for _, want := range []string{"verdict     EXACT", "POST http://127.0.0.1:", "201 Created", "stopped with it"} {
 		if !strings.Contains(out.String(), want) {
 			t.Fatalf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	// The services end with the demo: no commands to try on them (before
+	// issue 27 it printed "look around" curl commands for a stopped server).
+	for _, banned := range []string{"look around", "curl ", "txsink connectors -url"} {
+		if strings.Contains(out.String(), banned) {
+			t.Errorf("non-interactive output has %q:\n%s", banned, out.String())
 		}
 	}
 	t.Logf("demo: %d committed, %d aborted, exact, in %v", v.committed, v.aborted, time.Since(start).Round(time.Millisecond))

@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
 	"github.com/txsink/txsink/connectors/clickhouse"
@@ -28,6 +30,7 @@ import (
 	"github.com/txsink/txsink/connectors/postgres"
 	"github.com/txsink/txsink/connectors/secrets"
 	"github.com/txsink/txsink/internal/buildinfo"
+	"github.com/txsink/txsink/offsets"
 )
 
 func main() {
@@ -162,7 +165,12 @@ func cmdRun(args []string, stderr io.Writer) int {
 	wf := registerWorkerFlags(fs, "worker-config", commonWorkerFlags)
 	cfgPath := fs.String("config", "", "connector config file (JSON)")
 	unsafeTest := fs.Bool(unsafeTestFlag, false, unsafeTestDoc)
+	progressEvery := fs.Duration("progress-interval", defaultProgressInterval, "log a progress line (records, rate, lag) this often; 0 for none")
 	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if *progressEvery < 0 {
+		fmt.Fprintln(stderr, "txsink run: -progress-interval must not be negative")
 		return exitUsage
 	}
 	if *cfgPath == "" {
@@ -203,6 +211,10 @@ func cmdRun(args []string, stderr io.Writer) int {
 		InstanceID: wc.WorkerID,
 		Log:        rt.logger("txsink.connectors." + raw[config.KeyName]),
 	}
+	progress := newRunProgress()
+	if *progressEvery > 0 {
+		opt.Observer = progress
+	}
 	c, err := openWithRetry(ctx, reg, raw, opt, log)
 	if err != nil {
 		fmt.Fprintln(stderr, "txsink run:", err)
@@ -219,6 +231,20 @@ func cmdRun(args []string, stderr io.Writer) int {
 		close(done)
 	}()
 	log.Info("connector running", "connector", c.Config.Name, "delivery", c.Config.Delivery, "tasks", c.Config.TasksMax)
+	if *progressEvery > 0 {
+		lag := func(context.Context, []offsets.Position) (int64, int) { return 0, 0 }
+		if cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(wc.Bootstrap...), kgo.ClientID("txsink-run-progress")}, rt.kafkaOpts...)...); err == nil {
+			defer cl.Close() // after the progress goroutine ended (deferred below, so run before)
+			lag = engine.NewLagReader(cl, log).Lag
+		}
+		pctx, pcancel := context.WithCancel(ctx)
+		pdone := make(chan struct{})
+		defer func() { pcancel(); <-pdone }()
+		go func() {
+			defer close(pdone)
+			logProgress(pctx, log.With("connector", c.Config.Name), progress, lag, *progressEvery)
+		}()
+	}
 	select {
 	case <-ctx.Done():
 		log.Info("stopping")

@@ -155,7 +155,16 @@ func cmdServe(args []string, stderr io.Writer) int {
 		ln = tls.NewListener(ln, tlsCfg)
 		scheme = "https"
 	}
+	// What /ui draws over time: sampled from the worker's status while it
+	// runs, stopped before the worker closes.
+	uiHist := api.NewUIHistory(worker, api.DefaultUIHistoryEvery, api.DefaultUIHistoryKeep, rt.logger("txsink.api"))
+	hctx, hcancel := context.WithCancel(ctx)
+	hdone := make(chan struct{})
+	go func() { defer close(hdone); uiHist.Run(hctx) }()
+	stopHistory := func() { hcancel(); <-hdone }
+	defer stopHistory()
 	router := api.New(api.Options{
+		UIHistory:         uiHist,
 		Herder:            worker,
 		Levels:            rt.levels,
 		Metrics:           promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}),
@@ -231,6 +240,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(sctx)
+	stopHistory()
 	worker.Close()
 	log.Info("worker stopped")
 	return code

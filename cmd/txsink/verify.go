@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors/clickhouse"
 	"github.com/txsink/txsink/internal/verify"
@@ -92,6 +94,8 @@ func cmdVerify(args []string, stdout, stderr io.Writer) int {
 		tables       = fs.String("tables", "", "with -source-url: source tables, comma-separated (schema.table or table); default: the tables of the source's publications")
 		ignoreCols   = fs.String("ignore-columns", "", "with -source-url: columns not compared, comma-separated: col, table.col or schema.table.col")
 		topicPrefix  = fs.String("topic-prefix", "", "with -source-url: Debezium's topic.prefix, for a -table format with ${topic}")
+		progressMode = fs.String("progress", "auto", "progress on standard error: auto (a bar on a terminal, lines otherwise), bar, lines or none")
+		progressEach = fs.Duration("progress-interval", 10*time.Second, "with lines: at most one progress line this often (phase changes always print)")
 		deletedCol   = fs.String("deleted-column", "", "with -source-url, ClickHouse: the deletion flag column (default: the ReplacingMergeTree's, else is_deleted)")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -254,6 +258,16 @@ func cmdVerify(args []string, stdout, stderr io.Writer) int {
 		c.History = h
 	}
 
+	prog, err := newVerifyProgress(*progressMode, stderr, *progressEach)
+	if err != nil {
+		fmt.Fprintln(stderr, "txsink verify:", err)
+		return exitVerifyUsage
+	}
+	if prog != nil {
+		c.Progress = prog.report
+		defer prog.end()
+	}
+
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
@@ -265,11 +279,39 @@ func cmdVerify(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	r, err := verify.Check(ctx, c)
+	if prog != nil {
+		prog.end()
+	}
 	if err != nil {
+		if hint := missingCoordinates(err, c.Sink); hint != "" {
+			fmt.Fprintln(stderr, "txsink verify:", hint)
+			return exitVerifyFailed
+		}
 		fmt.Fprintln(stderr, "txsink verify:", wc.ExplainKafkaError(err))
 		return exitVerifyFailed
 	}
 	return writeVerifyReport(r, *output, stdout, stderr)
+}
+
+// missingCoordinates explains a sink table without the Kafka coordinate
+// columns verify reads (PostgreSQL's undefined_column on one of them), or
+// returns "".
+func missingCoordinates(err error, o verify.SinkOptions) string {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "42703" {
+		return ""
+	}
+	for _, col := range []string{o.TopicColumn, o.PartitionColumn, o.OffsetColumn} {
+		if col == "" || col == "-" || !strings.Contains(pe.Message, `"`+col+`"`) {
+			continue
+		}
+		return fmt.Sprintf("the sink table has no column %q (%v). verify reads each row's Kafka coordinates "+
+			"(topic, partition, offset) to find lost, duplicated and aborted records: let the connector write them "+
+			"(pk.mode=kafka with auto.create adds __connect_topic, __connect_partition and __connect_offset; "+
+			"coordinate columns a table has are always filled), or name the columns that hold them with "+
+			"-topic-column, -partition-column and -offset-column (-topic-column - for a table of one topic)", col, err)
+	}
+	return ""
 }
 
 // verifyReport is a report of either kind of check.

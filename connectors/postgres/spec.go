@@ -2,10 +2,12 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txsink/txsink/config"
@@ -157,7 +159,7 @@ func open(ctx context.Context, env connectors.Env, c config.Connector, v config.
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, markUnreachableAtOpen(fmt.Errorf("connect to PostgreSQL at %s as %s: %w", strings.Join(cs.Endpoints, ","), cs.User(v[KeyUser]), err))
+		return nil, markUnreachableAtOpen(connectError(strings.Join(cs.Endpoints, ","), cs.User(v[KeyUser]), err))
 	}
 	wc := writerConfig(c, v)
 	wc.Pipeline = env.Pipeline
@@ -181,6 +183,28 @@ func open(ctx context.Context, env connectors.Env, c config.Connector, v config.
 		s.EnableStaging(n)
 	}
 	return s, nil
+}
+
+// connectError is the error of a failed first connection. When the server
+// answered with an error, its message leads, with the setting to fix: the
+// driver's own text starts with whatever it tried first (under
+// sslmode=prefer the TLS attempt the server refused) and puts the server's
+// answer on a later line.
+func connectError(at, user string, err error) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return fmt.Errorf("connect to PostgreSQL at %s as %s: %w", at, user, err)
+	}
+	fix := ""
+	switch pe.Code {
+	case "28P01":
+		fix = " (check " + KeyPassword + ")"
+	case "28000":
+		fix = " (check " + KeyUser + " and the server's pg_hba.conf)"
+	case "3D000":
+		fix = " (check the database in " + KeyURL + ")"
+	}
+	return fmt.Errorf("connect to PostgreSQL at %s as %s: %s (SQLSTATE %s)%s: %w", at, user, pe.Message, pe.Code, fix, err)
 }
 
 // StagingSlots is how many transactions pipelined rounds may keep staged

@@ -111,6 +111,34 @@ type ScanOptions struct {
 	Idle time.Duration
 	// KafkaOpts are extra client options (TLS, SASL, tests).
 	KafkaOpts []kgo.Opt
+	// Progress, when set, is called as the scan advances (at most every
+	// ProgressEvery, default 200 ms) and once when it ends, on the
+	// scanning goroutine.
+	Progress      func(Progress)
+	ProgressEvery time.Duration
+}
+
+// Progress is how far an audit got.
+type Progress struct {
+	// Phase is "sink" while the sink is read, "scan" while Kafka is
+	// scanned and "done" at the end of the scan.
+	Phase string
+	// Offsets scanned so far and in all, from each partition's log start
+	// to its last stable offset (markers and aborted records included).
+	Scanned, Total int64
+	// Records are the committed records read so far.
+	Records int64
+}
+
+// progressOf sums the scan's position over the partitions.
+func progressOf(parts map[tp]*PartitionTruth, phase string) Progress {
+	p := Progress{Phase: phase}
+	for _, pt := range parts {
+		p.Total += max(pt.StableEnd-pt.LogStart, 0)
+		p.Scanned += max(min(pt.ScannedTo, pt.StableEnd)-pt.LogStart, 0)
+		p.Records += int64(len(pt.Records))
+	}
+	return p
 }
 
 // Scan reads every partition of the topics from the log start to the last
@@ -183,6 +211,14 @@ func Scan(ctx context.Context, o ScanOptions) ([]PartitionTruth, error) {
 		}
 	})
 
+	every := o.ProgressEvery
+	if every <= 0 {
+		every = 200 * time.Millisecond
+	}
+	reported := time.Now()
+	if o.Progress != nil {
+		o.Progress(progressOf(parts, "scan"))
+	}
 	if len(last) > 0 {
 		cl, err := kgo.NewClient(append(base,
 			kgo.ConsumePartitions(consume),
@@ -210,6 +246,10 @@ func Scan(ctx context.Context, o ScanOptions) ([]PartitionTruth, error) {
 				return nil, ferr
 			}
 			now := time.Now()
+			if o.Progress != nil && now.Sub(reported) >= every {
+				o.Progress(progressOf(parts, "scan"))
+				reported = now
+			}
 			fs.EachRecord(func(r *kgo.Record) {
 				k := tp{r.Topic, r.Partition}
 				pt := parts[k]
@@ -252,6 +292,9 @@ func Scan(ctx context.Context, o ScanOptions) ([]PartitionTruth, error) {
 				cl.PauseFetchPartitions(done)
 			}
 		}
+	}
+	if o.Progress != nil {
+		o.Progress(progressOf(parts, "done"))
 	}
 	out := make([]PartitionTruth, 0, len(parts))
 	for _, pt := range parts {

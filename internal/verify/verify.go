@@ -48,6 +48,9 @@ type Config struct {
 	ScanIdle time.Duration
 	// MaxExamples: see Input.MaxExamples.
 	MaxExamples int
+	// Progress, when set, is told how far the audit got: once before the
+	// sink is read, then as ScanOptions.Progress.
+	Progress func(Progress)
 }
 
 // Validate names the first missing or inconsistent setting.
@@ -76,6 +79,9 @@ func Check(ctx context.Context, c Config) (*Report, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
+	if c.Progress != nil {
+		c.Progress(Progress{Phase: "sink"})
+	}
 	sink, prepared, err := ReadSink(ctx, c.Sink, c.Topics)
 	if err != nil {
 		return nil, err
@@ -100,6 +106,7 @@ func Check(ctx context.Context, c Config) (*Report, error) {
 		Extractor: Extractor{IDField: idField, Fields: fields},
 		Idle:      c.ScanIdle,
 		KafkaOpts: c.KafkaOpts,
+		Progress:  c.Progress,
 	})
 	if err != nil {
 		return nil, err
