@@ -35,7 +35,7 @@ lint:
 # another; `make -j4 test` runs them four at a time.
 # Three lanes, not five: five loaded the 2-core machine to 50-75 and
 # timing-sensitive tests failed there (see docs/testing.md, "CI").
-TEST_LANES := test-unit,test-integration-more,test-bench-smoke,test-integration-ch26,test-postgres18 test-integration-1,test-integration-2 test-chaos-1,test-chaos-2
+TEST_LANES := test-unit,test-integration-more,test-bench-smoke,test-integration-ch26,test-postgres18,test-integration-3 test-integration-1,test-integration-2 test-chaos-1,test-chaos-2
 comma := ,
 TEST_TARGETS := $(subst $(comma), ,$(TEST_LANES))
 
@@ -57,12 +57,17 @@ test-integration:
 	$(GO) test -race -tags dbtest -count=1 -timeout 10m ./connectors/postgres/ ./offsets/
 	$(GO) test -count=1 -timeout 45m -p 1 ./integration/...
 
-# The integration package in two shards, two test binaries with their own
-# services: the first runs the tests INTEGRATION_1 selects, the second
-# every other test (-skip, so a new test cannot fall between the two).
+# The integration package in three shards, test binaries with their own
+# services: the first runs the tests INTEGRATION_1 selects but those of
+# INTEGRATION_3 (a subset of it: the operator's view, the Python clients
+# and serializers, the real registry), the third those, the second every
+# other test (-skip, so a new test cannot fall between the shards).
 INTEGRATION_1 := ^Test(Postgres|Security|Py|Registry|Debezium|Shutdown|Smoke|Kafka|Verify|Operator)
+INTEGRATION_3 := ^Test(Py|Registry|Operator)
 test-integration-1:
-	$(GO) test -count=1 -timeout 30m -run '$(INTEGRATION_1)' ./integration/
+	$(GO) test -count=1 -timeout 30m -run '$(INTEGRATION_1)' -skip '$(INTEGRATION_3)' ./integration/
+test-integration-3:
+	$(GO) test -count=1 -timeout 30m -run '$(INTEGRATION_3)' ./integration/
 test-integration-2:
 	$(GO) test -count=1 -timeout 30m -skip '$(INTEGRATION_1)' ./integration/
 
