@@ -1,16 +1,20 @@
 """Writes records with Confluent's own serializers (confluent-kafka's
 AvroSerializer, ProtobufSerializer and JSONSerializer) through a
 transactional producer that aborts some of its transactions, for
-integration/pyserde_test.go.
+integration/pyserde_test.go. Every transaction holds --txn-records records;
+the share --abort-ratio of them is aborted, spread evenly over the run (the
+transactions whose index i has floor((i+1)*ratio) > floor(i*ratio)), so the
+aborted share is what was asked for whatever the seed.
 
 Each committed record is written to --out as one JSON line: its partition,
 offset, id and the value of each column as the test expects to read it back
 (decimals as text with their scale, instants as epoch milli- or microseconds,
-floats as numbers). A last line on stdout sums up the transactions.
+floats as numbers). A last line on stdout sums up the transactions and the records in each
+outcome, which the test asserts.
 
 Usage: pyserde_produce.py --bootstrap H:P --registry URL --topic T
        --format avro|protobuf|jsonschema --records N --partitions P
-       --seed S --out FILE
+       --seed S --out FILE [--txn-records N] [--abort-ratio R]
 """
 
 import argparse
@@ -180,7 +184,7 @@ def main():
     ap.add_argument("--partitions", type=int, required=True)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--abort-ratio", type=float, default=0.15)
-    ap.add_argument("--max-txn", type=int, default=50)
+    ap.add_argument("--txn-records", type=int, default=500)
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
 
@@ -204,8 +208,8 @@ def main():
     seq = 0
     with open(a.out, "w", encoding="utf-8") as out:
         while committed < a.records:
-            n = rnd.randint(1, a.max_txn)
-            abort = rnd.random() < a.abort_ratio
+            n = a.txn_records
+            abort = int((total_tx + 1) * a.abort_ratio) > int(total_tx * a.abort_ratio)
             prod.begin_transaction()
             for _ in range(n):
                 b, want = w.record(seq, rnd)
