@@ -102,13 +102,15 @@ test-chaos-2:
 	$(GO) test -count=1 -timeout 30m -skip '$(CHAOS_1)' ./integration/chaos/
 
 # ClickHouse lane 26 (docs/testing.md): every ClickHouse test, and the
-# format end to end (Avro, Protobuf, JSON Schema into both sinks) and the
-# change events (TestCDCClickHouse), again on a
+# format end to end (Avro, Protobuf, JSON Schema into both sinks; with
+# Confluent's Python serializers, TestPySerdeFormats, whose PostgreSQL leg
+# skips itself on this lane) and the change events (TestCDCClickHouse),
+# again on a
 # current server without ZooKeeper (TXSINK_TEST_CLICKHOUSE26_IMAGE; CI:
 # ClickHouse 26.9 from the chdb-core wheel). test-integration ran them on
 # the default lane (TXSINK_TEST_CLICKHOUSE_IMAGE with ZooKeeper). Each
 # package starts its services once; the two packages run at once.
-CH26_TESTS := ^(TestClickHouse|TestVerifyClickHouse|TestVerifyReplicaClickHouse|TestSmokeClickHouse|TestChaosClickHouse|TestFormatsEndToEnd|TestCDCClickHouse)
+CH26_TESTS := ^(TestClickHouse|TestVerifyClickHouse|TestVerifyReplicaClickHouse|TestSmokeClickHouse|TestChaosClickHouse|TestFormatsEndToEnd|TestCDCClickHouse|TestPySerdeFormats)
 test-integration-ch26:
 	TXSINK_TEST_CLICKHOUSE_LANE=26 $(GO) test -count=1 -timeout 30m -p 2 -run '$(CH26_TESTS)' ./integration/ ./integration/chaos/
 
