@@ -268,6 +268,9 @@ func TestPySerdeFormats(t *testing.T) {
 	}
 	for i, f := range pySerdeFormats {
 		t.Run(f.name, func(t *testing.T) {
+			// The formats at once: each has its own topic, producer,
+			// tables and connectors; the services are shared.
+			t.Parallel()
 			if f.name == "protobuf" && !reg.Real {
 				// The serializer, with use.latest.version, asks for the
 				// latest schema with format=serialized (a base64
