@@ -123,7 +123,7 @@ var pySerdeFormats = []pySerdeFormat{
 			return "id String, seq Int64, amount Decimal(12, 3), at " + pick(modern, "DateTime64(3, 'UTC')", "String") + ", note Nullable(String)"
 		},
 		chSel: "id, seq, amount, at, note",
-		chRow: func(v []any, w *pyWant) (err error) {
+		chRow: func(v []any, w *pyWant) error {
 			w.ID, w.Seq = chString(v[0]), chInt64(v[1])
 			amount, err := ratOf(deref(v[2]))
 			if err != nil {
@@ -131,12 +131,15 @@ var pySerdeFormats = []pySerdeFormat{
 			}
 			w.Amount = amount.FloatString(3)
 			at, err := chInstant(v[3])
+			if err != nil {
+				return err
+			}
 			w.AtMs = at.UnixMilli()
 			if note := deref(v[4]); note != nil {
 				s := note.(string)
 				w.Note = &s
 			}
-			return err
+			return nil
 		},
 	},
 	{
