@@ -78,16 +78,17 @@ func describePlan(p *rowPlan) string {
 	return strings.Join(parts, "; ")
 }
 
+// planKinds names the kinds of bad records the cases meet (each error
+// wraps one of them).
+var planKinds = map[error]string{
+	record.ErrUnknownField: "unknown field", record.ErrCoerce: "coerce", record.ErrTombstone: "tombstone",
+	record.ErrDecode: "decode", record.ErrTruncate: "truncate",
+}
+
 func planCause(err error) string {
-	for _, k := range []struct {
-		err  error
-		name string
-	}{
-		{record.ErrUnknownField, "unknown field"}, {record.ErrCoerce, "coerce"}, {record.ErrMissingKey, "missing key"},
-		{record.ErrTombstone, "tombstone"}, {record.ErrDecode, "decode"}, {record.ErrTruncate, "truncate"},
-	} {
-		if errors.Is(err, k.err) {
-			return k.name
+	for k, name := range planKinds {
+		if errors.Is(err, k) {
+			return name
 		}
 	}
 	return err.Error()
