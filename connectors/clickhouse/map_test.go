@@ -35,7 +35,7 @@ func BenchmarkMapRecords(b *testing.B) {
 	t := benchTable(b)
 	recs := make([]*kgo.Record, 1000)
 	for i := range recs {
-		recs[i] = &kgo.Record{Value: fmt.Appendf(nil, `{"id":"k%010d","seq":%d,"body":"%060d"}`, i, i, i)}
+		recs[i] = &kgo.Record{Topic: "tp", Offset: int64(i), Value: fmt.Appendf(nil, `{"id":"k%010d","seq":%d,"body":"%060d"}`, i, i, i)}
 	}
 	pipe := convert.DefaultPipeline()
 	ctx := context.Background()

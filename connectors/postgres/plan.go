@@ -240,17 +240,25 @@ func (w *Writer) planOne(cat *catalog, p *batchPlan, rec *record.Record, ddl boo
 		return nil
 	}
 	ops, err := w.prepareOne(e, rec, ddl)
+	if err != nil {
+		return w.planFailed(p, tp, err, ddl)
+	}
+	tp.ops = append(tp.ops, ops...)
+	return nil
+}
+
+// planFailed handles prepareOne's error for a record of tp (out of
+// planOne's path so that a record mapped without one allocates nothing
+// for it).
+func (w *Writer) planFailed(p *batchPlan, tp *tablePlan, err error, ddl bool) error {
 	var nf *newFields
 	switch {
 	case errors.As(err, &nf):
 		return w.planColumns(p, tp, nf, ddl)
 	case errors.Is(err, ErrUnsupportedColumn):
-		return fmt.Errorf("postgres: table %s: %w", e.m.t.Ident, err)
-	case err != nil:
-		return err
+		return fmt.Errorf("postgres: table %s: %w", tp.e.m.t.Ident, err)
 	}
-	tp.ops = append(tp.ops, ops...)
-	return nil
+	return err
 }
 
 // planColumns resolves a record with fields tp's table has no column for:

@@ -237,3 +237,33 @@ func BenchmarkPrepare(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPlan plans a bench-shaped batch of schemaless JSON records
+// against a snapshot holding its table: conversion, mapping and the
+// plan's bookkeeping, one pass.
+func BenchmarkPlan(b *testing.B) {
+	w, err := NewWriter(WriterConfig{Connector: "scan", TableNameFormat: "t"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	tbl := scanTable()
+	tbl.Columns[2].MaxLen = -1
+	recs := make([]*kgo.Record, 1000)
+	for i := range recs {
+		recs[i] = &kgo.Record{Topic: "t", Offset: int64(i), Value: fmt.Appendf(nil, `{"id":"k%010d","seq":%d,"body":"%060d"}`, i, i, i)}
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		cat := newCatalog("public", nil)
+		cat.set(w, "t", tbl, true)
+		c, err := w.records.Convert(ctx, recs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		p, err := w.plan(ctx, cat, c, true)
+		if err != nil || len(p.tables) != 1 || len(p.tables[0].ops) != len(recs) {
+			b.Fatal(err)
+		}
+	}
+}
