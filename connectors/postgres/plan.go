@@ -23,9 +23,10 @@ import (
 // snapshot and without reading or writing the database; WriteBatch
 // applies it. When a plan needs tables the snapshot lacks, or schema
 // changes, WriteBatch reads those tables or makes those changes (reading
-// the changed tables again) and plans once more: a table is read at most
-// once and altered by auto.evolve at most once per write, so the passes
-// are few and the same for the same batch and database.
+// the changed tables again) and plans once more: per write, a table is
+// read at most once before any change, created at most once and altered
+// by auto.evolve at most once, so the passes are few and the same for the
+// same batch and database.
 
 // catalog is the snapshot of the target tables' descriptions a write is
 // planned against: descriptions cached by earlier writes, and those read
