@@ -58,7 +58,7 @@ func TestMapChangeEvents(t *testing.T) {
 		dbztest.Event{Op: 'd', Before: dbztest.Row{"id": 2, "name": "a", "qty": nil}, LSN: 300},
 		dbztest.Event{Op: 't', LSN: 400},
 	)
-	groups, bad, err := mapRaw(context.Background(), pipe, m, fixedTable{tb}, recs)
+	groups, bad, err := mapRaw(context.Background(), pipe, m, fixedTable(tb), recs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,13 +85,13 @@ func TestMapChangeEvents(t *testing.T) {
 	// table's ORDER BY, cannot apply change events.
 	plain := testTable(t, [2]string{"id", "Int32"}, [2]string{"name", "String"}, [2]string{"qty", "Nullable(Int32)"})
 	plain.Engine = parseEngine("MergeTree", "MergeTree ORDER BY id", Features{})
-	_, _, err = mapRaw(context.Background(), pipe, m, fixedTable{plain}, recs[:1])
+	_, _, err = mapRaw(context.Background(), pipe, m, fixedTable(plain), recs[:1])
 	var re *record.Error
 	if !errors.As(err, &re) || re.Offset != 0 || !errors.Is(err, record.ErrIncompatible) || !strings.Contains(err.Error(), "version.column") {
 		t.Errorf("plain MergeTree: %v", err)
 	}
 	tb.Engine = parseEngine("ReplacingMergeTree", "ReplacingMergeTree(ver, is_deleted) ORDER BY (name, id)", Features{})
-	_, _, err = mapRaw(context.Background(), pipe, m, fixedTable{tb}, recs[:1])
+	_, _, err = mapRaw(context.Background(), pipe, m, fixedTable(tb), recs[:1])
 	if !errors.As(err, &re) || !errors.Is(err, record.ErrIncompatible) || !strings.Contains(err.Error(), "key (id) is not the ORDER BY key (name, id)") {
 		t.Errorf("changed key: %v", err)
 	}
@@ -111,7 +111,7 @@ func TestUnavailableValueRefused(t *testing.T) {
 		dbztest.Event{Op: 'u', Before: dbztest.Row{"id": 1, "name": "a", "qty": 1}, After: dbztest.Row{"id": 1, "name": convert.DefaultUnavailable, "qty": 2}, LSN: 200},
 		dbztest.Event{Op: 'u', Before: dbztest.Row{"id": 1, "name": "a", "qty": 2}, After: dbztest.Row{"id": 1, "name": "b", "qty": 3}, LSN: 300},
 	)
-	groups, bad, err := mapRaw(context.Background(), pipe, m, fixedTable{tb}, recs)
+	groups, bad, err := mapRaw(context.Background(), pipe, m, fixedTable(tb), recs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,38 +190,37 @@ func TestSortingKey(t *testing.T) {
 	}
 }
 
-// churningTable resolves to a new description of the same table on every
-// call, as a cache that other batches keep refreshing would.
-type churningTable struct{ cols [][2]string }
-
-func (c churningTable) resolve(context.Context, string, *record.Record) (*table, error) {
-	tb := &table{DB: "d", Name: "t", Ident: "`d`.`t`"}
-	for _, col := range c.cols {
-		typ, err := parseType(col[1])
-		if err != nil {
-			return nil, err
-		}
-		tb.add(&column{Name: col[0], Type: typ, Insertable: true})
-	}
-	return tb, nil
-}
-
-func (c churningTable) evolve(_ context.Context, t *table, _ record.Value, _ []string) (*table, error) {
-	return t, nil
-}
-
 // TestBlocksIgnoreTableIdentity: the blocks of a batch depend on the
 // records and the table's columns only, not on which description of the
-// table each lookup returned, so a redo cuts the same blocks.
+// table the snapshot holds, so a redo (planned against another snapshot)
+// cuts the same blocks.
 func TestBlocksIgnoreTableIdentity(t *testing.T) {
 	cols := [][2]string{{"id", "String"}, {"seq", "Int64"}, {ColTopic, "String"}, {ColPartition, "Int32"}, {ColOffset, "Int64"}}
+	describe := func() *table {
+		tb := &table{DB: "d", Name: "t", Ident: "`d`.`t`"}
+		for _, col := range cols {
+			typ, err := parseType(col[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			tb.add(&column{Name: col[0], Type: typ, Insertable: true})
+		}
+		return tb
+	}
 	var recs []*kgo.Record
 	for i := range 60 {
 		recs = append(recs, &kgo.Record{Topic: "tp", Offset: int64(i), Value: fmt.Appendf(nil, `{"id":"r%d","seq":%d}`, i, i)})
 	}
-	groups, bad, err := mapRaw(context.Background(), convert.DefaultPipeline(), mapping{}, churningTable{cols}, recs)
+	groups, bad, err := mapRaw(context.Background(), convert.DefaultPipeline(), mapping{}, fixedTable(describe()), recs)
 	if err != nil || len(bad) != 0 {
 		t.Fatal(err, bad)
+	}
+	again, _, err := mapRaw(context.Background(), convert.DefaultPipeline(), mapping{}, fixedTable(describe()), recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := blockText(blocks(groups, 25)), blockText(blocks(again, 25)); a != b {
+		t.Errorf("blocks differ between two descriptions of the table:\n%s\n%s", a, b)
 	}
 	if bs := blocks(groups, 25); len(groups) != 1 || len(bs) != 3 || len(bs[2].Rows) != 10 {
 		t.Errorf("%d groups, %d blocks: want 1 group cut into 25+25+10 rows", len(groups), len(bs))

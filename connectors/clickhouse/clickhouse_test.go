@@ -237,7 +237,7 @@ func TestMapRecords(t *testing.T) {
 		rec(10, `{"id":"a"}`), rec(11, `{"id":"b","n":5,"d":"x"}`), rec(12, `{"id":"c","zz":1}`), rec(13, `not json`),
 		rec(14, `{"schema":{"type":"struct","fields":[{"field":"id","type":"string"}]},"payload":{"id":"e"}}`), rec(15, `null`),
 	}
-	groups, bad, err := mapRaw(context.Background(), convert.DefaultPipeline(), mapping{VersionColumn: "v"}, fixedTable{tb}, recs)
+	groups, bad, err := mapRaw(context.Background(), convert.DefaultPipeline(), mapping{VersionColumn: "v"}, fixedTable(tb), recs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +269,7 @@ func TestMapRecords(t *testing.T) {
 		t.Errorf("blocks: %d", len(bs))
 	}
 	// Same input, same blocks.
-	groups2, _, _ := mapRaw(context.Background(), convert.DefaultPipeline(), mapping{VersionColumn: "v"}, fixedTable{tb}, recs)
+	groups2, _, _ := mapRaw(context.Background(), convert.DefaultPipeline(), mapping{VersionColumn: "v"}, fixedTable(tb), recs)
 	if len(groups2) != len(groups) || groups2[0].shape != groups[0].shape {
 		t.Error("mapping not deterministic")
 	}
@@ -278,7 +278,7 @@ func TestMapRecords(t *testing.T) {
 func TestMapTombstone(t *testing.T) {
 	tb := testTable(t, [2]string{"k", "Int64"}, [2]string{"val", "String"}, [2]string{"v", "UInt64"}, [2]string{"is_deleted", "UInt8"})
 	m := mapping{VersionColumn: "v", DeletedColumn: "is_deleted", DeleteEnabled: true, KeyFields: []string{"k"}}
-	groups, bad, err := mapRaw(context.Background(), convert.DefaultPipeline(), m, fixedTable{tb}, []*kgo.Record{{Topic: "t", Offset: 7, Key: []byte(`{"k":3}`)}, {Topic: "t", Offset: 8, Key: []byte(`4`), Value: []byte(`{"k":4,"val":"x"}`)}})
+	groups, bad, err := mapRaw(context.Background(), convert.DefaultPipeline(), m, fixedTable(tb), []*kgo.Record{{Topic: "t", Offset: 7, Key: []byte(`{"k":3}`)}, {Topic: "t", Offset: 8, Key: []byte(`4`), Value: []byte(`{"k":4,"val":"x"}`)}})
 	if err != nil || len(bad) != 0 {
 		t.Fatal(err, bad)
 	}
@@ -348,7 +348,7 @@ func TestMapEnvelopeDecimal(t *testing.T) {
 		{"field":"day","type":"int32","name":"org.apache.kafka.connect.data.Date"},
 		{"field":"n","type":"int64"}]},
 		"payload":{"price":"MDk=","day":19000,"n":7}}`
-	groups, bad, err := mapRaw(context.Background(), convert.DefaultPipeline(), mapping{}, fixedTable{tb}, []*kgo.Record{{Topic: "t", Value: []byte(value)}})
+	groups, bad, err := mapRaw(context.Background(), convert.DefaultPipeline(), mapping{}, fixedTable(tb), []*kgo.Record{{Topic: "t", Value: []byte(value)}})
 	if err != nil || len(bad) != 0 {
 		t.Fatal(err, bad)
 	}

@@ -35,13 +35,13 @@ func BenchmarkMapRecords(b *testing.B) {
 	t := benchTable(b)
 	recs := make([]*kgo.Record, 1000)
 	for i := range recs {
-		recs[i] = &kgo.Record{Value: fmt.Appendf(nil, `{"id":"k%010d","seq":%d,"body":"%060d"}`, i, i, i)}
+		recs[i] = &kgo.Record{Topic: "tp", Offset: int64(i), Value: fmt.Appendf(nil, `{"id":"k%010d","seq":%d,"body":"%060d"}`, i, i, i)}
 	}
 	pipe := convert.DefaultPipeline()
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		groups, bad, err := mapRaw(ctx, pipe, mapping{}, fixedTable{t}, recs)
+		groups, bad, err := mapRaw(ctx, pipe, mapping{}, fixedTable(t), recs)
 		if err != nil || len(bad) != 0 || len(groups) != 1 || len(groups[0].rows) != len(recs) {
 			b.Fatalf("groups %d bad %v err %v", len(groups), bad, err)
 		}
@@ -78,7 +78,7 @@ func mapOneRow(ctx context.Context, pipe *convert.Pipeline, tb *table, m mapping
 	}
 	var rows []row
 	err = c.Each(ctx, func(rec *record.Record) error {
-		rows, err = mapOne(ctx, m, fixedTable{tb}, rec, map[*table]*slots{})
+		rows, err = mapOne(m, fixedTable(tb), rec, map[*table]*slots{}, &rowPlan{})
 		return err
 	})
 	if err != nil || len(rows) == 0 {
@@ -149,15 +149,16 @@ func FuzzMapScanner(f *testing.F) {
 // mapRaw converts recs through pipe as the runtime does with
 // errors.tolerance=all, then maps them: bad are the conversion's dead
 // letters and the mapping's refusals, in offset order.
-func mapRaw(ctx context.Context, pipe *convert.Pipeline, m mapping, res resolver, recs []*kgo.Record) ([]*rowGroup, []*record.Error, error) {
+func mapRaw(ctx context.Context, pipe *convert.Pipeline, m mapping, snap *snapshot, recs []*kgo.Record) ([]*rowGroup, []*record.Error, error) {
 	c, err := connectors.NewRecordPipeline(pipe, "all", m.DeleteEnabled).Convert(ctx, recs)
 	if err != nil {
 		return nil, nil, err
 	}
-	groups, bad, err := mapRecords(ctx, m, res, c)
+	p, err := mapRecords(ctx, m, snap, c)
 	if err != nil {
 		return nil, nil, err
 	}
+	groups, bad := p.groups, p.bad
 	for _, l := range c.DeadLetters() {
 		bad = append(bad, l.Err)
 	}

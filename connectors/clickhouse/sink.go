@@ -189,43 +189,81 @@ func (s *Sink) Collectors() []prometheus.Collector {
 }
 
 func (s *Sink) mapping() mapping {
-	return mapping{VersionColumn: s.cfg.VersionColumn, DeletedColumn: s.cfg.DeletedColumn, DeleteEnabled: s.cfg.DeleteEnabled,
-		KeyFields: s.cfg.PKFields, Format: s.cfg.TableNameFormat, AutoEvolve: s.cfg.AutoEvolve}
+	m := mapping{VersionColumn: s.cfg.VersionColumn, DeletedColumn: s.cfg.DeletedColumn, DeleteEnabled: s.cfg.DeleteEnabled,
+		KeyFields: s.cfg.PKFields, Format: s.cfg.TableNameFormat, AutoEvolve: s.cfg.AutoEvolve, Modern: s.modern()}
+	if s.cfg.AutoCreate {
+		m.Create = s.createSQL
+	}
+	return m
 }
 
-// table returns the target table name, loading it, or, with auto.create
-// and a record that has a value, creating it. It returns nil and no error
-// when the table does not exist and rec creates nothing (a delete, a
-// tombstone: nothing to remove).
-func (s *Sink) table(ctx context.Context, name string, rec *record.Record) (*table, error) {
-	s.mu.Lock()
-	t := s.tables[name]
-	s.mu.Unlock()
-	if t != nil {
-		return t, nil
-	}
+// snapshot returns an empty snapshot that takes tables from the sink's
+// cache.
+func (s *Sink) snapshot() *snapshot {
+	return &snapshot{tables: map[string]*snapTable{}, from: func(name string) (*table, bool) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.tables[name], false
+	}}
+}
+
+// load reads table name from the server into snap and the cache. A
+// table that does not exist is an error wrapping ErrTableNotFound,
+// unless auto.create is on: then snap knows it does not exist.
+func (s *Sink) load(ctx context.Context, snap *snapshot, name string) error {
 	t, err := loadTable(ctx, s.conn, s.feat, s.cfg.Database, name)
-	if errors.Is(err, ErrTableNotFound) && s.cfg.AutoCreate && rec != nil {
-		if rec.Op != record.OpUpsert || rec.Value.IsNull() {
-			return nil, nil
-		}
-		ddl, derr := s.createSQL(name, rec)
-		if derr != nil {
-			return nil, derr
-		}
-		if derr := s.conn.Exec(ctx, ddl); derr != nil {
-			return nil, fmt.Errorf("clickhouse: auto.create %s: %w: %w", name, ErrSchemaChangeFailed, derr)
-		}
-		s.log.Info("created table (auto.create)", "table", name, "ddl", ddl)
-		t, err = loadTable(ctx, s.conn, s.feat, s.cfg.Database, name)
+	if errors.Is(err, ErrTableNotFound) && s.cfg.AutoCreate {
+		s.forget(name)
+		snap.set(name, nil)
+		return nil
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
 	s.mu.Lock()
 	s.tables[name] = t
 	s.mu.Unlock()
-	return t, nil
+	snap.set(name, t)
+	return nil
+}
+
+// resolve does what an incomplete plan asks before the batch is planned
+// again: reads the tables it lacks; or runs auto.create's and
+// auto.evolve's DDL and reads the changed tables again. A table is read
+// at most once and altered at most once per build, so a build plans a
+// few times at most.
+func (s *Sink) resolve(ctx context.Context, snap *snapshot, p *rowPlan) error {
+	if len(p.reads) > 0 {
+		for _, name := range p.reads {
+			if err := s.load(ctx, snap, name); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, c := range p.creates {
+		if err := s.conn.Exec(ctx, c.ddl); err != nil {
+			return fmt.Errorf("clickhouse: auto.create %s: %w: %w", c.name, ErrSchemaChangeFailed, err)
+		}
+		s.log.Info("created table (auto.create)", "table", c.name, "ddl", c.ddl)
+		if err := s.load(ctx, snap, c.name); err != nil {
+			return err
+		}
+		snap.tables[c.name].created = true
+	}
+	for _, e := range p.evolves {
+		for _, c := range e.cols {
+			if err := s.addColumn(ctx, e.t, c[0], c[1]); err != nil {
+				return err
+			}
+		}
+		s.forget(e.t.Name)
+		if err := s.load(ctx, snap, e.t.Name); err != nil {
+			return err
+		}
+		snap.tables[e.t.Name].evolved = true
+	}
+	return nil
 }
 
 // createSQL is auto.create's DDL for the table of rec: a change event's
@@ -254,55 +292,6 @@ func (s *Sink) createSQL(name string, rec *record.Record) (string, error) {
 	return createTableSQL(tableIdent(s.cfg.Database, name), rec, s.modern(), s.mapping(), createOpts{
 		coords: coords, orderBy: orderBy, engine: engine, settings: settings, deleted: cdc || s.cfg.DeleteEnabled, changeCols: s.cfg.CDCColumns,
 	})
-}
-
-// buildResolver resolves the tables of one batch's records: each name
-// once (s.table; the description then stays the batch's, whatever other
-// batches do to the shared cache), and for fields without a column, the
-// table read again from the server once (it may have gained columns since
-// it was cached), then auto.evolve.
-type buildResolver struct {
-	s      *Sink
-	tables map[string]*table
-	fresh  map[string]bool
-}
-
-func newBuildResolver(s *Sink) *buildResolver {
-	return &buildResolver{s: s, tables: map[string]*table{}, fresh: map[string]bool{}}
-}
-
-func (r *buildResolver) resolve(ctx context.Context, name string, rec *record.Record) (*table, error) {
-	if t := r.tables[name]; t != nil {
-		return t, nil
-	}
-	t, err := r.s.table(ctx, name, rec)
-	if t != nil {
-		r.tables[name] = t
-	}
-	return t, err
-}
-
-func (r *buildResolver) evolve(ctx context.Context, t *table, value record.Value, names []string) (*table, error) {
-	s := r.s
-	if !r.fresh[t.Name] {
-		r.fresh[t.Name] = true
-	} else {
-		if !s.cfg.AutoEvolve {
-			return t, nil
-		}
-		for _, n := range names {
-			if err := s.addColumn(ctx, t, n, evolveType(value, n, s.modern())); err != nil {
-				return nil, err
-			}
-		}
-	}
-	s.forget(t.Name)
-	nt, err := s.table(ctx, t.Name, nil)
-	if err != nil {
-		return nil, err
-	}
-	r.tables[t.Name] = nt
-	return nt, nil
 }
 
 // addColumn runs ALTER TABLE … ADD COLUMN IF NOT EXISTS. Servers before
@@ -469,21 +458,38 @@ func (s *Sink) buildBatch(ctx context.Context, b *twophase.Batch) (*prepared, er
 // build maps a batch's records to blocks of their tables (and a
 // dead-letter block). With errors.tolerance=none a bad record is returned
 // as a *record.Error (the lowest offset).
+//
+// The rows are planned against a snapshot of the cached tables; the tables
+// the plan lacks are read, and the tables it must create or alter are
+// changed (auto.create, auto.evolve: before the batch's intent, idempotent
+// on a redo) and read again, each followed by a pass against the new
+// snapshot.
 func (s *Sink) build(ctx context.Context, c *connectors.Converted, blockRows int) (*prepared, error) {
-	groups, bad, err := mapRecords(ctx, s.mapping(), newBuildResolver(s), c)
-	if err != nil {
-		return nil, err
+	m, snap := s.mapping(), s.snapshot()
+	var rp *rowPlan
+	for {
+		var err error
+		if rp, err = mapRecords(ctx, m, snap, c); err != nil {
+			return nil, err
+		}
+		if rp.complete() {
+			break
+		}
+		if err := s.resolve(ctx, snap, rp); err != nil {
+			return nil, err
+		}
 	}
-	p := &prepared{blocks: blocks(groups, blockRows)}
+	p := &prepared{blocks: blocks(rp.groups, blockRows)}
 	// The records the mapping refused go to the runtime's tolerance
 	// operator: with errors.tolerance=none the lowest fails the batch.
-	if err := c.Reject(bad); err != nil {
+	if err := c.Reject(rp.bad); err != nil {
 		return nil, err
 	}
 	letters := c.DeadLetters()
 	if len(letters) == 0 || s.cfg.DLQTable == "" {
 		return p, nil // dead letters go to the runtime's topic only
 	}
+	var err error
 	p.dlq, err = s.dlqBlock(ctx, letters)
 	return p, err
 }

@@ -129,6 +129,10 @@ type mapping struct {
 	KeyFields     []string // key columns of a deletion row (a primitive key fills the first)
 	Format        string   // table.name.format
 	AutoEvolve    bool     // add columns for new fields
+	Modern        bool     // the server has Bool, Date32, DateTime64 and Map (auto.evolve's types)
+	// Create returns auto.create's DDL for a missing table from the
+	// first record that writes it; nil: auto.create is off.
+	Create func(name string, rec *record.Record) (string, error)
 }
 
 // block is one INSERT: rows of one column set of one table, in offset
@@ -158,49 +162,117 @@ type row struct {
 	shape string // the DEFAULT columns it sets: rows with the same shape share a block
 }
 
-// resolver finds the table a record maps to, creating it (auto.create)
-// or adding columns (auto.evolve) as the configuration allows.
-type resolver interface {
-	// resolve returns table name for rec; nil and no error when the table
-	// does not exist and rec would create nothing (a delete: nothing to
-	// remove).
-	resolve(ctx context.Context, name string, rec *record.Record) (*table, error)
-	// evolve is called for fields names of value that t has no column
-	// for: it returns t read again from the server, or with the columns
-	// added (auto.evolve), or t itself when neither can help.
-	evolve(ctx context.Context, t *table, value record.Value, names []string) (*table, error)
+// snapshot is the tables a batch's rows are planned against: the
+// descriptions read in this build, and those the sink's cache held when
+// the build first needed them. Planning reads it and takes what it lacks
+// from from, never from the server; the build adds what a plan asks for
+// (tables read, created or altered) between passes.
+type snapshot struct {
+	tables map[string]*snapTable
+	// from returns a description the snapshot lacks (nil: none) and
+	// whether it is fresh (read in this build).
+	from func(name string) (t *table, fresh bool)
 }
 
-// fixedTable resolves every name to one table (tests, and a table known
-// in advance).
-type fixedTable struct{ t *table }
-
-func (f fixedTable) resolve(context.Context, string, *record.Record) (*table, error) { return f.t, nil }
-func (f fixedTable) evolve(_ context.Context, t *table, _ record.Value, _ []string) (*table, error) {
-	return t, nil
+// snapTable is one table of a snapshot.
+type snapTable struct {
+	t       *table // nil: the table does not exist (auto.create; known fresh)
+	fresh   bool   // read from the server in this build
+	evolved bool   // altered by auto.evolve in this build
+	created bool   // created by auto.create in this build
 }
 
-// mapRecords maps converted records (one partition, offset order; the
+// fixedTable is a snapshot in which every name is t, as read in this
+// build (tests, and a table known in advance).
+func fixedTable(t *table) *snapshot {
+	return &snapshot{tables: map[string]*snapTable{}, from: func(string) (*table, bool) { return t, true }}
+}
+
+func (s *snapshot) lookup(name string) *snapTable {
+	if st := s.tables[name]; st != nil {
+		return st
+	}
+	if s.from == nil {
+		return nil
+	}
+	t, fresh := s.from(name)
+	if t == nil {
+		return nil
+	}
+	st := &snapTable{t: t, fresh: fresh}
+	s.tables[name] = st
+	return st
+}
+
+// set makes t (nil: no such table) name's description, read in this build.
+func (s *snapshot) set(name string, t *table) *snapTable {
+	st := s.tables[name]
+	if st == nil {
+		st = &snapTable{}
+		s.tables[name] = st
+	}
+	st.t, st.fresh = t, true
+	return st
+}
+
+// rowPlan is a batch's rows, or what the build must do before they can
+// be planned.
+type rowPlan struct {
+	groups []*rowGroup     // in the order their first row appeared
+	bad    []*record.Error // records the mapping refused, in offset order
+	// reads are tables to read from the server: missing from the
+	// snapshot, or taken from the cache while a record has a field they
+	// have no column for.
+	reads []string
+	// creates are auto.create's statements by table, evolves
+	// auto.evolve's columns by table, in order of need.
+	creates []tableCreate
+	evolves []*tableEvolve
+	waiting map[string]bool // tables whose records are planned again once read or changed
+}
+
+type tableCreate struct{ name, ddl string }
+
+type tableEvolve struct {
+	t    *table
+	cols [][2]string // name, type (with its DEFAULT)
+}
+
+// complete reports whether p's rows can be inserted as they are.
+func (p *rowPlan) complete() bool {
+	return len(p.reads) == 0 && len(p.creates) == 0 && len(p.evolves) == 0
+}
+
+func (p *rowPlan) wait(name string) {
+	if p.waiting == nil {
+		p.waiting = map[string]bool{}
+	}
+	p.waiting[name] = true
+}
+
+// mapRecords plans converted records (one partition, offset order; the
 // runtime's pipeline converted them) into rows of their tables
-// (table.name.format, through res). Groups come in the order their first
-// row appeared. Records the mapping refuses come back as record errors in
-// offset order, for the runtime's tolerance operator; err is for problems
-// that are not a record's fault (an unsupported column, a failed schema
-// change) and for records wrapping record.ErrIncompatible, which are never
-// dead-lettered.
-func mapRecords(ctx context.Context, m mapping, res resolver, c *connectors.Converted) (groups []*rowGroup, bad []*record.Error, err error) {
+// (table.name.format) against snap, without I/O on the server. Groups
+// come in the order their first row appeared. Records the mapping
+// refuses come back as record errors in offset order, for the runtime's
+// tolerance operator; err is for problems that are not a record's fault
+// (an unsupported column) and for records wrapping record.ErrIncompatible,
+// which are never dead-lettered. A plan that is not complete lists the
+// tables to read, create or alter before planning again.
+func mapRecords(ctx context.Context, m mapping, snap *snapshot, c *connectors.Converted) (*rowPlan, error) {
 	// Rows group by table name and column list, never by the *table a
 	// lookup returned: a redo must cut the same blocks whatever the
 	// cache held.
 	type gkey struct {
 		name, shape, cols string
 	}
+	p := &rowPlan{}
 	byShape := map[gkey]*rowGroup{}
 	slotsOf := map[*table]*slots{}
 	mapErr := false // Each's error is the mapping's
-	err = c.Each(ctx, func(rec *record.Record) error {
+	err := c.Each(ctx, func(rec *record.Record) error {
 		r := rec.Raw
-		rows, rerr := mapOne(ctx, m, res, rec, slotsOf)
+		rows, rerr := mapOne(m, snap, rec, slotsOf, p)
 		if rerr != nil {
 			if errors.Is(rerr, ErrUnsupportedColumn) || !record.IsCause(rerr) {
 				mapErr = true
@@ -211,7 +283,7 @@ func mapRecords(ctx context.Context, m mapping, res resolver, c *connectors.Conv
 				mapErr = true
 				return re
 			}
-			bad = append(bad, re)
+			p.bad = append(p.bad, re)
 			return nil
 		}
 		for _, rw := range rows {
@@ -221,7 +293,7 @@ func mapRecords(ctx context.Context, m mapping, res resolver, c *connectors.Conv
 			if g == nil {
 				g = &rowGroup{t: t, shape: rw.shape, cols: rw.cols}
 				byShape[k] = g
-				groups = append(groups, g)
+				p.groups = append(p.groups, g)
 			}
 			g.rows = append(g.rows, rw.vals)
 			g.offs = append(g.offs, r.Offset)
@@ -234,11 +306,11 @@ func mapRecords(ctx context.Context, m mapping, res resolver, c *connectors.Conv
 	case !mapErr && errors.As(err, &re) && !errors.Is(err, record.ErrIncompatible):
 		// A record the pipeline could not convert (errors.tolerance=none):
 		// nothing after it matters; the lowest bad record fails the batch.
-		bad = append(bad, re)
+		p.bad = append(p.bad, re)
 	default:
-		return nil, nil, err
+		return nil, err
 	}
-	return groups, bad, nil
+	return p, nil
 }
 
 // colNames joins the names of cols (for grouping rows by column list).
@@ -252,10 +324,11 @@ func colNames(cols []*column) string {
 }
 
 // mapOne maps a converted record to its rows (none when it is a delete of
-// a table that does not exist). (The runtime converted the key with the
+// a table that does not exist, or when its table must be read, created or
+// altered first: p then says so). (The runtime converted the key with the
 // value when a tombstone may need it, see Sink.ReadsKeys; change events
 // convert theirs anyway.)
-func mapOne(ctx context.Context, m mapping, res resolver, rec *record.Record, slotsOf map[*table]*slots) ([]row, error) {
+func mapOne(m mapping, snap *snapshot, rec *record.Record, slotsOf map[*table]*slots, p *rowPlan) ([]row, error) {
 	format := m.Format
 	if format == "" {
 		format = record.PlaceholderTopic
@@ -267,35 +340,72 @@ func mapOne(ctx context.Context, m mapping, res resolver, rec *record.Record, sl
 	if name == "" || strings.ContainsAny(name, "\x00`") {
 		return nil, record.Errorf(record.ErrDecode, "target table %q of the record: must be non-empty and contain no NUL or backquote", name)
 	}
-	t, err := res.resolve(ctx, name, rec)
-	if err != nil || t == nil {
-		return nil, err
+	if p.waiting[name] {
+		return nil, nil
+	}
+	st := snap.lookup(name)
+	if st == nil {
+		p.reads = append(p.reads, name)
+		p.wait(name)
+		return nil, nil
+	}
+	t := st.t
+	if t == nil {
+		// The table does not exist (auto.create): a delete has nothing to
+		// remove; the first record with a value creates it.
+		if rec.Op != record.OpUpsert || rec.Value.IsNull() {
+			return nil, nil
+		}
+		if m.Create == nil || st.created {
+			return nil, fmt.Errorf("clickhouse: table %q: %w", name, ErrTableNotFound)
+		}
+		ddl, err := m.Create(name, rec)
+		if err != nil {
+			return nil, err
+		}
+		p.creates = append(p.creates, tableCreate{name: name, ddl: ddl})
+		p.wait(name)
+		return nil, nil
+	}
+	sc := slotsOf[t]
+	if sc == nil {
+		sc = newSlots(t)
+		slotsOf[t] = sc
+	}
+	rows, err := rowsOf(t, m, rec, sc)
+	if errors.Is(err, ErrUnsupportedColumn) {
+		return nil, fmt.Errorf("clickhouse: table %s: %w", t.Ident, err)
+	}
+	if !errors.Is(err, record.ErrUnknownField) || len(sc.Unknown) == 0 {
+		return rows, err
 	}
 	// A field without a column: the table is read again (it may have
 	// gained columns since it was cached), then, with auto.evolve, given
-	// the column; each at most once.
-	for attempt := 0; ; attempt++ {
-		sc := slotsOf[t]
-		if sc == nil {
-			sc = newSlots(t)
-			slotsOf[t] = sc
-		}
-		rows, err := rowsOf(t, m, rec, sc)
-		if errors.Is(err, ErrUnsupportedColumn) {
-			return nil, fmt.Errorf("clickhouse: table %s: %w", t.Ident, err)
-		}
-		if attempt == 2 || !errors.Is(err, record.ErrUnknownField) || len(sc.Unknown) == 0 {
-			return rows, err
-		}
-		nt, eerr := res.evolve(ctx, t, rec.Value, slices.Clone(sc.Unknown))
-		if eerr != nil {
-			return nil, eerr
-		}
-		if nt == t {
-			return rows, err
-		}
-		t = nt
+	// the column; each at most once per build.
+	switch {
+	case !st.fresh:
+		p.reads = append(p.reads, name)
+		p.wait(name)
+		return nil, nil
+	case !m.AutoEvolve || st.evolved:
+		return rows, err
 	}
+	var ev *tableEvolve
+	for _, e := range p.evolves {
+		if e.t == t {
+			ev = e
+		}
+	}
+	if ev == nil {
+		ev = &tableEvolve{t: t}
+		p.evolves = append(p.evolves, ev)
+	}
+	for _, n := range sc.Unknown {
+		if !slices.ContainsFunc(ev.cols, func(c [2]string) bool { return c[0] == n }) {
+			ev.cols = append(ev.cols, [2]string{n, evolveType(rec.Value, n, m.Modern)})
+		}
+	}
+	return nil, nil
 }
 
 // slots hold a record's fields by column position, reused from one record

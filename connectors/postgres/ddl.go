@@ -230,17 +230,13 @@ func (w *Writer) createTableSQL(ident string, rec *record.Record) (string, error
 	return b.String(), nil
 }
 
-// createTable runs auto.create's DDL in tx, unless another transaction
-// created the table meanwhile. A transaction-level advisory lock per table
+// createTable runs auto.create's planned statement sql for table ident in
+// tx, unless another transaction created the table meanwhile; it returns
+// sql when it ran it. A transaction-level advisory lock per table
 // serialises concurrent creators (two CREATE TABLE of one name would
 // otherwise fail on the catalog's unique index); it is held until the
 // transaction ends, as the new table's own lock is.
-func (w *Writer) createTable(ctx context.Context, tx pgx.Tx, name string, rec *record.Record) (string, error) {
-	ident := pgx.Identifier{w.cfg.Schema, name}.Sanitize()
-	sql, err := w.createTableSQL(ident, rec)
-	if err != nil {
-		return "", err
-	}
+func (w *Writer) createTable(ctx context.Context, tx pgx.Tx, ident, sql string) (string, error) {
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", "txsink.ddl."+ident); err != nil {
 		return "", ddlErr("auto.create "+ident, err)
 	}
@@ -257,21 +253,13 @@ func (w *Writer) createTable(ctx context.Context, tx pgx.Tx, name string, rec *r
 	return sql, nil
 }
 
-// addColumns is auto.evolve: one nullable column per field of value that
-// t lacks, in the order of names. Columns are never dropped or changed.
-func (w *Writer) addColumns(ctx context.Context, tx pgx.Tx, t *table, value record.Value, names []string) ([]string, error) {
-	// Every name is checked before any column is added: a name no column
-	// can have is the record's fault (dead-lettered under
-	// errors.tolerance=all), and its record adds none of its columns.
-	for _, n := range names {
-		if err := checkIdent("column", n); err != nil {
-			return nil, record.FieldErrorf(n, record.ErrUnknownField, "cannot be a PostgreSQL column name (%v): rename the field with a transform (ReplaceField)", err)
-		}
-	}
+// addColumns is auto.evolve: one nullable column per planned column (their
+// names checked by the plan), in order. Columns are never dropped or
+// changed.
+func (w *Writer) addColumns(ctx context.Context, tx pgx.Tx, t *table, cols []colDef) ([]string, error) {
 	var done []string
-	for _, n := range names {
-		typ, _ := fieldType(value, n)
-		sql := "ALTER TABLE " + t.Ident + " ADD COLUMN IF NOT EXISTS " + pgx.Identifier{n}.Sanitize() + " " + typ
+	for _, c := range cols {
+		sql := "ALTER TABLE " + t.Ident + " ADD COLUMN IF NOT EXISTS " + pgx.Identifier{c.name}.Sanitize() + " " + c.typ
 		if _, err := tx.Exec(ctx, sql); err != nil {
 			return nil, ddlErr(sql, err)
 		}

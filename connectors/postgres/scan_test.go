@@ -20,15 +20,14 @@ import (
 
 // prepareRecord converts r and maps it to its op in p's table without a
 // database (the table is taken as read from the catalog).
-func prepareRecord(ctx context.Context, w *Writer, p *plan, r *kgo.Record) (*op, error) {
-	ws := &writeState{w: w, ddl: true, stats: &WriteStats{}}
+func prepareRecord(ctx context.Context, w *Writer, p *mapping, r *kgo.Record) (*op, error) {
 	c, err := w.records.Convert(ctx, []*kgo.Record{r})
 	if err != nil {
 		return nil, err
 	}
 	var o *op
 	err = c.Each(ctx, func(rec *record.Record) error {
-		ops, err := w.prepareOne(ctx, ws, &target{name: p.t.Name, p: p, sc: newScratch(p.t), fresh: true}, rec)
+		ops, err := w.prepareOne(&catEntry{name: p.t.Name, m: p, sc: newScratch(p.t), fresh: true}, rec, true)
 		if err == nil {
 			o = ops[len(ops)-1]
 		}
@@ -86,7 +85,7 @@ func canonical(value []byte) ([]byte, bool) {
 // by encoding/json, and fails the test when the lazy scanner path does
 // not decide the same as encoding/json: same verdict, same columns, same
 // converted values.
-func prepareBoth(t *testing.T, w *Writer, p *plan, value []byte) {
+func prepareBoth(t *testing.T, w *Writer, p *mapping, value []byte) {
 	t.Helper()
 	ctx := context.Background()
 	r := &kgo.Record{Topic: "t", Partition: 1, Offset: 7, Value: value}
@@ -132,7 +131,7 @@ func TestPrepareScannerMatchesEncodingJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &plan{t: scanTable()}
+	p := &mapping{t: scanTable()}
 	for _, v := range scanSeeds {
 		prepareBoth(t, w, p, []byte(v))
 	}
@@ -147,7 +146,7 @@ func FuzzPrepareScanner(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	p := &plan{t: scanTable()}
+	p := &mapping{t: scanTable()}
 	f.Fuzz(func(t *testing.T, value []byte) {
 		prepareBoth(t, w, p, value)
 	})
@@ -175,7 +174,7 @@ func TestPrepareEnvelope(t *testing.T) {
 		{"field":"day","type":"int32","name":"org.apache.kafka.connect.data.Date"},
 		{"field":"n","type":"int64"}]},
 		"payload":{"price":"MDk=","day":19000,"n":7}}`
-	o, err := prepareRecord(context.Background(), w, &plan{t: tbl}, &kgo.Record{Topic: "t", Value: []byte(value)})
+	o, err := prepareRecord(context.Background(), w, &mapping{t: tbl}, &kgo.Record{Topic: "t", Value: []byte(value)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +183,7 @@ func TestPrepareEnvelope(t *testing.T) {
 		t.Fatalf("vals = %#v, want %#v", o.vals, want)
 	}
 	// A primitive value is a bad record naming what it got.
-	_, err = prepareRecord(context.Background(), w, &plan{t: tbl}, &kgo.Record{Topic: "t", Value: []byte(`{"schema":{"type":"string"},"payload":"x"}`)})
+	_, err = prepareRecord(context.Background(), w, &mapping{t: tbl}, &kgo.Record{Topic: "t", Value: []byte(`{"schema":{"type":"string"},"payload":"x"}`)})
 	if !errors.Is(err, record.ErrDecode) || !strings.Contains(err.Error(), "got a string") {
 		t.Fatalf("primitive value: %v", err)
 	}
@@ -202,7 +201,7 @@ func TestPrepareEnvelopeRequired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &plan{t: scanTable()}
+	p := &mapping{t: scanTable()}
 	o, err := prepareRecord(context.Background(), w, p, &kgo.Record{Topic: "t", Value: []byte(`{"id":"a"}`)})
 	if o != nil || !record.IsBadRecord(err) || !errors.Is(err, record.ErrDecode) {
 		t.Fatalf("op %v err %v", o, err)
@@ -218,23 +217,52 @@ func BenchmarkPrepare(b *testing.B) {
 	}
 	tbl := scanTable()
 	tbl.Columns[2].MaxLen = -1
-	p := &plan{t: tbl}
+	p := &mapping{t: tbl}
 	recs := make([]*kgo.Record, 1000)
 	for i := range recs {
 		recs[i] = &kgo.Record{Value: fmt.Appendf(nil, `{"id":"k%010d","seq":%d,"body":"%060d"}`, i, i, i)}
 	}
 	ctx := context.Background()
-	ws := &writeState{w: w, ddl: true, stats: &WriteStats{}}
 	for b.Loop() {
-		tg := &target{name: "t", p: p, sc: newScratch(p.t), fresh: true}
+		e := &catEntry{name: "t", m: p, sc: newScratch(p.t), fresh: true}
 		c, err := w.records.Convert(ctx, recs)
 		if err != nil {
 			b.Fatal(err)
 		}
 		if err := c.Each(ctx, func(rec *record.Record) error {
-			_, err := w.prepareOne(ctx, ws, tg, rec)
+			_, err := w.prepareOne(e, rec, true)
 			return err
 		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPlan plans a bench-shaped batch of schemaless JSON records
+// against a snapshot holding its table: conversion, mapping and the
+// plan's bookkeeping, one pass.
+func BenchmarkPlan(b *testing.B) {
+	w, err := NewWriter(WriterConfig{Connector: "scan", TableNameFormat: "t"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	tbl := scanTable()
+	tbl.Columns[2].MaxLen = -1
+	recs := make([]*kgo.Record, 1000)
+	for i := range recs {
+		recs[i] = &kgo.Record{Topic: "t", Offset: int64(i), Value: fmt.Appendf(nil, `{"id":"k%010d","seq":%d,"body":"%060d"}`, i, i, i)}
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		cat := newCatalog("public", nil)
+		cat.set(w, "t", tbl, true)
+		c, err := w.records.Convert(ctx, recs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		p, err := w.plan(ctx, cat, c, true)
+		if err != nil || len(p.tables) != 1 || len(p.tables[0].ops) != len(recs) {
 			b.Fatal(err)
 		}
 	}

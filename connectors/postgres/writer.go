@@ -12,7 +12,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -251,67 +250,6 @@ type WriteStats struct {
 	SchemaChanges int
 }
 
-// op is one record's pending change.
-type op struct {
-	rec   *kgo.Record
-	del   bool
-	trunc bool      // TRUNCATE the table: every earlier op of the table is moot
-	keyed bool      // applied by key, a key's last op winning (upsert mode, change events)
-	extra bool      // a second op of its record (the delete of a moved key): not counted
-	pk    []*column // key columns: the conflict target of an upsert, the WHERE of a delete
-	cols  []*column // value columns in table order (inserts), pk columns (deletes)
-	vals  []any
-	// keep are columns of an upsert whose value the source could not
-	// send (record.Change.Unavailable): the row keeps its own, and a new
-	// row reads it from the row of its key, if any (so a NOT NULL column
-	// without it is refused, never written empty).
-	keep  []*column
-	shape string // the column set and key, groups ops into one statement
-	key   string // de-duplication key (keyed ops)
-}
-
-// plan is what a Write needs about its table beyond the catalog.
-type plan struct {
-	t      *table
-	pkCols []*column // the pk columns of pk.mode in pk.fields order; nil for pk.mode=none
-	pkErr  error     // why pk.mode's columns cannot be used with this table (met by the first record that needs them)
-	// cdcKeys caches the key columns of change events by key field names.
-	cdcKeys map[string][]*column
-	// checked caches the narrowing check of auto.evolve by value schema.
-	checked map[*record.Schema]error
-}
-
-// target is one table a Write writes.
-type target struct {
-	name    string
-	p       *plan
-	sc      *scratch
-	ops     []*op
-	fresh   bool // read from the catalog during this Write
-	changed bool // created or altered in this transaction: never cached
-	missing bool // does not exist (auto.create): deletes and truncates are no-ops until a record creates it
-}
-
-// writeState is one Write's progress.
-type writeState struct {
-	w       *Writer
-	tx      pgx.Tx
-	ddl     bool
-	targets map[string]*target
-	order   []*target
-	stats   *WriteStats
-	// deletes and truncates of tables that do not exist (auto.create)
-	noopDeletes, noopTruncates int
-}
-
-// errRemap restarts a Write's mapping: a table's description changed
-// (reloaded, altered), so the ops mapped so far against it are stale.
-var errRemap = errors.New("remap")
-
-// maxRemaps bounds the restarts of one Write's mapping: each follows a
-// table read again or given columns, so a batch needs a few at most.
-const maxRemaps = 100
-
 // Write writes one partition's batch (records in offset order, all of the
 // same topic and partition) inside tx. Each record goes to the table
 // table.name.format names for it (${topic}, and for change events
@@ -360,45 +298,56 @@ func (w *Writer) Write(ctx context.Context, tx pgx.Tx, records []*kgo.Record) (W
 // wait for a decision that waits for them. With schemaChanges false, a
 // batch that needs one fails with an error wrapping ErrSchemaChange and
 // nothing written; the runtime then gives the batch a round of its own.
+//
+// The batch is planned (see plan) against a snapshot of the cached table
+// descriptions; the tables the plan lacks are read and the schema changes
+// it needs are made in tx, each followed by a pass planned against the
+// new snapshot; the complete plan is then applied.
 func (w *Writer) WriteBatch(ctx context.Context, tx pgx.Tx, c *connectors.Converted, schemaChanges bool) (WriteStats, error) {
 	var stats WriteStats
-	ws := &writeState{w: w, tx: tx, ddl: schemaChanges, targets: map[string]*target{}, stats: &stats}
-	var bad []*record.Error
-	for remaps := 0; ; remaps++ {
+	cat := newCatalog(w.cfg.Schema, &w.tables)
+	var p *batchPlan
+	for {
 		var err error
-		bad, err = ws.mapAll(ctx, c)
-		if errors.Is(err, errRemap) && remaps < maxRemaps {
-			continue
+		if p, err = w.plan(ctx, cat, c, schemaChanges); err != nil {
+			return WriteStats{}, err
 		}
-		if errors.Is(err, errRemap) {
-			return WriteStats{}, fmt.Errorf("postgres: the target tables kept changing while the batch was mapped (%d times)", remaps)
+		switch {
+		case len(p.reads) > 0:
+			err = w.read(ctx, tx, cat, p.reads)
+		case len(p.changes) > 0:
+			err = w.changeSchema(ctx, tx, cat, p.changes, &stats)
 		}
 		if err != nil {
 			return WriteStats{}, err
 		}
-		break
+		if len(p.reads) == 0 && len(p.changes) == 0 {
+			break
+		}
 	}
+	stats.Dropped, stats.Deleted, stats.Truncated = p.dropped, p.noopDeletes, p.noopTruncates
+	bad := p.bad
 	if !c.Tolerant() && len(bad) > 0 {
 		// Nothing at or after the first bad offset matters, but a record
 		// before it that the database rejects comes first.
 		first := bad[0].Offset
-		for _, tg := range ws.order {
-			tg.ops = slices.DeleteFunc(tg.ops, func(o *op) bool { return o.rec.Offset >= first })
+		for _, tp := range p.tables {
+			tp.ops = slices.DeleteFunc(tp.ops, func(o *op) bool { return o.rec.Offset >= first })
 		}
 	}
-	for _, tg := range ws.order {
-		dbBad, err := w.apply(ctx, tx, tg, &stats)
+	for _, tp := range p.tables {
+		dbBad, err := w.apply(ctx, tx, tp, &stats)
 		if err != nil {
-			if code := pgCode(err); tg.p != nil && (code == "42P01" || code == "42703" || code == "42804") {
-				w.tables.forget(tg.p.t.Ident) // the table changed under the cache
+			if code := pgCode(err); tp.e.m != nil && (code == "42P01" || code == "42703" || code == "42804") {
+				w.tables.forget(tp.e.m.t.Ident) // the table changed under the cache
 			}
 			return WriteStats{}, err
 		}
 		bad = append(bad, dbBad...)
 	}
-	for _, tg := range ws.order {
-		if tg.fresh && !tg.changed && tg.p != nil {
-			w.tables.put(tg.p.t.Ident, tg.p.t)
+	for _, tp := range p.tables {
+		if e := tp.e; e.fresh && !e.changed && e.m != nil {
+			w.tables.put(e.m.t.Ident, e.m.t)
 		}
 	}
 	// The records the database or the mapping refused go to the
@@ -423,578 +372,73 @@ func (w *Writer) WriteBatch(ctx context.Context, tx pgx.Tx, c *connectors.Conver
 	return stats, nil
 }
 
-// mapAll converts every record through the pipeline (one at a time, into
-// reused buffers) and maps it to its table's ops. Bad records come back as record errors in offset order
-// (with errors.tolerance=none only the first: nothing after it matters);
-// err is for problems that are not a record's fault (an unsupported column
-// type, an unavailable schema registry, a needed schema change, an
-// incompatible one), and errRemap when a table changed and mapping must
-// start over.
-func (ws *writeState) mapAll(ctx context.Context, c *connectors.Converted) (bad []*record.Error, err error) {
-	for _, tg := range ws.order {
-		tg.ops = tg.ops[:0]
-	}
-	ws.noopDeletes, ws.noopTruncates = 0, 0
-	// With errors.tolerance=none the first bad record ends the pass:
-	// nothing after it matters.
-	errStop := errors.New("stop")
-	mapErr := false // Each's error is the mapping's
-	err = c.Each(ctx, func(rec *record.Record) error {
-		_, err := ws.mapOne(ctx, rec)
-		if err == nil {
-			return nil
-		}
-		mapErr = true
-		if errors.Is(err, errRemap) || errors.Is(err, ErrUnsupportedColumn) || errors.Is(err, ErrSchemaChange) || !record.IsCause(err) {
+// read reads the tables names from the database into cat (fresh). A table
+// that does not exist is an error wrapping ErrTableNotFound, unless
+// auto.create is on: then it is known not to exist.
+func (w *Writer) read(ctx context.Context, tx pgx.Tx, cat *catalog, names []string) error {
+	for _, name := range names {
+		t, err := loadTable(ctx, tx, w.cfg.Schema, name)
+		if err != nil && !(errors.Is(err, ErrTableNotFound) && w.cfg.AutoCreate) {
 			return err
 		}
-		re := badRecord(rec.Raw, err)
-		if errors.Is(re, record.ErrIncompatible) {
-			return re // never dead-lettered: the partition stops here
-		}
-		bad = append(bad, re)
-		if !c.Tolerant() {
-			return errStop
-		}
-		return nil
-	})
-	var re *record.Error
-	switch {
-	case err == nil, err == errStop:
-	case !mapErr && errors.As(err, &re) && !errors.Is(err, record.ErrIncompatible):
-		// A record the pipeline could not convert (errors.tolerance=none):
-		// the first bad one, as a record the mapping refused.
-		bad = append(bad, re)
-	default:
-		return nil, err
-	}
-	ws.stats.Dropped = c.Dropped()
-	ws.stats.Deleted, ws.stats.Truncated = ws.noopDeletes, ws.noopTruncates
-	return bad, nil
-}
-
-// mapOne maps a converted record and appends its ops to its table's. It
-// returns the ops (an empty slice for a no-op).
-func (ws *writeState) mapOne(ctx context.Context, rec *record.Record) ([]*op, error) {
-	w := ws.w
-	name, err := rec.TableName(w.cfg.TableNameFormat)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkIdent("table.name.format", name); err != nil {
-		return nil, record.Errorf(record.ErrDecode, "target table of the record: %v", err)
-	}
-	tg, err := ws.target(ctx, name, rec)
-	if err != nil {
-		return nil, err
-	}
-	if tg.missing {
-		// A delete or truncate of a table that does not exist yet.
-		if rec.Op == record.OpTruncate {
-			ws.noopTruncates++
-		} else {
-			ws.noopDeletes++
-		}
-		return []*op{}, nil
-	}
-	ops, err := w.prepareOne(ctx, ws, tg, rec)
-	if errors.Is(err, ErrUnsupportedColumn) {
-		return nil, fmt.Errorf("postgres: table %s: %w", tg.p.t.Ident, err)
-	}
-	if err != nil {
-		return nil, err
-	}
-	tg.ops = append(tg.ops, ops...)
-	return ops, nil
-}
-
-// target returns the table name, loading it (or, with auto.create and a
-// record that has columns, creating it) on first use in this Write.
-func (ws *writeState) target(ctx context.Context, name string, rec *record.Record) (*target, error) {
-	w := ws.w
-	tg := ws.targets[name]
-	if tg == nil {
-		t, fresh, err := w.table(ctx, ws.tx, name)
-		switch {
-		case errors.Is(err, ErrTableNotFound) && w.cfg.AutoCreate:
-			tg = &target{name: name, missing: true}
-		case err != nil:
-			return nil, err
-		default:
-			tg = &target{name: name, p: w.newPlan(t), sc: newScratch(t), fresh: fresh}
-		}
-		ws.targets[name] = tg
-		ws.order = append(ws.order, tg)
-	}
-	if !tg.missing || rec.Op != record.OpUpsert || rec.Value.IsNull() {
-		return tg, nil
-	}
-	if !ws.ddl {
-		return nil, schemaChangeNeeded(name, "auto.create")
-	}
-	if rec.Value.Kind() != record.KindStruct {
-		return nil, record.Errorf(record.ErrDecode, "auto.create: value must be a struct (a JSON object), got %s", rec.Value.Describe())
-	}
-	sql, err := w.createTable(ctx, ws.tx, name, rec)
-	if err != nil {
-		return nil, err
-	}
-	if sql != "" {
-		ws.schemaChanged(sql)
-	}
-	t, err := loadTable(ctx, ws.tx, w.cfg.Schema, name)
-	if err != nil {
-		return nil, err
-	}
-	tg.p, tg.sc, tg.fresh, tg.changed, tg.missing = w.newPlan(t), newScratch(t), true, sql != "", false
-	return nil, errRemap
-}
-
-// schemaChanged counts and logs a schema change made in the transaction.
-func (ws *writeState) schemaChanged(sql string) {
-	ws.stats.SchemaChanges++
-	ws.w.log.Info("schema change in the batch's transaction; it commits or rolls back with the batch", "sql", sql)
-}
-
-// reload reads tg's table from the catalog again (it may have gained
-// columns since it was cached) and restarts the mapping.
-func (ws *writeState) reload(ctx context.Context, tg *target) error {
-	t, err := loadTable(ctx, ws.tx, ws.w.cfg.Schema, tg.name)
-	if err != nil {
-		return err
-	}
-	ws.w.tables.forget(t.Ident)
-	tg.p, tg.sc, tg.fresh = ws.w.newPlan(t), newScratch(t), true
-	return errRemap
-}
-
-// evolve adds the columns of value's fields names (auto.evolve) and
-// restarts the mapping.
-func (ws *writeState) evolve(ctx context.Context, tg *target, value record.Value, names []string) error {
-	if !ws.ddl {
-		return schemaChangeNeeded(tg.name, "auto.evolve")
-	}
-	names = slices.Compact(slices.Clone(names))
-	done, err := ws.w.addColumns(ctx, ws.tx, tg.p.t, value, names)
-	if err != nil {
-		return err
-	}
-	for _, sql := range done {
-		ws.schemaChanged(sql)
-	}
-	tg.changed = true
-	ws.w.tables.forget(tg.p.t.Ident)
-	return ws.reload(ctx, tg)
-}
-
-// table returns the description of a table, from the cache or, when it is
-// not there, from the catalog (fresh).
-func (w *Writer) table(ctx context.Context, tx pgx.Tx, name string) (*table, bool, error) {
-	if t := w.tables.get(pgx.Identifier{w.cfg.Schema, name}.Sanitize()); t != nil {
-		return t, false, nil
-	}
-	t, err := loadTable(ctx, tx, w.cfg.Schema, name)
-	return t, err == nil, err
-}
-
-// newPlan resolves pk.mode's columns in t.
-func (w *Writer) newPlan(t *table) *plan {
-	p := &plan{t: t}
-	var names []string
-	switch w.cfg.PKMode {
-	case PKModeNone:
-	case PKModeKafka:
-		names = w.cfg.PKFields
-		if len(names) == 0 {
-			names = DefaultKafkaPKFields
-		}
-	default:
-		names = w.cfg.PKFields
-		if len(names) == 0 {
-			names = t.PrimaryKey
-		}
-		if len(names) == 0 {
-			p.pkErr = fmt.Errorf("pk.fields: empty and table %s has no primary key: list the key columns in pk.fields", t.Ident)
-			return p
-		}
-	}
-	for _, n := range names {
-		c := t.column(n)
-		if c == nil {
-			p.pkErr = fmt.Errorf("pk.fields: table %s has no column %q", t.Ident, n)
-			return p
-		}
-		p.pkCols = append(p.pkCols, c)
-	}
-	if w.cfg.InsertMode == InsertModeUpsert && !t.hasUnique(names) {
-		p.pkErr = fmt.Errorf("postgres: upsert into %s on (%s): %w", t.Ident, strings.Join(names, ", "), ErrNoConflictTarget)
-	}
-	return p
-}
-
-// cdcKey returns the key columns of a change event's key: the fields of a
-// struct key, or the table's one-column primary key for a primitive key.
-// They must be the table's primary key (or a unique index): a key that
-// changed is an incompatible change.
-func (p *plan) cdcKey(key record.Value) ([]*column, error) {
-	var names []string
-	if key.Kind() == record.KindStruct {
-		err := key.Range(func(name []byte, _ record.Value) error {
-			names = append(names, string(name))
-			return nil
-		})
-		if err != nil {
-			return nil, err
-		}
-	} else if len(p.t.PrimaryKey) == 1 {
-		names = p.t.PrimaryKey
-	}
-	sig := strings.Join(names, "\x00")
-	if cols, ok := p.cdcKeys[sig]; ok {
-		return cols, nil
-	}
-	what := "(" + strings.Join(names, ", ") + ")"
-	if len(names) == 0 {
-		return nil, record.Errorf(record.ErrIncompatible, "the change event's key is %s but table %s has no one-column primary key to apply it to", key.Describe(), p.t.Ident)
-	}
-	var cols []*column
-	for _, n := range names {
-		c := p.t.column(n)
-		if c == nil {
-			return nil, record.FieldErrorf(n, record.ErrIncompatible, "the change event's key %s has a field %q that table %s has no column for: the source's key changed; give the table that primary key (or recreate it with auto.create), then restart the task", what, n, p.t.Ident)
-		}
-		cols = append(cols, c)
-	}
-	if !p.t.hasUnique(names) {
-		return nil, record.Errorf(record.ErrIncompatible, "the change event's key %s is not the primary key (nor a unique index) of table %s (primary key (%s)): the source's key changed; change the table's primary key to %s, then restart the task", what, p.t.Ident, strings.Join(p.t.PrimaryKey, ", "), what)
-	}
-	if p.cdcKeys == nil {
-		p.cdcKeys = map[string][]*column{}
-	}
-	p.cdcKeys[sig] = cols
-	return cols, nil
-}
-
-// badRecord is the bad-record error of r for cause err; a database
-// rejection names the column the server reported.
-func badRecord(r *kgo.Record, err error) *record.Error {
-	re := record.Locate(r, err)
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && re.Field == "" {
-		re.Field = pe.ColumnName
-	}
-	return re
-}
-
-// scratch is what prepare reuses from one record to the next.
-type scratch struct {
-	record.Slots // the value's fields per column (t.Columns order)
-	shape        []byte
-	cols         []*column
-	shapes       map[string]shape // interned shapes: most batches have one
-	vals         []any            // carved into ops' vals
-}
-
-func newScratch(t *table) *scratch {
-	return &scratch{Slots: record.NewSlots(len(t.Columns)), shapes: map[string]shape{}}
-}
-
-// shape is a column set: its key and its columns (shared by the ops).
-type shape struct {
-	key  string
-	cols []*column
-}
-
-// valSlice returns an empty slice with room for n values, carved from a
-// larger allocation.
-func (sc *scratch) valSlice(n int) []any {
-	if len(sc.vals) < n {
-		sc.vals = make([]any, max(n*256, 1024))
-	}
-	v := sc.vals[:0:n]
-	sc.vals = sc.vals[n:]
-	return v
-}
-
-// intern returns the shape of sc.shape and sc.cols, allocating once per
-// distinct shape.
-func (sc *scratch) intern() (string, []*column) {
-	if s, ok := sc.shapes[string(sc.shape)]; ok {
-		return s.key, s.cols
-	}
-	s := shape{key: string(sc.shape), cols: slices.Clone(sc.cols)}
-	sc.shapes[s.key] = s
-	return s.key, s.cols
-}
-
-// fill maps the fields of a struct value onto sc's slots by column name,
-// the last of duplicate names winning. A field without a column is an
-// error naming the first unknown field in sorted order (sc.Unknown lists
-// them all).
-func (sc *scratch) fill(t *table, value record.Value) error {
-	clear(sc.Set)
-	err := sc.Fill(value, nil, func(name []byte) (int, bool) {
-		if c := t.byName[string(name)]; c != nil {
-			return c.Index, true
-		}
-		return 0, false
-	})
-	if err != nil {
-		return err
-	}
-	first, n := sc.FirstUnknown()
-	if n == 0 {
-		return nil
-	}
-	return record.FieldErrorf(first, record.ErrUnknownField, "table %s has no column %q (%d unknown field(s); auto.evolve=true adds them)",
-		t.Ident, record.Truncate(first, 63), n)
-}
-
-// keyColumns reads the key columns a record key supplies: the fields of a
-// struct key, or a primitive key for a single key column.
-func keyColumns(pk []*column, key record.Value) (map[string]record.Value, error) {
-	if key.IsNull() {
-		return nil, record.Errorf(record.ErrMissingKey, "the record has no key (pk.mode=record_key, or a change event)")
-	}
-	out := make(map[string]record.Value, len(pk))
-	if key.Kind() != record.KindStruct {
-		if len(pk) != 1 {
-			return nil, record.Errorf(record.ErrMissingKey, "primitive key but %d pk columns (%s): use a struct (JSON object) key", len(pk), pkNames(pk))
-		}
-		out[pk[0].Name] = key
-		return out, nil
-	}
-	for _, c := range pk {
-		v, ok := key.Get(c.Name)
-		if !ok {
-			return nil, record.FieldErrorf(c.Name, record.ErrMissingKey, "the key has no field %q", c.Name)
-		}
-		out[c.Name] = v
-	}
-	return out, nil
-}
-
-// prepareOne maps a converted record to its ops in tg: usually one; two
-// for an update that moved its key (a delete of the old key first).
-func (w *Writer) prepareOne(ctx context.Context, ws *writeState, tg *target, rec *record.Record) ([]*op, error) {
-	p, sc, r := tg.p, tg.sc, rec.Raw
-	t := p.t
-	if rec.Op == record.OpTruncate {
-		if !ws.ddl {
-			return nil, schemaChangeNeeded(tg.name, "a TRUNCATE")
-		}
-		return []*op{{rec: r, trunc: true}}, nil
-	}
-	o := &op{rec: r, keyed: w.cfg.InsertMode == InsertModeUpsert}
-
-	// The key columns and the values that come from the key.
-	var fromKey map[string]record.Value
-	var err error
-	switch {
-	case rec.Change != nil && rec.Key.IsNull():
-		if rec.Op == record.OpDelete || rec.Change.Op == 'u' {
-			return nil, record.Errorf(record.ErrMissingKey, "a change event with op %q and a null key: the source table has no primary key (Debezium sends a null key); give it one, or set the source connector's message.key.columns", rec.Change.OpText())
-		}
-		o.keyed = false // a keyless source table: inserts only
-	case rec.Change != nil:
-		if o.pk, err = p.cdcKey(rec.Key); err != nil {
-			return nil, err
-		}
-		if fromKey, err = keyColumns(o.pk, rec.Key); err != nil {
-			return nil, err
-		}
-		o.keyed = true
-	default:
-		if p.pkErr != nil {
-			return nil, p.pkErr
-		}
-		o.pk = p.pkCols
-		switch w.cfg.PKMode {
-		case PKModeRecordKey:
-			if fromKey, err = keyColumns(o.pk, rec.Key); err != nil {
-				return nil, err
-			}
-		case PKModeKafka:
-			fromKey = map[string]record.Value{
-				o.pk[0].Name: record.String(r.Topic),
-				o.pk[1].Name: record.Int(int64(r.Partition)),
-				o.pk[2].Name: record.Int(r.Offset),
-			}
-		}
-	}
-
-	value := rec.Value
-	if rec.Op == record.OpDelete || value.IsNull() {
-		if rec.Op != record.OpDelete && !w.cfg.DeleteEnabled {
-			return nil, record.ErrTombstone
-		}
-		if err := o.setKey(fromKey); err != nil {
-			return nil, err
-		}
-		o.del = true
-		return []*op{o}, nil
-	}
-	if value.Kind() != record.KindStruct {
-		return nil, record.Errorf(record.ErrDecode, "value must be a struct (a JSON object), got %s", value.Describe())
-	}
-	if err := sc.fill(t, value); err != nil {
-		if !errors.Is(err, record.ErrUnknownField) {
-			return nil, err
-		}
-		if !tg.fresh {
-			return nil, ws.reload(ctx, tg) // the table may have gained columns since it was cached
-		}
-		if w.cfg.AutoEvolve {
-			return nil, ws.evolve(ctx, tg, value, sc.Unknown)
-		}
-		return nil, err
-	}
-	if w.cfg.AutoEvolve {
-		if s := value.Schema(); s != nil {
-			cerr, ok := p.checked[s]
-			if !ok {
-				cerr = checkNarrowing(t, s)
-				if p.checked == nil {
-					p.checked = map[*record.Schema]error{}
-				}
-				p.checked[s] = cerr
-			}
-			if cerr != nil {
-				return nil, cerr
-			}
-		}
-	}
-
-	// Fields holding the source's placeholder for an unchanged value it
-	// could not read carry none: the row keeps its own.
-	if rec.Change != nil {
-		for _, name := range rec.Change.Unavailable {
-			if c := t.byName[name]; c != nil && sc.Set[c.Index] && !c.Generated {
-				sc.Set[c.Index] = false
-				o.keep = append(o.keep, c)
-			}
-		}
-	}
-
-	sc.shape = sc.shape[:0]
-	sc.cols = sc.cols[:0]
-	o.vals = sc.valSlice(len(t.Columns))
-	for _, c := range t.Columns {
-		var v *record.Value
-		if fromKey != nil {
-			if kv, ok := fromKey[c.Name]; ok {
-				v = &kv
-			}
-		}
-		if v == nil && sc.Set[c.Index] {
-			v = &sc.Vals[c.Index]
-		}
-		if v == nil && rec.Change != nil {
-			if cv, ok := convert.ChangeColumn(c.Name, rec.Change); ok {
-				v = &cv
-			}
-		}
-		if v == nil {
-			if c.NotNull && !c.HasDef && !slices.Contains(o.keep, c) {
-				return nil, record.FieldErrorf(c.Name, record.ErrCoerce, "no value for NOT NULL column %q, which has no default", c.Name)
-			}
-			continue
-		}
-		if c.Generated {
-			return nil, record.FieldErrorf(c.Name, record.ErrCoerce, "column %q is generated and cannot be written", c.Name)
-		}
-		x, err := coerce(c, v)
-		if err != nil {
-			return nil, err
-		}
-		sc.cols = append(sc.cols, c)
-		o.vals = append(o.vals, x)
-		sc.shape = strconv.AppendInt(sc.shape, int64(c.Index), 10)
-		sc.shape = append(sc.shape, ',')
-	}
-	if len(sc.cols) == 0 {
-		return nil, record.Errorf(record.ErrDecode, "the value sets no column")
-	}
-	if len(o.keep) > 0 {
-		slices.SortFunc(o.keep, func(a, b *column) int { return a.Index - b.Index })
-		sc.shape = appendKeep(sc.shape, o.keep)
-	}
-	if o.keyed {
-		sc.shape = append(sc.shape, '|')
-		for _, c := range o.pk {
-			sc.shape = strconv.AppendInt(sc.shape, int64(c.Index), 10)
-			sc.shape = append(sc.shape, ',')
-		}
-	}
-	o.shape, o.cols = sc.intern()
-	if o.keyed {
-		keyVals := make([]any, 0, len(o.pk))
-		for _, c := range o.pk {
-			i := slices.Index(o.cols, c)
-			if i < 0 || o.vals[i] == nil {
-				return nil, record.FieldErrorf(c.Name, record.ErrMissingKey, "no value for pk column %q", c.Name)
-			}
-			keyVals = append(keyVals, o.vals[i])
-		}
-		o.key = keySignature(o.pk) + keyString(keyVals)
-	}
-	if rec.OldKey.IsNull() || !o.keyed {
-		return []*op{o}, nil
-	}
-	// An update that moved its row to another key: delete the old one.
-	oldKey, err := keyColumns(o.pk, rec.OldKey)
-	if err != nil {
-		return nil, err
-	}
-	moved := &op{rec: r, del: true, keyed: true, extra: true, pk: o.pk}
-	if err := moved.setKey(oldKey); err != nil {
-		return nil, err
-	}
-	return []*op{moved, o}, nil
-}
-
-// setKey makes o a delete of the row whose key columns hold fromKey.
-func (o *op) setKey(fromKey map[string]record.Value) error {
-	for _, c := range o.pk {
-		kv := fromKey[c.Name]
-		v, err := coerce(c, &kv)
-		if err != nil {
-			return err
-		}
-		if v == nil {
-			return record.FieldErrorf(c.Name, record.ErrMissingKey, "null key column")
-		}
-		o.cols = append(o.cols, c)
-		o.vals = append(o.vals, v)
-	}
-	o.shape = "d" + keySignature(o.pk)
-	if o.keyed {
-		o.key = keySignature(o.pk) + keyString(o.vals)
+		w.tables.forget(pgx.Identifier{w.cfg.Schema, name}.Sanitize())
+		cat.set(w, name, t, true)
 	}
 	return nil
 }
 
-// keySignature names a key's column set, so that keys of different
-// column sets never collide.
-func keySignature(pk []*column) string {
-	var b strings.Builder
-	for _, c := range pk {
-		b.WriteString(strconv.Itoa(c.Index))
-		b.WriteByte(',')
+// changeSchema makes changes in tx (auto.create, auto.evolve) and reads
+// the changed tables again into cat. A table is altered by auto.evolve
+// at most once per write (its plan asks for every column its records
+// lack at once).
+func (w *Writer) changeSchema(ctx context.Context, tx pgx.Tx, cat *catalog, changes []*schemaChange, stats *WriteStats) error {
+	for _, ch := range changes {
+		e := cat.entries[ch.table]
+		ident := pgx.Identifier{w.cfg.Schema, ch.table}.Sanitize()
+		var done []string
+		if ch.create != "" {
+			sql, err := w.createTable(ctx, tx, ident, ch.create)
+			if err != nil {
+				return err
+			}
+			if sql != "" {
+				done = append(done, sql)
+			}
+		} else {
+			if e.evolved {
+				return fmt.Errorf("postgres: table %s needs a second auto.evolve change in one transaction", ident)
+			}
+			var err error
+			if done, err = w.addColumns(ctx, tx, e.m.t, ch.columns); err != nil {
+				return err
+			}
+			e.evolved = true
+		}
+		for _, sql := range done {
+			stats.SchemaChanges++
+			w.log.Info("schema change in the batch's transaction; it commits or rolls back with the batch", "sql", sql)
+		}
+		e.changed = e.changed || len(done) > 0
+		w.tables.forget(ident)
+		t, err := loadTable(ctx, tx, w.cfg.Schema, ch.table)
+		if err != nil {
+			return err
+		}
+		cat.set(w, ch.table, t, true)
 	}
-	b.WriteByte('|')
-	return b.String()
+	return nil
 }
 
 // apply writes a table's ops: a truncate first (the last one; what came
 // before it is moot), then runs of ordered ops (COPY and tombstone
 // deletes in insert mode) and keyed ops (upserts, change events) in
 // record order.
-func (w *Writer) apply(ctx context.Context, tx pgx.Tx, tg *target, stats *WriteStats) ([]*record.Error, error) {
-	ops := tg.ops
-	if len(ops) == 0 || tg.p == nil {
+func (w *Writer) apply(ctx context.Context, tx pgx.Tx, tp *tablePlan, stats *WriteStats) ([]*record.Error, error) {
+	ops := tp.ops
+	if len(ops) == 0 || tp.e.m == nil {
 		return nil, nil
 	}
+	t := tp.e.m.t
 	for i := len(ops) - 1; i >= 0; i-- {
 		if !ops[i].trunc {
 			continue
@@ -1006,7 +450,7 @@ func (w *Writer) apply(ctx context.Context, tx pgx.Tx, tg *target, stats *WriteS
 				stats.Superseded++
 			}
 		}
-		sql := "TRUNCATE TABLE " + tg.p.t.Ident
+		sql := "TRUNCATE TABLE " + t.Ident
 		stats.ReadsTable = true
 		if _, err := tx.Exec(ctx, sql); err != nil {
 			return nil, ddlErr(sql, err)
@@ -1027,9 +471,9 @@ func (w *Writer) apply(ctx context.Context, tx pgx.Tx, tg *target, stats *WriteS
 		var err error
 		if run[0].keyed {
 			stats.ReadsTable = true
-			b, err = w.applyKeyed(ctx, tx, tg.p, run, stats)
+			b, err = w.applyKeyed(ctx, tx, t, run, stats)
 		} else {
-			b, err = w.applyOrdered(ctx, tx, tg.p, run, stats)
+			b, err = w.applyOrdered(ctx, tx, t, run, stats)
 		}
 		if err != nil {
 			return nil, err
@@ -1103,7 +547,7 @@ func numericKey(n pgtype.Numeric) string {
 // applyOrdered applies ops in offset order (insert mode): runs of inserts
 // between tombstones go in with COPY, one per column set, runs of tombstones
 // with one DELETE.
-func (w *Writer) applyOrdered(ctx context.Context, tx pgx.Tx, p *plan, ops []*op, stats *WriteStats) ([]*record.Error, error) {
+func (w *Writer) applyOrdered(ctx context.Context, tx pgx.Tx, t *table, ops []*op, stats *WriteStats) ([]*record.Error, error) {
 	var bad []*record.Error
 	for len(ops) > 0 {
 		n := 1
@@ -1114,7 +558,7 @@ func (w *Writer) applyOrdered(ctx context.Context, tx pgx.Tx, p *plan, ops []*op
 		ops = ops[n:]
 		if run[0].del {
 			stats.ReadsTable = true
-			b, err := w.bisect(ctx, tx, run, func(ops []*op) error { return w.execDelete(ctx, tx, p, ops) })
+			b, err := w.bisect(ctx, tx, run, func(ops []*op) error { return w.execDelete(ctx, tx, t, ops) })
 			if err != nil {
 				return nil, err
 			}
@@ -1124,7 +568,7 @@ func (w *Writer) applyOrdered(ctx context.Context, tx pgx.Tx, p *plan, ops []*op
 		}
 		for _, group := range groupByShape(run) {
 			cols := group[0].cols
-			b, err := w.bisect(ctx, tx, group, func(ops []*op) error { return w.execCopy(ctx, tx, p, cols, ops) })
+			b, err := w.bisect(ctx, tx, group, func(ops []*op) error { return w.execCopy(ctx, tx, t, cols, ops) })
 			if err != nil {
 				return nil, err
 			}
@@ -1139,7 +583,7 @@ func (w *Writer) applyOrdered(ctx context.Context, tx pgx.Tx, p *plan, ops []*op
 // When the database rejects a key's last op, the key's previous op is tried
 // in the next round, so the table ends as if the records had been applied
 // one by one, skipping the bad ones.
-func (w *Writer) applyKeyed(ctx context.Context, tx pgx.Tx, p *plan, ops []*op, stats *WriteStats) ([]*record.Error, error) {
+func (w *Writer) applyKeyed(ctx context.Context, tx pgx.Tx, t *table, ops []*op, stats *WriteStats) ([]*record.Error, error) {
 	history := make(map[string][]*op) // per key, its ops in offset order
 	var keys []string                 // in order of first appearance
 	for _, o := range ops {
@@ -1153,7 +597,7 @@ func (w *Writer) applyKeyed(ctx context.Context, tx pgx.Tx, p *plan, ops []*op, 
 	for len(pending) > 0 {
 		var dels, ups []*op
 		for _, k := range pending {
-			up, del := collapse(p.t, history[k])
+			up, del := collapse(t, history[k])
 			if del != nil {
 				dels = append(dels, del)
 			}
@@ -1163,7 +607,7 @@ func (w *Writer) applyKeyed(ctx context.Context, tx pgx.Tx, p *plan, ops []*op, 
 		}
 		var failed []failure
 		for _, group := range groupByShape(dels) {
-			b, err := w.bisect(ctx, tx, group, func(ops []*op) error { return w.execDelete(ctx, tx, p, ops) })
+			b, err := w.bisect(ctx, tx, group, func(ops []*op) error { return w.execDelete(ctx, tx, t, ops) })
 			if err != nil {
 				return nil, err
 			}
@@ -1172,7 +616,7 @@ func (w *Writer) applyKeyed(ctx context.Context, tx pgx.Tx, p *plan, ops []*op, 
 		}
 		for _, group := range groupByShape(ups) {
 			cols := group[0].cols
-			b, err := w.bisect(ctx, tx, group, func(ops []*op) error { return w.execUpsert(ctx, tx, p, cols, ops) })
+			b, err := w.bisect(ctx, tx, group, func(ops []*op) error { return w.execUpsert(ctx, tx, t, cols, ops) })
 			if err != nil {
 				return nil, err
 			}
@@ -1386,12 +830,12 @@ func (w *Writer) bisect(ctx context.Context, tx pgx.Tx, ops []*op, exec func([]*
 }
 
 // execCopy writes ops (all with columns cols) with COPY.
-func (w *Writer) execCopy(ctx context.Context, tx pgx.Tx, p *plan, cols []*column, ops []*op) error {
+func (w *Writer) execCopy(ctx context.Context, tx pgx.Tx, t *table, cols []*column, ops []*op) error {
 	names := make([]string, len(cols))
 	for i, c := range cols {
 		names[i] = c.Name
 	}
-	_, err := tx.CopyFrom(ctx, pgx.Identifier{p.t.Schema, p.t.Name}, names,
+	_, err := tx.CopyFrom(ctx, pgx.Identifier{t.Schema, t.Name}, names,
 		pgx.CopyFromSlice(len(ops), func(i int) ([]any, error) { return ops[i].vals, nil }))
 	return err
 }
@@ -1451,7 +895,7 @@ func arrayText(c *column, v any) (string, error) {
 
 // execUpsert writes ops (all with columns cols) with one
 // INSERT … SELECT FROM unnest(…) ON CONFLICT (pk) DO UPDATE.
-func (w *Writer) execUpsert(ctx context.Context, tx pgx.Tx, p *plan, cols []*column, ops []*op) error {
+func (w *Writer) execUpsert(ctx context.Context, tx pgx.Tx, t *table, cols []*column, ops []*op) error {
 	var sel, params, names, set strings.Builder
 	pk := ops[0].pk
 	isPK := func(c *column) bool { return slices.Contains(pk, c) }
@@ -1497,7 +941,7 @@ func (w *Writer) execUpsert(ctx context.Context, tx pgx.Tx, p *plan, cols []*col
 		for _, c := range keep {
 			q := pgx.Identifier{c.Name}.Sanitize()
 			fmt.Fprintf(&names, ", %s", q)
-			fmt.Fprintf(&sel, ", (SELECT k.%s FROM %s k WHERE %s)", q, p.t.Ident, where.String())
+			fmt.Fprintf(&sel, ", (SELECT k.%s FROM %s k WHERE %s)", q, t.Ident, where.String())
 		}
 	}
 	action := "DO NOTHING"
@@ -1505,7 +949,7 @@ func (w *Writer) execUpsert(ctx context.Context, tx pgx.Tx, p *plan, cols []*col
 		action = "DO UPDATE SET " + set.String()
 	}
 	sql := fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM unnest(%s) AS u(%s) ON CONFLICT (%s) %s",
-		p.t.Ident, names.String(), sel.String(), params.String(), strings.Join(alias, ", "), strings.Join(target, ", "), action)
+		t.Ident, names.String(), sel.String(), params.String(), strings.Join(alias, ", "), strings.Join(target, ", "), action)
 	args, err := columnArrays(cols, ops)
 	if err != nil {
 		return err
@@ -1516,7 +960,7 @@ func (w *Writer) execUpsert(ctx context.Context, tx pgx.Tx, p *plan, cols []*col
 
 // execDelete deletes the rows of ops' keys (all of the same key columns)
 // with one DELETE … USING unnest.
-func (w *Writer) execDelete(ctx context.Context, tx pgx.Tx, p *plan, ops []*op) error {
+func (w *Writer) execDelete(ctx context.Context, tx pgx.Tx, t *table, ops []*op) error {
 	var params, where strings.Builder
 	pk := ops[0].pk
 	alias := make([]string, len(pk))
@@ -1531,7 +975,7 @@ func (w *Writer) execDelete(ctx context.Context, tx pgx.Tx, p *plan, ops []*op) 
 		fmt.Fprintf(&where, "t.%s = d.c%d%s", pgx.Identifier{c.Name}.Sanitize(), j, cast)
 	}
 	sql := fmt.Sprintf("DELETE FROM %s AS t USING unnest(%s) AS d(%s) WHERE %s",
-		p.t.Ident, params.String(), strings.Join(alias, ", "), where.String())
+		t.Ident, params.String(), strings.Join(alias, ", "), where.String())
 	args, err := columnArrays(pk, ops)
 	if err != nil {
 		return err
