@@ -131,7 +131,6 @@ func TestConnectDifferential(t *testing.T) {
 	startConnect(t, peer, dir, k.Bootstrap, connectAddr)
 	tw := startServeWith(t, k.Bootstrap, freeAddr(t), t.TempDir(), "diff-"+sfx, serveOpts{env: []string{"TXSINK_TASK_RESTART_ENABLED=false"}})
 
-	closedPort := freeAddr(t) // nothing listens there
 	connect := &diffSide{
 		name: "connect", base: "http://" + connectAddr, plugin: "FileStreamSinkConnector", client: http.DefaultClient,
 		config: func(name string) map[string]any {
@@ -167,7 +166,7 @@ func TestConnectDifferential(t *testing.T) {
 		},
 		bad: func(name string) map[string]any {
 			out := map[string]any{}
-			for k, v := range baseConnector(name, topic, "postgres://nobody@"+closedPort+"/none?connect_timeout=2", "exactly_once") {
+			for k, v := range baseConnector(name, topic, missingDatabaseURL(t, db), "exactly_once") {
 				out[k] = v
 			}
 			delete(out, "name")

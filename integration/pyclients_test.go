@@ -97,12 +97,12 @@ func runPy(t *testing.T, dir, prog string, args ...string) pyResult {
 // pyEnv is a txsink worker with one healthy connector's worth of
 // records, a topic with a record the sink cannot write, and a database.
 type pyEnv struct {
-	w               *worker
-	topic, badTopic string
-	db, closedURL   string
-	sfx, addr       string
-	waitRows        func(n int)
-	good            int
+	w                *worker
+	topic, badTopic  string
+	db, missingDBURL string
+	sfx, addr        string
+	waitRows         func(n int)
+	good             int
 }
 
 func newPyEnv(t *testing.T) *pyEnv {
@@ -123,7 +123,7 @@ func newPyEnv(t *testing.T) *pyEnv {
 	var ub upstream
 	produce(t, k.Bootstrap, e.badTopic, produceOpts{Records: 1, Partitions: 1, MaxTxn: 1, Seed: 72,
 		Value: func(seq int, id string) []byte { return []byte(`{"id":"` + id + `","seq":"not a number"}`) }}, &ub)
-	e.closedURL = "postgres://nobody@" + freeAddr(t) + "/none?connect_timeout=2"
+	e.missingDBURL = missingDatabaseURL(t, db)
 	e.addr = freeAddr(t)
 	e.w = startServeWith(t, k.Bootstrap, e.addr, t.TempDir(), "py-"+sfx, serveOpts{env: []string{"TXSINK_TASK_RESTART_ENABLED=false"}})
 	e.waitRows = func(n int) {
@@ -157,7 +157,7 @@ func (e *pyEnv) badRecordConfig(name string) map[string]any {
 
 func (e *pyEnv) cannotOpenConfig(name string) map[string]any {
 	c := e.config(name)
-	c["connection.url"] = e.closedURL
+	c["connection.url"] = e.missingDBURL
 	return c
 }
 

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -539,4 +540,18 @@ func decodeOffsets(t *testing.T, body string) harness.ConnectOffsets {
 		t.Fatalf("offsets body %q: %v", body, err)
 	}
 	return offs
+}
+
+// missingDatabaseURL is dbURL with a database that does not exist on its
+// server: a sink that cannot open and will not by itself, which FAILED
+// means (a server that cannot be reached is waited for instead: RUNNING
+// with the waiting cause "database", docs/api.md).
+func missingDatabaseURL(t *testing.T, dbURL string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/txsink_no_such_database"
+	return u.String()
 }

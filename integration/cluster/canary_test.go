@@ -94,8 +94,9 @@ func TestClusterConfigProviderCanary(t *testing.T) {
 	waitStatus(t, a, name, 90*time.Second, "running", func(st apiStatus) bool { ok, _ := runningOn(st, 2, ids(ws...)...); return ok })
 	e.waitCaughtUp(name, prod, time.Minute) // rows written through the role: the reference was resolved
 
-	// A failure whose trace carries the connection's details: a port
-	// nobody listens on.
+	// An error that carries the connection's details: a port nobody
+	// listens on. The tasks wait for the database (RUNNING, the waiting
+	// cause and its error in the status), they do not fail.
 	broken := map[string]string{}
 	for k, v := range cfg {
 		broken[k] = v
@@ -104,8 +105,14 @@ func TestClusterConfigProviderCanary(t *testing.T) {
 	bu.Host = "127.0.0.1:1"
 	broken["connection.url"] = bu.String()
 	call(a, 200, "PUT", "/connectors/"+name+"/config", broken)
-	waitStatus(t, a, name, time.Minute, "tasks failed on the broken URL, with the trace", func(st apiStatus) bool {
-		return allTasks(st, 2, "FAILED") && st.Tasks[0].Trace != ""
+	waitStatus(t, a, name, time.Minute, "tasks waiting for the database on the broken URL, with its error", func(st apiStatus) bool {
+		waiting := 0
+		for _, ts := range st.Tasks {
+			if ts.Txsink != nil && ts.Txsink.Waiting != nil && ts.Txsink.Waiting.Cause == "database" && ts.Txsink.Waiting.Error != "" {
+				waiting++
+			}
+		}
+		return allTasks(st, 2, "RUNNING") && waiting > 0
 	})
 	// A database that does not exist, named by a reference: PostgreSQL's
 	// refusal quotes the name in the trace, which goes to the status topic.

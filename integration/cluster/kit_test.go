@@ -176,6 +176,10 @@ type apiTask struct {
 		Partitions []struct {
 			Partition int32 `json:"partition"`
 		} `json:"partitions"`
+		Waiting *struct {
+			Cause string `json:"cause"`
+			Error string `json:"error"`
+		} `json:"waiting"`
 	} `json:"txsink,omitempty"`
 }
 
