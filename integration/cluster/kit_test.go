@@ -384,7 +384,7 @@ func ownerships(t *testing.T, ws []*harness.Worker, topic string, end time.Time)
 				Task       *int      `json:"task"`
 				Topic      string    `json:"topic"`
 				Positions  string    `json:"positions"`
-				Partitions []int32   `json:"partitions"`
+				Partitions logInts   `json:"partitions"`
 			}
 			if json.Unmarshal(sc.Bytes(), &l) != nil || l.Time.IsZero() {
 				continue
@@ -430,6 +430,34 @@ func ownerships(t *testing.T, ws []*harness.Worker, topic string, end time.Time)
 	return out
 }
 
+// logInts is a list of partitions in a log line: the worker's log writes
+// a slice as its text ("[5 2]"), a JSON array is read too. Before this
+// type the parser expected only the array, so every "partitions revoked"
+// line failed to parse and was dropped: a partition moved away in the
+// first rebalances counted as the worker's until it was killed.
+type logInts []int32
+
+func (l *logInts) UnmarshalJSON(b []byte) error {
+	var arr []int32
+	if json.Unmarshal(b, &arr) == nil {
+		*l = arr
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	*l = nil
+	for _, f := range strings.Fields(strings.Trim(s, "[]")) {
+		n, err := strconv.ParseInt(f, 10, 32)
+		if err != nil {
+			return fmt.Errorf("partitions %q: %w", s, err)
+		}
+		*l = append(*l, int32(n))
+	}
+	return nil
+}
+
 // gaps returns, per partition, the longest time within [from, to] that no
 // ownership covered, and when it began.
 func gaps(owns []ownership, parts int32, from, to time.Time) map[int32][2]time.Time {
@@ -458,4 +486,24 @@ func gaps(owns []ownership, parts int32, from, to time.Time) map[int32][2]time.T
 		out[p] = worst
 	}
 	return out
+}
+
+// TestLogIntsReadsTheWorkerLog: both forms of a partition list in a log
+// line are read, the text form as the worker writes it.
+func TestLogIntsReadsTheWorkerLog(t *testing.T) {
+	for _, c := range []struct {
+		line string
+		want []int32
+	}{
+		{`{"partitions":"[5 2]"}`, []int32{5, 2}},
+		{`{"partitions":[4,3]}`, []int32{4, 3}},
+		{`{"partitions":"[]"}`, nil},
+	} {
+		var l struct {
+			Partitions logInts `json:"partitions"`
+		}
+		if err := json.Unmarshal([]byte(c.line), &l); err != nil || !slices.Equal([]int32(l.Partitions), c.want) {
+			t.Errorf("%s: %v %v, want %v", c.line, l.Partitions, err, c.want)
+		}
+	}
 }
