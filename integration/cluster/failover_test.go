@@ -37,7 +37,8 @@ func TestClusterKillAndJoin(t *testing.T) {
 	e.waitCaughtUp(name, prod, time.Minute)
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
 		fr, _ := prod.Snapshot()
-		owned := partitionsOf(ownerships(t, ws, e.topic, time.Now()), b.Index, time.Now())
+		now := time.Now()
+		owned := partitionsOf(ownerships(t, ws, e.topic, now), b.Index, now)
 		if len(owned) > 0 && !e.caughtUp(name, fr) {
 			break
 		}
