@@ -197,17 +197,7 @@ func chCheckValues(t testing.TB, conn driver.Conn, f format, table, topic string
 	types := rows.ColumnTypes()
 	c := newValueChecker(t, f, topic, u)
 	for rows.Next() {
-		ptrs := make([]any, len(types))
-		for i, ct := range types {
-			ptrs[i] = reflect.New(ct.ScanType()).Interface()
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			t.Fatal(err)
-		}
-		vals := make([]any, len(ptrs))
-		for i, p := range ptrs {
-			vals[i] = reflect.ValueOf(p).Elem().Interface()
-		}
+		vals := scanCHRow(t, rows, types)
 		c.row(vals[0].(int32), vals[1].(int64), vals[2:])
 	}
 	if err := rows.Err(); err != nil {
@@ -342,3 +332,21 @@ func TestFormatsEndToEnd(t *testing.T) {
 // anyOrder makes exactness skip its offset-order check (and expect every
 // record once).
 var anyOrder = map[int32][2]int64{}
+
+// scanCHRow scans the current row of a ClickHouse query into values of
+// the Go types the driver gives its columns.
+func scanCHRow(t testing.TB, rows driver.Rows, types []driver.ColumnType) []any {
+	t.Helper()
+	ptrs := make([]any, len(types))
+	for i, ct := range types {
+		ptrs[i] = reflect.New(ct.ScanType()).Interface()
+	}
+	if err := rows.Scan(ptrs...); err != nil {
+		t.Fatal(err)
+	}
+	vals := make([]any, len(ptrs))
+	for i, p := range ptrs {
+		vals[i] = reflect.ValueOf(p).Elem().Interface()
+	}
+	return vals
+}

@@ -34,24 +34,31 @@ var pyClients = map[string]string{
 
 var pyVenvMu sync.Mutex
 
-// pyVenv returns a virtualenv with pkg==version installed, created once
-// under $TXSINK_PY_CACHE (default ~/.cache/txsink-pyclients) and reused.
-// pip reads its index from the machine's configuration.
+// pyVenv returns a virtualenv with pkg==version installed (pyVenvFor).
 func pyVenv(t *testing.T, pkg string) string {
+	t.Helper()
+	version := pyClients[pkg]
+	return pyVenvFor(t, pkg+"-"+version, pkg+"=="+version, "the PyPI clients")
+}
+
+// pyVenvFor returns the virtualenv named name with the pip requirement
+// spec installed, created once under $TXSINK_PY_CACHE (default
+// ~/.cache/txsink-pyclients) and reused; forWhat says in a skip what
+// needed it. pip reads its index from the machine's configuration.
+func pyVenvFor(t *testing.T, name, spec, forWhat string) string {
 	t.Helper()
 	pyVenvMu.Lock()
 	defer pyVenvMu.Unlock()
-	version := pyClients[pkg]
 	python, err := exec.LookPath("python3")
 	if err != nil {
-		harness.Unavailable(t, "python3 is needed for the PyPI clients")
+		harness.Unavailable(t, "python3 is needed for %s", forWhat)
 	}
 	cache := os.Getenv("TXSINK_PY_CACHE")
 	if cache == "" {
 		home, _ := os.UserHomeDir()
 		cache = filepath.Join(home, ".cache", "txsink-pyclients")
 	}
-	dir := filepath.Join(cache, pkg+"-"+version)
+	dir := filepath.Join(cache, name)
 	if _, err := os.Stat(filepath.Join(dir, ".complete")); err == nil {
 		return dir
 	}
@@ -61,10 +68,10 @@ func pyVenv(t *testing.T, pkg string) string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(dir, "bin", "pip"), "install", "-q", "--disable-pip-version-check", pkg+"=="+version)
+	cmd := exec.CommandContext(ctx, filepath.Join(dir, "bin", "pip"), "install", "-q", "--disable-pip-version-check", spec)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		_ = os.RemoveAll(dir)
-		harness.Unavailable(t, "pip install %s==%s: %v: %s", pkg, version, err, tail(string(out), 2000))
+		harness.Unavailable(t, "pip install %s: %v: %s", spec, err, tail(string(out), 2000))
 	}
 	if err := os.WriteFile(filepath.Join(dir, ".complete"), nil, 0o644); err != nil {
 		t.Fatal(err)

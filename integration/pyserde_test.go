@@ -40,41 +40,11 @@ const (
 	pySerdeDir  = "confluent-kafka-serdes-2.16.1"
 )
 
-// pySerdeVenv returns the virtualenv with Confluent's serializers, under
-// $TXSINK_PY_CACHE (default ~/.cache/txsink-pyclients), made once and
-// reused. pip reads its index from the machine's configuration.
+// pySerdeVenv returns the virtualenv with Confluent's serializers
+// (pyVenvFor).
 func pySerdeVenv(t *testing.T) string {
 	t.Helper()
-	pyVenvMu.Lock()
-	defer pyVenvMu.Unlock()
-	python, err := exec.LookPath("python3")
-	if err != nil {
-		harness.Unavailable(t, "python3 is needed for Confluent's Python serializers")
-	}
-	cache := os.Getenv("TXSINK_PY_CACHE")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "txsink-pyclients")
-	}
-	dir := filepath.Join(cache, pySerdeDir)
-	if _, err := os.Stat(filepath.Join(dir, ".complete")); err == nil {
-		return dir
-	}
-	_ = os.RemoveAll(dir) // an interrupted install
-	if out, err := exec.Command(python, "-m", "venv", dir).CombinedOutput(); err != nil {
-		harness.Unavailable(t, "python3 -m venv: %v: %s", err, out)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(dir, "bin", "pip"), "install", "-q", "--disable-pip-version-check", pySerdeSpec)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		_ = os.RemoveAll(dir)
-		harness.Unavailable(t, "pip install %s: %v: %s", pySerdeSpec, err, tail(string(out), 2000))
-	}
-	if err := os.WriteFile(filepath.Join(dir, ".complete"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir
+	return pyVenvFor(t, pySerdeDir, pySerdeSpec, "Confluent's Python serializers")
 }
 
 // pyWant is what a record's columns must hold, as the producer script
@@ -454,17 +424,7 @@ func checkPyValuesCH(t *testing.T, conn driver.Conn, f pySerdeFormat, cols, tabl
 	n := 0
 	var problems []string
 	for rows.Next() {
-		ptrs := make([]any, len(types))
-		for i, ct := range types {
-			ptrs[i] = reflect.New(ct.ScanType()).Interface()
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			t.Fatal(err)
-		}
-		vals := make([]any, len(ptrs))
-		for i, p := range ptrs {
-			vals[i] = reflect.ValueOf(p).Elem().Interface()
-		}
+		vals := scanCHRow(t, rows, types)
 		n++
 		var got pyWant
 		if err := f.chRow(vals, &got); err != nil {
