@@ -236,6 +236,21 @@ func (c *conn) isRemoved() bool {
 	return c.removed
 }
 
+// newTaskSlotsLocked gives the connector n new task slots, those that
+// run on this worker in state, and returns their ids. The caller holds
+// c.mu.
+func (c *conn) newTaskSlotsLocked(n int, state State) (here []int) {
+	c.tasks = make([]*taskSlot, n)
+	for i := range c.tasks {
+		c.tasks[i] = &taskSlot{here: c.cfg.runs(i)}
+		if c.tasks[i].here {
+			c.tasks[i].state = state
+			here = append(here, i)
+		}
+	}
+	return here
+}
+
 type taskSlot struct {
 	here     bool // the task runs on this worker (Config.runs)
 	state    State
@@ -689,12 +704,8 @@ func (e *Engine) startLocked(ctx context.Context, c *conn) {
 		trace := secrets.ScrubString(err.Error(), secs)
 		c.mu.Lock()
 		c.state, c.trace = runState(c.cfg.Target == TargetPaused), ""
-		c.tasks = make([]*taskSlot, c.tasksMax)
-		for i := range c.tasks {
-			c.tasks[i] = &taskSlot{here: c.cfg.runs(i)}
-			if c.tasks[i].here {
-				c.tasks[i].state, c.tasks[i].trace = StateFailed, trace
-			}
+		for _, i := range c.newTaskSlotsLocked(c.tasksMax, StateFailed) {
+			c.tasks[i].trace = trace
 		}
 		c.gen++
 		c.mu.Unlock()
@@ -710,15 +721,7 @@ func (e *Engine) startLocked(ctx context.Context, c *conn) {
 	c.run = run
 	c.gen++
 	c.state, c.trace = runState(paused), ""
-	c.tasks = make([]*taskSlot, run.Config.TasksMax)
-	var here []int
-	for i := range c.tasks {
-		c.tasks[i] = &taskSlot{here: c.cfg.runs(i)}
-		if c.tasks[i].here {
-			c.tasks[i].state = StateUnassigned
-			here = append(here, i)
-		}
-	}
+	here := c.newTaskSlotsLocked(run.Config.TasksMax, StateUnassigned)
 	partial := c.cfg.Partial
 	c.mu.Unlock()
 	for _, i := range here {

@@ -197,15 +197,7 @@ func (e *Engine) sinkUnavailableLocked(c *conn, err error, secs []string) {
 	state := runState(c.cfg.Target == TargetPaused)
 	c.mu.Lock()
 	c.state, c.trace = state, ""
-	c.tasks = make([]*taskSlot, c.tasksMax)
-	var here []int
-	for i := range c.tasks {
-		c.tasks[i] = &taskSlot{here: c.cfg.runs(i)}
-		if c.tasks[i].here {
-			c.tasks[i].state = state
-			here = append(here, i)
-		}
-	}
+	here := c.newTaskSlotsLocked(c.tasksMax, state)
 	c.gen++
 	c.mu.Unlock()
 	for _, i := range here {
