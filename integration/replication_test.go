@@ -106,6 +106,7 @@ func TestReplicationEndToEnd(t *testing.T) {
 	changes, kills := replicationChanges(t), replicationKills(t)
 
 	srcURL := source.NewDatabase(t)
+	t.Logf("source PostgreSQL %s, target PostgreSQL %s", pgServerVersion(t, srcURL), pgServerVersion(t, target.URL))
 	for _, s := range replTables {
 		if err := execSQL(ctx, srcURL, s); err != nil {
 			t.Fatal(err)
@@ -462,4 +463,21 @@ func runVerifyCLI(t *testing.T, args ...string) (string, int) {
 	}
 	t.Fatal(err)
 	return "", -1
+}
+
+// pgServerVersion is the server_version of the server at url.
+func pgServerVersion(t *testing.T, url string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var v string
+	if err := conn.QueryRow(ctx, "SHOW server_version").Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/txsink/txsink/integration/harness"
 	"github.com/txsink/txsink/internal/failpoint"
 	"github.com/txsink/txsink/internal/verify"
@@ -108,6 +110,15 @@ func withSinks(t *testing.T, e Env, pg, ch bool) Env {
 		}
 		e.Postgres = s
 		e.NewDatabase = func(string) (string, error) { return s.NewDatabase(t), nil }
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if conn, err := pgx.Connect(ctx, s.URL); err == nil {
+			var v string
+			if conn.QueryRow(ctx, "SHOW server_version").Scan(&v) == nil {
+				t.Logf("PostgreSQL %s", v)
+			}
+			conn.Close(ctx)
+		}
 	}
 	if ch {
 		s := harness.ClickHouse(t)
