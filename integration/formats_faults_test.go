@@ -222,6 +222,9 @@ func TestFormatsRegistryDown(t *testing.T) {
 	part1 := u.ends()
 
 	e.reg.Down()
+	// The registry is shared by the test binary: a failure below must not
+	// leave it down for the tests after this one (Up is idempotent).
+	t.Cleanup(func() { e.reg.Up(t) })
 	downAt := time.Now()
 	t.Logf("registry down at %s", downAt.Format(time.TimeOnly))
 	produce(t, e.k.Bootstrap, e.topic, produceOpts{Records: u.total() + 3000, Partitions: 3, AbortRatio: 0.15, MaxTxn: 60, Seed: 1521, Value: enc2}, &u)
