@@ -4,11 +4,15 @@ package integration
 // a zombie), an unavailable registry, and poison records.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,7 +43,13 @@ type avroPGEnv struct {
 
 func newAvroPGEnv(t *testing.T, prefix string, partitions int32) *avroPGEnv {
 	t.Helper()
-	e := &avroPGEnv{k: harness.Kafka(t), reg: harness.SchemaRegistry(t)}
+	return newAvroPGEnvOn(t, prefix, partitions, harness.SchemaRegistry(t))
+}
+
+// newAvroPGEnvOn is newAvroPGEnv with its schemas in reg.
+func newAvroPGEnvOn(t *testing.T, prefix string, partitions int32, reg *harness.SchemaRegistryService) *avroPGEnv {
+	t.Helper()
+	e := &avroPGEnv{k: harness.Kafka(t), reg: reg}
 	e.db = harness.Postgres(t).NewDatabase(t)
 	e.topic = formatTopic(t, e.k, prefix, partitions)
 	e.pool = connectPool(t, e.db)
@@ -280,6 +290,140 @@ func TestFormatsRegistryDown(t *testing.T) {
 	if dead := dlqCount(t, e.pool, "fmtdown_dlq"); dead != 0 {
 		t.Errorf("%d records in the dead-letter table: an unavailable registry made bad records", dead)
 	}
+}
+
+// TestFormatsRegistryRestartedEmpty runs an Avro connector in "txsink
+// serve" (errors.tolerance=all, a dead-letter table) on a registry of its
+// own. After a first part of the stream is written, the registry restarts
+// empty (every schema and id gone, as an in-memory registry restarted)
+// while records with ids the process has not fetched yet arrive. The task
+// must not take them for bad records: it stays RUNNING and waiting with a
+// status that says the registry lost its schemas, writes and skips
+// nothing, and dead-letters nothing. The schemas are then restored with
+// their ids as Confluent's registries restore a backup (IMPORT mode,
+// explicit ids; the second part's first, so that no moment has the first
+// part's ids without the second's), and the task drains by itself, exact.
+func TestFormatsRegistryRestartedEmpty(t *testing.T) {
+	reg := harness.PrivateSchemaRegistry(t)
+	if !reg.Real {
+		t.Skip("needs a real registry (restoring ids takes IMPORT mode, which srfake lacks): set " + harness.EnvSchemaRegistryBin + " (.ci/run does) or " + harness.EnvSchemaRegistryURL)
+	}
+	t.Logf("registry: %s", reg.Kind)
+	e := newAvroPGEnvOn(t, "fmtempty", 3, reg)
+	const name = "fmtempty"
+	enc2 := avroEncoder(t, reg, reg.Subject(e.topic+"-b"), avroDocVariant(avroEventV1Text, "part 2"), avroDocVariant(avroEventV2, "part 2"))
+	ctx := context.Background()
+	backup, err := reg.Client.AllSchemas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := e.cfg
+	cfg["name"] = name
+	cfg["errors.tolerance"] = "all"
+	cfg["errors.deadletterqueue.table.name"] = "fmtempty_dlq"
+	cfg["batch.max.records"] = "1000"
+	w := startServe(t, e.k.Bootstrap, freeAddr(t), t.TempDir(), "w-fmtempty")
+	w.must(t, 201, "POST", "/connectors", map[string]any{"name": name, "config": cfg})
+	var u upstream
+	produce(t, e.k.Bootstrap, e.topic, produceOpts{Records: 3000, Partitions: 3, AbortRatio: 0.15, MaxTxn: 60, Seed: 1530, Value: e.enc}, &u)
+	waitDrained(t, e.pool, name, &u, 2*time.Minute, procAlive(w.proc))
+	part1 := u.ends()
+
+	reg.RestartEmpty(t)
+	if left, err := reg.Client.AllSchemas(ctx); err != nil || len(left) != 0 {
+		t.Fatalf("after the restart the registry has %d schemas (%v), want none", len(left), err)
+	}
+	produce(t, e.k.Bootstrap, e.topic, produceOpts{Records: u.total() + 3000, Partitions: 3, AbortRatio: 0.15, MaxTxn: 60, Seed: 1531, Value: enc2}, &u)
+	const tries = 3
+	var waiting string
+	var waits float64
+	for deadline := time.Now().Add(2 * time.Minute); waiting == "" || waits < tries; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("registry empty: the status showed the task waiting: %q; rounds refused for the registry: %v, want %d", waiting, waits, tries)
+		}
+		ts := w.taskStatus(t, name).Tasks[0]
+		if ts.State != "RUNNING" {
+			t.Fatalf("task is %s while the registry is empty, want RUNNING: %s", ts.State, ts.Trace)
+		}
+		if ts.Txsink.Waiting != nil {
+			waiting = ts.Txsink.Waiting.Error
+		}
+		waits = w.metricValue(t, "txsink_dependency_unavailable_total")
+	}
+	t.Logf("status while the registry is empty: waiting: %s", waiting)
+	if !strings.Contains(waiting, "lost its schemas") {
+		t.Errorf("waiting error %q does not say the registry lost its schemas", waiting)
+	}
+	got, err := sinkOffsets(ctx, e.pool, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, end := range part1 {
+		if got[p] != end {
+			t.Errorf("partition %d: stored next_offset %d while the registry is empty, want %d (the end of the first part: nothing of the second may be written or skipped)", p, got[p], end)
+		}
+	}
+	if dead := dlqCount(t, e.pool, "fmtempty_dlq"); dead != 0 {
+		t.Fatalf("%d records in the dead-letter table while the registry was empty", dead)
+	}
+
+	restoreSchemas(t, reg, backup)
+	waitDrained(t, e.pool, name, &u, 3*time.Minute, procAlive(w.proc))
+	deadline := time.Now().Add(time.Minute)
+	for w.taskStatus(t, name).Tasks[0].Txsink.Waiting != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("status still shows waiting a minute after the task drained")
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	w.signal(syscall.SIGTERM)
+	w.wait(30 * time.Second)
+	e.check(t, &u)
+	if dead := dlqCount(t, e.pool, "fmtempty_dlq"); dead != 0 {
+		t.Errorf("%d records in the dead-letter table: an emptied registry made bad records", dead)
+	}
+}
+
+// restoreSchemas puts backup back into an empty registry with its ids and
+// versions, as a registry backup is restored: IMPORT mode, each schema
+// registered with its explicit id, newest id first, then READWRITE.
+func restoreSchemas(t *testing.T, reg *harness.SchemaRegistryService, backup []sr.SubjectSchema) {
+	t.Helper()
+	put := func(method, path string, body any) {
+		t.Helper()
+		b, _ := json.Marshal(body)
+		req, err := http.NewRequest(method, reg.URL+path, bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/vnd.schemaregistry.v1+json")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		out, _ := io.ReadAll(res.Body)
+		if res.StatusCode != 200 {
+			t.Fatalf("%s %s: %d %s", method, path, res.StatusCode, out)
+		}
+	}
+	put("PUT", "/mode", map[string]string{"mode": "IMPORT"})
+	ordered := slices.Clone(backup)
+	slices.SortFunc(ordered, func(a, b sr.SubjectSchema) int { return b.ID - a.ID })
+	for _, ss := range ordered {
+		put("POST", "/subjects/"+url.PathEscape(ss.Subject)+"/versions", map[string]any{
+			"schema": ss.Schema.Schema, "schemaType": ss.Type.String(), "id": ss.ID, "version": ss.Version,
+		})
+	}
+	put("PUT", "/mode", map[string]string{"mode": "READWRITE"})
+	for _, ss := range backup {
+		got, err := reg.Client.SchemaByID(context.Background(), ss.ID)
+		if err != nil || got.Schema != ss.Schema.Schema {
+			t.Fatalf("restored id %d: %v (schema restored: %t)", ss.ID, err, err == nil && got.Schema == ss.Schema.Schema)
+		}
+	}
+	t.Logf("restored %d schemas with their ids", len(backup))
 }
 
 // dlqCount counts the rows of a dead-letter table (0 when the sink never

@@ -244,17 +244,61 @@ func (r *registry) schemaByID(ctx context.Context, id uint32) (*regSchema, error
 			return err
 		})
 		if errors.Is(err, errUnknownSchema) {
-			return nil, record.Errorf(record.ErrDecode, "unknown schema id %d (%v)", id, err)
+			return nil, r.unknownID(ctx, id, err)
 		}
 		if err != nil {
 			return nil, err
 		}
+		served.Store(r.key, id)
 		out := &regSchema{ID: int(id), Type: s.Type, Text: s.Schema}
 		if err := r.resolveRefs(ctx, s.References, map[string]bool{}, &out.Refs, 0); err != nil {
 			return nil, err
 		}
 		return out, nil
 	})
+}
+
+// served holds, per registry (its key), a schema id this process fetched
+// from it: the witness unknownID asks about.
+var served sync.Map // string → uint32
+
+// unknownID is the error for schema id, which the registry answered it
+// does not have (notFound). That is a bad record (its bytes name a schema
+// no registry has) unless the registry lost its schemas: it no longer has
+// an id it served this process before, or it has no subject at all, as an
+// in-memory registry restarted empty. Then the record is not at fault, and
+// the error wraps record.ErrUnavailable: the task waits, writing and
+// skipping nothing, until the registry has the schema again (with its id;
+// docs/formats.md, "Registry restarted empty").
+func (r *registry) unknownID(ctx context.Context, id uint32, notFound error) error {
+	bad := record.Errorf(record.ErrDecode, "unknown schema id %d (%v)", id, notFound)
+	if v, ok := served.Load(r.key); ok {
+		known := v.(uint32)
+		err := r.do(ctx, fmt.Sprintf("GET /schemas/ids/%d", known), func(cl *sr.Client) error {
+			_, err := cl.SchemaByID(ctx, int(known))
+			return err
+		})
+		switch {
+		case errors.Is(err, errUnknownSchema):
+			return record.Errorf(record.ErrUnavailable, "schema id %d: the schema registry lost its schemas (it no longer has schema id %d, which it served before; restarted empty?): waiting until it has them again with their ids (%v)", id, known, notFound)
+		case err != nil:
+			return err // unavailable: waiting anyway
+		}
+		return bad
+	}
+	var subjects []string
+	err := r.do(ctx, "GET /subjects", func(cl *sr.Client) error {
+		var err error
+		subjects, err = cl.Subjects(ctx)
+		return err
+	})
+	switch {
+	case err != nil && !errors.Is(err, errUnknownSchema):
+		return err
+	case err == nil && len(subjects) == 0:
+		return record.Errorf(record.ErrUnavailable, "schema id %d: the schema registry has no schema at all (restarted empty?): waiting until it has them again with their ids (%v)", id, notFound)
+	}
+	return bad
 }
 
 // resolveRefs appends the schemas refs name, and the schemas they name in

@@ -169,6 +169,12 @@ func forgetRegistry(u string) {
 		}
 		return true
 	})
+	served.Range(func(k, _ any) bool {
+		if strings.Contains(k.(string), u) {
+			served.Delete(k)
+		}
+		return true
+	})
 }
 
 // subject returns a subject name unique to this test run.

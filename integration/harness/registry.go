@@ -59,7 +59,9 @@ type SchemaRegistryService struct {
 	// Kind says which registry is behind the front, for test logs.
 	Kind string
 
-	f *registryFront
+	f       *registryFront
+	backend *swapHandler
+	start   func() (registryBackend, error)
 }
 
 // SchemaRegistry returns the registry shared by the test binary (started
@@ -69,76 +71,154 @@ func SchemaRegistry(t testing.TB) *SchemaRegistryService {
 	return service(t, "schema-registry", startRegistry)
 }
 
+// PrivateSchemaRegistry returns a registry of tb's own, of the kind
+// SchemaRegistry would share, terminated when tb ends: for a test that
+// empties it (RestartEmpty), which would pull the ids from under the
+// other tests of the binary.
+func PrivateSchemaRegistry(t testing.TB) *SchemaRegistryService {
+	t.Helper()
+	s, err := startRegistry(t, false)
+	if err != nil {
+		t.Fatalf("harness: starting a schema registry: %v", err)
+	}
+	return s
+}
+
+// registryBackend is what the front serves: a real registry's process
+// behind a reverse proxy, or srfake; start makes a new, empty one.
+type registryBackend struct {
+	handler http.Handler
+	close   func()
+}
+
 func startRegistry(tb testing.TB, sharedMode bool) (*SchemaRegistryService, error) {
-	var backend http.Handler
 	real := false
 	kind := "franz-go srfake"
-	var closeBackend func()
+	var start func() (registryBackend, error)
 	raw := os.Getenv(EnvSchemaRegistryURL)
-	if bin := os.Getenv(EnvSchemaRegistryBin); raw == "" && bin != "" {
-		p, addr, err := startRegistryProcess(bin)
-		if err != nil {
-			return nil, fmt.Errorf("%s=%s: %w", EnvSchemaRegistryBin, bin, err)
+	switch bin := os.Getenv(EnvSchemaRegistryBin); {
+	case raw == "" && bin != "":
+		real = true
+		kind = "AxonOps Schema Registry (" + EnvSchemaRegistryBin + ")"
+		start = func() (registryBackend, error) {
+			p, addr, err := startRegistryProcess(bin)
+			if err != nil {
+				return registryBackend{}, fmt.Errorf("%s=%s: %w", EnvSchemaRegistryBin, bin, err)
+			}
+			u := &url.URL{Scheme: "http", Host: addr}
+			return registryBackend{handler: registryProxy(u), close: func() { p.Stop(10 * time.Second) }}, nil
 		}
-		closeBackend = func() { p.Stop(10 * time.Second) }
-		raw = "http://" + addr
-		kind = "AxonOps Schema Registry (" + EnvSchemaRegistryBin + ", PID " + strconv.Itoa(p.Pid()) + ")"
-	} else if raw != "" {
-		kind = "the registry of " + EnvSchemaRegistryURL
-	}
-	if raw != "" {
+	case raw != "":
 		u, err := url.Parse(raw)
 		if err != nil {
-			if closeBackend != nil {
-				closeBackend()
-			}
 			return nil, fmt.Errorf("%s: %w", EnvSchemaRegistryURL, err)
 		}
 		real = true
-		proxy := httputil.NewSingleHostReverseProxy(u)
-		user := u.User
-		base := proxy.Director
-		proxy.Director = func(r *http.Request) {
-			base(r)
-			r.Host = u.Host
-			if user != nil {
-				p, _ := user.Password()
-				r.SetBasicAuth(user.Username(), p)
+		kind = "the registry of " + EnvSchemaRegistryURL
+		b := registryBackend{handler: registryProxy(u), close: func() {}}
+		first := true
+		start = func() (registryBackend, error) {
+			if !first {
+				return registryBackend{}, errors.New("the registry of " + EnvSchemaRegistryURL + " is not the harness's to restart")
 			}
+			first = false
+			return b, nil
 		}
-		backend = proxy
-	} else {
+	default:
 		// srfake served by its own HTTP server; the front proxies to it,
 		// so that closing the front's connections looks like a registry
 		// that went away.
-		srv := httptest.NewServer(srfake.NewRegistry().Handler())
-		closeBackend = srv.Close
-		u, _ := url.Parse(srv.URL)
-		backend = httputil.NewSingleHostReverseProxy(u)
-	}
-	f, err := newRegistryFront(backend)
-	if err != nil {
-		if closeBackend != nil {
-			closeBackend()
+		start = func() (registryBackend, error) {
+			srv := httptest.NewServer(srfake.NewRegistry().Handler())
+			u, _ := url.Parse(srv.URL)
+			return registryBackend{handler: httputil.NewSingleHostReverseProxy(u), close: srv.Close}, nil
 		}
+	}
+	b, err := start()
+	if err != nil {
 		return nil, err
 	}
-	s := &SchemaRegistryService{URL: "http://" + f.addr, Real: real, Kind: kind, f: f}
+	sw := &swapHandler{}
+	sw.set(b)
+	f, err := newRegistryFront(sw)
+	if err != nil {
+		b.close()
+		return nil, err
+	}
+	s := &SchemaRegistryService{URL: "http://" + f.addr, Real: real, Kind: kind, f: f, backend: sw, start: start}
 	if s.Client, err = sr.NewClient(sr.URLs(s.URL)); err != nil {
 		f.close()
-		if closeBackend != nil {
-			closeBackend()
-		}
+		b.close()
 		return nil, err
 	}
 	register(tb, sharedMode, resource{name: "schema registry front " + f.addr, terminate: func(context.Context) error {
 		f.close()
-		if closeBackend != nil {
-			closeBackend()
-		}
+		sw.closeCurrent()
 		return nil
 	}})
 	return s, nil
+}
+
+// registryProxy forwards to the registry at u, with u's user
+// information as basic authentication.
+func registryProxy(u *url.URL) http.Handler {
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	user := u.User
+	base := proxy.Director
+	proxy.Director = func(r *http.Request) {
+		base(r)
+		r.Host = u.Host
+		if user != nil {
+			p, _ := user.Password()
+			r.SetBasicAuth(user.Username(), p)
+		}
+	}
+	return proxy
+}
+
+// swapHandler serves the current backend; RestartEmpty replaces it.
+type swapHandler struct {
+	mu sync.Mutex
+	b  registryBackend
+}
+
+func (h *swapHandler) set(b registryBackend) (old registryBackend) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	old, h.b = h.b, b
+	return old
+}
+
+func (h *swapHandler) closeCurrent() {
+	if old := h.set(registryBackend{}); old.close != nil {
+		old.close()
+	}
+}
+
+func (h *swapHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.mu.Lock()
+	b := h.b
+	h.mu.Unlock()
+	if b.handler == nil {
+		http.Error(w, "no registry", http.StatusBadGateway)
+		return
+	}
+	b.handler.ServeHTTP(w, r)
+}
+
+// RestartEmpty replaces the registry behind the front with a new, empty
+// one at the same URL, as an in-memory registry restarted: every schema
+// and id is gone. It fails the test on a registry the harness did not
+// start (TXSINK_TEST_SCHEMA_REGISTRY_URL).
+func (s *SchemaRegistryService) RestartEmpty(t testing.TB) {
+	t.Helper()
+	b, err := s.start()
+	if err != nil {
+		t.Fatalf("schema registry: restart empty: %v", err)
+	}
+	if old := s.backend.set(b); old.close != nil {
+		old.close()
+	}
 }
 
 // startRegistryProcess starts the AxonOps Schema Registry binary on
