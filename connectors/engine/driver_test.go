@@ -83,7 +83,8 @@ func (e *events) next() <-chan struct{} {
 }
 
 // waitFor waits until cond holds, re-checking it at every poke; it fails
-// the test when 30 s pass without it.
+// the test when 30 s pass without it, after printing every goroutine's
+// stack.
 func (e *events) waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.After(30 * time.Second)
@@ -95,10 +96,10 @@ func (e *events) waitFor(t *testing.T, what string, cond func() bool) {
 		select {
 		case <-woken:
 		case <-deadline:
-			if os.Getenv("TXSINK_DRIVER_DEBUG") != "" {
-				buf := make([]byte, 1<<22)
-				os.Stderr.Write(buf[:runtime.Stack(buf, true)])
-			}
+			// Every goroutine's stack, to find what the driver waits for:
+			// printed only here, on a failure.
+			buf := make([]byte, 1<<22)
+			os.Stderr.Write(buf[:runtime.Stack(buf, true)])
 			t.Fatalf("after 30s: not %s", what)
 		}
 	}
