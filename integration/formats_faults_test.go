@@ -205,7 +205,7 @@ func avroDocVariant(schema, doc string) string {
 // TestFormatsRegistryDown runs an Avro connector in "txsink serve"; after
 // a first part of the stream is written, the registry goes down while
 // records with schema ids the process has not fetched yet arrive, until
-// the task tried them three times.
+// the task tried them three times and 30 s passed.
 // Meanwhile the task stays RUNNING, its status shows "waiting" with the
 // registry error, nothing of the new records is written and nothing goes
 // to the dead-letter table (errors.tolerance=all: a bad record would);
@@ -242,11 +242,12 @@ func TestFormatsRegistryDown(t *testing.T) {
 	// registry (txsink_dependency_unavailable_total counts them): every
 	// such try would write or skip records if the task mishandled the
 	// outage. Once it tried three times and its status showed it waiting,
-	// nothing of the second part may be in.
-	const tries = 3
+	// nothing of the second part may be in. The outage lasts 30 s at
+	// least (issue 30), however soon the task showed it.
+	const tries, outage = 3, 30 * time.Second
 	sawWaiting := false
 	var waits float64
-	for deadline := time.Now().Add(2 * time.Minute); !sawWaiting || waits < tries; time.Sleep(200 * time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Minute); !sawWaiting || waits < tries || time.Since(downAt) < outage; time.Sleep(200 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("registry down for %v: the status showed the task waiting: %v; rounds refused for the registry (txsink_dependency_unavailable_total): %v, want %d", time.Since(downAt).Round(time.Second), sawWaiting, waits, tries)
 		}
@@ -334,11 +335,13 @@ func TestFormatsRegistryRestartedEmpty(t *testing.T) {
 	if left, err := reg.Client.AllSchemas(ctx); err != nil || len(left) != 0 {
 		t.Fatalf("after the restart the registry has %d schemas (%v), want none", len(left), err)
 	}
+	emptyAt := time.Now()
 	produce(t, e.k.Bootstrap, e.topic, produceOpts{Records: u.total() + 3000, Partitions: 3, AbortRatio: 0.15, MaxTxn: 60, Seed: 1531, Value: enc2}, &u)
-	const tries = 3
+	// Empty for 30 s at least, however soon the task showed it waiting.
+	const tries, outage = 3, 30 * time.Second
 	var waiting string
 	var waits float64
-	for deadline := time.Now().Add(2 * time.Minute); waiting == "" || waits < tries; time.Sleep(200 * time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Minute); waiting == "" || waits < tries || time.Since(emptyAt) < outage; time.Sleep(200 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("registry empty: the status showed the task waiting: %q; rounds refused for the registry: %v, want %d", waiting, waits, tries)
 		}
@@ -351,7 +354,7 @@ func TestFormatsRegistryRestartedEmpty(t *testing.T) {
 		}
 		waits = w.metricValue(t, "txsink_dependency_unavailable_total")
 	}
-	t.Logf("status while the registry is empty: waiting: %s", waiting)
+	t.Logf("status after the registry was empty for %v (%d rounds refused for it): waiting: %s", time.Since(emptyAt).Round(time.Second), int(waits), waiting)
 	if !strings.Contains(waiting, "lost its schemas") {
 		t.Errorf("waiting error %q does not say the registry lost its schemas", waiting)
 	}
