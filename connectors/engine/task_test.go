@@ -424,7 +424,12 @@ func TestTaskRunsSchemaChangesAlone(t *testing.T) {
 			// Each partition starts with records of a new generation,
 			// which have a new field, followed by older ones: the first
 			// round cuts a batch of every partition, each needing the
-			// change.
+			// change. That round must hold more than one partition for
+			// the sink to refuse it, but the client may bring the
+			// backlog in several fetches (a partition's position is set
+			// after another's): the 66 records are under a tenth of
+			// batch.max.records, so the first round lingers (2 s) and
+			// takes them all.
 			r := newMemRigOn(t, "ev", 3)
 			r.want = map[coord]string{}
 			cl, err := kgo.NewClient(kgo.SeedBrokers(r.c.ListenAddrs()...), kgo.DefaultProduceTopic("ev"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
@@ -443,7 +448,7 @@ func TestTaskRunsSchemaChangesAlone(t *testing.T) {
 			maps.Copy(r.want, produceSpread(t, r.c.ListenAddrs(), "ev", 12))
 			st := &schemaState{pending: map[twophase.BatchID]bool{}}
 			r.wrap = func(s *sinktest.MemSink) connectors.Sink { return schemaSink{s, st} }
-			conn := r.open(t, m.delivery, m.inFlight, "a", nil, nil, "batch.max.records", "1000")
+			conn := r.open(t, m.delivery, m.inFlight, "a", nil, nil, "batch.max.records", "1000", "batch.linger.ms", "2000")
 			exits := make(chan error, 1)
 			conn.Start(func(_ int, err error) { exits <- err })
 			r.ev.waitFor(t, fmt.Sprintf("all %d records stored", len(r.want)), func() bool { return r.distinct() >= len(r.want) })
