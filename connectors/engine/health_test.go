@@ -190,10 +190,10 @@ func TestHealthDatabaseDownAtStart(t *testing.T) {
 	}
 	h := newHealthEngine(t, r.c.ListenAddrs(), spec)
 	h.run("dbstart", r.topic, "exactly_once")
-	waitUntil(t, 10*time.Second, "waiting for the database", func() (bool, string) {
+	waitUntil(t, 30*time.Second, "waiting for the database", func() (bool, string) {
 		return h.waitingFor(t, "dbstart", engine.CauseDatabase, "connection refused")
 	})
-	waitUntil(t, 10*time.Second, "two more open attempts", func() (bool, string) {
+	waitUntil(t, 30*time.Second, "two more open attempts", func() (bool, string) {
 		return tries.Load() >= 3, fmt.Sprint(tries.Load(), " tries")
 	})
 	// Still waiting, never FAILED, after retries.
@@ -205,7 +205,7 @@ func TestHealthDatabaseDownAtStart(t *testing.T) {
 	}
 	down.Store(false)
 	r.ev.waitFor(t, "every record stored", func() bool { return r.distinct() >= len(r.want) })
-	waitUntil(t, 10*time.Second, "waiting cleared", func() (bool, string) { return h.notWaiting(t, "dbstart") })
+	waitUntil(t, 30*time.Second, "waiting cleared", func() (bool, string) { return h.notWaiting(t, "dbstart") })
 }
 
 // TestHealthDatabaseLostMidRun: a database lost while the task runs
@@ -232,7 +232,7 @@ func TestHealthDatabaseLostMidRun(t *testing.T) {
 			}
 			down.Store(true)
 			more := produceSpread(t, r.c.ListenAddrs(), r.topic, 10)
-			waitUntil(t, 15*time.Second, "waiting for the database", func() (bool, string) {
+			waitUntil(t, 30*time.Second, "waiting for the database", func() (bool, string) {
 				return h.waitingFor(t, "dblost", engine.CauseDatabase, "connection reset")
 			})
 			down.Store(false)
@@ -240,7 +240,7 @@ func TestHealthDatabaseLostMidRun(t *testing.T) {
 				r.want[k] = v
 			}
 			r.ev.waitFor(t, "every record stored", func() bool { return r.distinct() >= len(r.want) })
-			waitUntil(t, 15*time.Second, "waiting cleared", func() (bool, string) { return h.notWaiting(t, "dblost") })
+			waitUntil(t, 30*time.Second, "waiting cleared", func() (bool, string) { return h.notWaiting(t, "dblost") })
 			r.check(t, false)
 		})
 	}
@@ -263,12 +263,12 @@ func TestHealthDatabaseDownAtAssignment(t *testing.T) {
 		}
 	}))
 	h.run("dbassign", r.topic, "exactly_once")
-	waitUntil(t, 15*time.Second, "waiting for the database", func() (bool, string) {
+	waitUntil(t, 30*time.Second, "waiting for the database", func() (bool, string) {
 		return h.waitingFor(t, "dbassign", engine.CauseDatabase, "acquire: connection refused")
 	})
 	down.Store(false)
 	r.ev.waitFor(t, "every record stored", func() bool { return r.distinct() >= len(r.want) })
-	waitUntil(t, 10*time.Second, "waiting cleared", func() (bool, string) { return h.notWaiting(t, "dbassign") })
+	waitUntil(t, 30*time.Second, "waiting cleared", func() (bool, string) { return h.notWaiting(t, "dbassign") })
 	r.check(t, false)
 }
 
@@ -278,7 +278,7 @@ func TestHealthTopicMissing(t *testing.T) {
 	r := newMemRigOn(t, "present", 1)
 	h := newHealthEngine(t, r.c.ListenAddrs(), r.spec(nil))
 	h.run("notopic", "absent_topic", "exactly_once")
-	waitUntil(t, 15*time.Second, "waiting for the topic", func() (bool, string) {
+	waitUntil(t, 30*time.Second, "waiting for the topic", func() (bool, string) {
 		return h.waitingFor(t, "notopic", engine.CauseTopic, "topic absent_topic does not exist")
 	})
 	cl, err := kgo.NewClient(kgo.SeedBrokers(r.c.ListenAddrs()...))
@@ -289,7 +289,7 @@ func TestHealthTopicMissing(t *testing.T) {
 	if _, err := kadm.NewClient(cl).CreateTopic(context.Background(), 1, 1, nil, "absent_topic"); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 15*time.Second, "waiting cleared", func() (bool, string) { return h.notWaiting(t, "notopic") })
+	waitUntil(t, 30*time.Second, "waiting cleared", func() (bool, string) { return h.notWaiting(t, "notopic") })
 }
 
 // TestHealthBrokerGone: with the broker gone the task waits for it, and
@@ -313,14 +313,14 @@ func TestHealthBrokerGone(t *testing.T) {
 	h.run("gone", "ev", "exactly_once_sink")
 	r.ev.waitFor(t, "every record stored", func() bool { return r.distinct() >= len(r.want) })
 	var before float64
-	waitUntil(t, 10*time.Second, "lag 0 looked up", func() (bool, string) {
+	waitUntil(t, 30*time.Second, "lag 0 looked up", func() (bool, string) {
 		lag, ok := h.gauge(t, "txsink_partition_lag", "connector", "gone", "topic", "ev", "partition", "0")
 		before, _ = h.gauge(t, "txsink_partition_lag_updated_timestamp_seconds", "connector", "gone", "topic", "ev", "partition", "0")
 		return ok && lag == 0 && before > 0, fmt.Sprintf("lag %v (%v), updated %v", lag, ok, before)
 	})
 	closedAt := float64(time.Now().UnixNano()) / 1e9
 	c.Close()
-	waitUntil(t, 20*time.Second, "waiting for the broker", func() (bool, string) {
+	waitUntil(t, 30*time.Second, "waiting for the broker", func() (bool, string) {
 		return h.waitingFor(t, "gone", engine.CauseBroker, "no Kafka broker answers")
 	})
 	lag, ok := h.gauge(t, "txsink_partition_lag", "connector", "gone", "topic", "ev", "partition", "0")
