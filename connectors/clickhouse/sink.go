@@ -319,8 +319,49 @@ func (s *Sink) addColumn(ctx context.Context, t *table, name, typ string) error 
 	if err != nil {
 		return fmt.Errorf("clickhouse: auto.evolve %s: %w: %w", t.Ident, ErrSchemaChangeFailed, err)
 	}
+	// An ALTER of a Replicated table goes through ZooKeeper: on 18.16 it
+	// can return before this replica's system.columns shows the column,
+	// and a batch planned again at once would take the field for one
+	// without a column (a bad record). Wait until the column is there.
+	if err := waitColumn(ctx, name, columnVisibleWait, func() (bool, error) {
+		var n uint64
+		err := s.conn.QueryRow(ctx, "SELECT count() FROM system.columns WHERE database = ? AND table = ? AND name = ?", t.DB, t.Name, name).Scan(&n)
+		return n > 0, err
+	}); err != nil {
+		return fmt.Errorf("clickhouse: auto.evolve %s: %w: %w", t.Ident, ErrSchemaChangeFailed, err)
+	}
 	s.log.Info("added a column (auto.evolve)", "table", t.Name, "ddl", ddl)
 	return nil
+}
+
+// columnVisibleWait bounds how long auto.evolve waits for an added column
+// to show in system.columns: the ALTER's own replication_alter_columns_timeout
+// default.
+const columnVisibleWait = 60 * time.Second
+
+// waitColumn asks visible, backing off from 10 ms to 500 ms, until it
+// reports the column there, the bound passes or ctx ends.
+func waitColumn(ctx context.Context, name string, bound time.Duration, visible func() (bool, error)) error {
+	deadline := time.Now().Add(bound)
+	delay := 10 * time.Millisecond
+	for {
+		ok, err := visible()
+		if err == nil && ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			if err == nil {
+				err = errors.New("not in system.columns")
+			}
+			return fmt.Errorf("column %q added but not visible after %s: %w", name, bound, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 500*time.Millisecond)
+	}
 }
 
 // modern reports whether the server has Bool, Date32, DateTime64 and Map
