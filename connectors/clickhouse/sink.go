@@ -303,10 +303,7 @@ func (s *Sink) addColumn(ctx context.Context, t *table, name, typ string) error 
 	ddl := "ALTER TABLE " + t.Ident + " ADD COLUMN IF NOT EXISTS " + quoteIdent(name) + " " + typ
 	err := s.conn.Exec(ctx, ddl)
 	if err != nil {
-		exists := func() bool {
-			var n uint64
-			return s.conn.QueryRow(ctx, "SELECT count() FROM system.columns WHERE database = ? AND table = ? AND name = ?", t.DB, t.Name, name).Scan(&n) == nil && n > 0
-		}
+		exists := func() bool { ok, err := s.hasColumn(ctx, t, name); return err == nil && ok }
 		if !exists() {
 			ddl = "ALTER TABLE " + t.Ident + " ADD COLUMN " + quoteIdent(name) + " " + typ
 			if err = s.conn.Exec(ctx, ddl); err != nil && exists() {
@@ -323,15 +320,18 @@ func (s *Sink) addColumn(ctx context.Context, t *table, name, typ string) error 
 	// can return before this replica's system.columns shows the column,
 	// and a batch planned again at once would take the field for one
 	// without a column (a bad record). Wait until the column is there.
-	if err := waitColumn(ctx, name, columnVisibleWait, func() (bool, error) {
-		var n uint64
-		err := s.conn.QueryRow(ctx, "SELECT count() FROM system.columns WHERE database = ? AND table = ? AND name = ?", t.DB, t.Name, name).Scan(&n)
-		return n > 0, err
-	}); err != nil {
+	if err := waitColumn(ctx, name, columnVisibleWait, func() (bool, error) { return s.hasColumn(ctx, t, name) }); err != nil {
 		return fmt.Errorf("clickhouse: auto.evolve %s: %w: %w", t.Ident, ErrSchemaChangeFailed, err)
 	}
 	s.log.Info("added a column (auto.evolve)", "table", t.Name, "ddl", ddl)
 	return nil
+}
+
+// hasColumn reports whether system.columns shows column name of t.
+func (s *Sink) hasColumn(ctx context.Context, t *table, name string) (bool, error) {
+	var n uint64
+	err := s.conn.QueryRow(ctx, "SELECT count() FROM system.columns WHERE database = ? AND table = ? AND name = ?", t.DB, t.Name, name).Scan(&n)
+	return n > 0, err
 }
 
 // columnVisibleWait bounds how long auto.evolve waits for an added column
