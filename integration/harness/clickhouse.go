@@ -238,7 +238,7 @@ func clickhouseReady(ctx context.Context, opts *clickhouse.Options) error {
 }
 
 func startClickHouse(tb testing.TB, sharedMode bool) (*clickhouseShared, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
 	defer cancel()
 
 	nw, err := network.New(ctx, network.WithLabels(labels("clickhouse")))
@@ -286,7 +286,7 @@ func startClickHouse(tb testing.TB, sharedMode bool) (*clickhouseShared, error) 
 // startClickHouse26 starts lane 26's server: TXSINK_TEST_CLICKHOUSE26_IMAGE
 // without ZooKeeper.
 func startClickHouse26(tb testing.TB, sharedMode bool) (*clickhouseShared, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
 	defer cancel()
 	return runClickHouse(ctx, tb, sharedMode, Lane26, containerSpec{
 		name:  "clickhouse-26",

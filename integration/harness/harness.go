@@ -113,12 +113,13 @@ func labels(name string) map[string]string {
 	return l
 }
 
-// startTimeout bounds starting one service, image already present. It is
+// StartTimeout bounds starting one service, image already present (and a
+// restart by Start, which first recovers the logs of a killed broker). It is
 // a limit, not a wait: a broker is up in 10–20 s on a quiet machine, but CI
 // starts every lane's services at once on 2 cores that other work may load
 // as well (a JVM then takes minutes to start), and a start that gives up
 // early fails every test of the package that shares the service.
-const startTimeout = 8 * time.Minute
+const StartTimeout = 8 * time.Minute
 
 var (
 	mainMu      sync.Mutex

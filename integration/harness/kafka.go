@@ -236,7 +236,7 @@ func (n kafkaNode) ports() map[string]int {
 }
 
 func startKafka(tb testing.TB, sharedMode bool, image string) (*kafkaShared, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
 	defer cancel()
 	var lastErr error
 	for range 3 { // a picked port can be taken before Docker binds it

@@ -70,7 +70,7 @@ func KafkaCluster(t testing.TB) *KafkaClusterService {
 }
 
 func startKafkaCluster(tb testing.TB, sharedMode bool) (*clusterShared, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
 	defer cancel()
 	nw, err := network.New(ctx, network.WithLabels(labels("kafka-cluster")))
 	if err != nil {

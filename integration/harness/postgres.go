@@ -179,7 +179,7 @@ func startPostgres(tb testing.TB, sharedMode bool, name string, extra ...string)
 // startPostgresWith is startPostgres with the data directory on a tmpfs of
 // tmpfsSize (when not "") and env added to the container's environment.
 func startPostgresWith(tb testing.TB, sharedMode bool, name, tmpfsSize string, env map[string]string, extra ...string) (*postgresShared, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
 	defer cancel()
 	image := envOr(EnvPostgresImage, DefaultPostgresImage)
 	var lastErr error

@@ -79,7 +79,7 @@ exec docker-entrypoint.sh "$@"
 func StartPostgresReplicated(t testing.TB, o ReplicationOptions) *PostgresReplicated {
 	t.Helper()
 	requireDocker(t, "(none: the failover tests kill the primary)")
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
 	defer cancel()
 	r, err := startPostgresReplicated(ctx, t, o)
 	if err != nil {
