@@ -67,7 +67,7 @@ func TestLifecycle(t *testing.T) {
 	e.waitState("orders-sink", engine.StatePaused, 1)
 	before := e.rows("orders-sink")
 	e.produce(5)
-	time.Sleep(300 * time.Millisecond)
+	e.waitLag("orders-sink", 5)
 	if got := e.rows("orders-sink"); got != before {
 		t.Fatalf("rows written while PAUSED: %d -> %d", before, got)
 	}

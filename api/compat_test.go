@@ -402,9 +402,9 @@ func TestPausedKeepsGroupMembership(t *testing.T) {
 	e.waitRows("pz", 5)
 	e.must(202, "PUT", "/connectors/pz/pause", nil)
 	e.waitState("pz", engine.StatePaused, 1)
-	time.Sleep(300 * time.Millisecond) // a round in flight ends
 	before := e.rows("pz")
 	e.produce(7)
+	e.waitLag("pz", 7)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(e.kafka.ListenAddrs()...))
 	if err != nil {
 		t.Fatal(err)
@@ -426,7 +426,7 @@ func TestPausedKeepsGroupMembership(t *testing.T) {
 	e.must(202, "PUT", "/connectors/pz/resume", nil)
 	e.waitState("pz", engine.StateRunning, 1)
 	e.waitRows("pz", 12)
-	time.Sleep(300 * time.Millisecond)
+	e.waitLag("pz", 0) // every record's round committed: a duplicate would be written by now
 	if got := e.rows("pz"); got != 12 {
 		t.Errorf("after the resume: %d rows, want 12", got)
 	}

@@ -391,6 +391,33 @@ func fakeConfig(name string) map[string]string {
 // or a metric.
 const canary = "Canary-Pw-9f3e1c"
 
+// waitLag waits until the status counts want records of lag over the
+// partitions of the connector's task 0 (every one known): the task has
+// seen that many records it has not written. It is what a check that
+// nothing was written waits for: a task that was not held would have had
+// them in hand.
+func (e *env) waitLag(name string, want int64) {
+	e.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st, err := e.worker.Status(context.Background(), name)
+		lag, known := int64(0), err == nil && len(st.Tasks) > 0 && len(st.Tasks[0].Partitions) > 0
+		if known {
+			for _, p := range st.Tasks[0].Partitions {
+				known = known && p.Lag >= 0
+				lag += p.Lag
+			}
+		}
+		if known && lag == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("task 0 of %s: lag %d (every partition known: %v), want %d: %+v (err %v)", name, lag, known, want, st, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // waitPartitions waits until the connector's task 0 owns n partitions.
 func (e *env) waitPartitions(name string, n int) {
 	e.t.Helper()

@@ -107,19 +107,28 @@ func (h healthEngine) gauge(t *testing.T, name string, labels ...string) (float6
 	return 0, false
 }
 
-// waitUntil polls cond (every 20 ms) until it holds or d passes.
+// waitUntil checks cond until it holds, failing the test when d passes
+// without it. What these tests wait for (a waiting detail, a metric, a
+// status) has no event of its own to wake on, so cond is checked again
+// at every tick of a 20 ms ticker; d is a bound, not a wait.
 func waitUntil(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(d)
+	deadline := time.After(d)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
 	for {
 		ok, why := cond()
 		if ok {
 			return
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %s", what, d, why)
+		select {
+		case <-tick.C:
+		case <-deadline:
+			if ok, why = cond(); !ok {
+				t.Fatalf("%s: not within %s: %s", what, d, why)
+			}
+			return
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
