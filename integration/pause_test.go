@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"maps"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -45,21 +46,16 @@ func TestPauseLongerThanSessionTimeout(t *testing.T) {
 	waitWritten(t, func() map[int32]int64 { got, _ := sinkOffsets(ctx, pool, name); return got }, 300, "the pause")
 	w.must(t, 202, "PUT", "/connectors/"+name+"/pause", nil)
 	w.waitState(t, name, "PAUSED", 1, 10*time.Second)
-	// The round in flight ends (committed or aborted): then nothing is
-	// prepared and the offsets stay put.
-	var held map[int32]int64
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
-		a, _ := sinkOffsets(ctx, pool, name)
-		time.Sleep(time.Second)
-		b, _ := sinkOffsets(ctx, pool, name)
-		if maps.Equal(a, b) && preparedXacts(t, pool) == 0 {
-			held = b
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the PAUSED connector kept writing: %v then %v", a, b)
-		}
+	// The round in flight ends (committed or aborted): the task says so
+	// once nothing is in flight; then nothing is prepared and the offsets
+	// stay put.
+	waitFor(t, time.Minute, "the paused task idle", func() (bool, string) {
+		return strings.Contains(w.output(), "task paused and idle"), tail(w.output(), 2000)
+	})
+	if n := preparedXacts(t, pool); n != 0 {
+		t.Fatalf("%d prepared transactions once the paused task was idle", n)
 	}
+	held, _ := sinkOffsets(ctx, pool, name)
 	// More records arrive while paused, for twice the session timeout.
 	var wg sync.WaitGroup
 	wg.Add(1)

@@ -487,6 +487,8 @@ func (d *driver) report(r task.Report) {
 		t.log.Error("bad record: the partition stops before it (errors.tolerance=none)", "topic", p.Topic, "partition", p.Partition, "err", r.Err)
 	case task.ReportOwnRound:
 		t.log.Info("a batch needs a schema change; running it in a round of its own", "partition", r.Partitions[0].String(), "reason", r.Err)
+	case task.ReportHeld:
+		t.log.Info("task paused and idle: no round running or written ahead; it writes nothing until the resume")
 	case task.ReportStale:
 		t.log.Info("dropping batches cut before their partitions were revoked or assigned anew; the owner continues from the stored offsets", "batches", len(r.IDs))
 	}

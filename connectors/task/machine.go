@@ -357,12 +357,15 @@ const (
 	// assigned anew and are dropped; the owner continues from the stored
 	// offsets.
 	ReportStale
+	// ReportHeld: paused, and nothing is in flight any more: no round
+	// running or written ahead, no poll. Once per pause.
+	ReportHeld
 )
 
 var reportNames = [...]string{
 	ReportAssigned: "assigned", ReportRevoked: "revoked", ReportRound: "round", ReportWaiting: "waiting",
 	ReportAvailable: "available", ReportRetry: "retry", ReportFenced: "fenced", ReportBadRecord: "bad-record",
-	ReportOwnRound: "own-round", ReportStale: "stale",
+	ReportOwnRound: "own-round", ReportStale: "stale", ReportHeld: "held",
 }
 
 func (t ReportType) String() string {
@@ -431,6 +434,7 @@ type Machine struct {
 	pollSeq uint64
 
 	paused   bool
+	held     bool // ReportHeld issued for this pause
 	stopping bool // soft stop asked
 
 	now       int64 // ticks
@@ -529,7 +533,7 @@ func (m *Machine) Step(ev Event) ([]Action, error) {
 			// the pause: continue from the cursors.
 			out = m.rewind(nil, out)
 		}
-		m.paused = false
+		m.paused, m.held = false, false
 	case EventStop:
 		m.stopping = true
 	default:
@@ -709,6 +713,10 @@ func (m *Machine) advance(out []Action) []Action {
 		if m.stopping {
 			m.phase = phaseDone
 			return append(out, Action{Type: ActionExit})
+		}
+		if !m.held {
+			m.held = true
+			out = append(out, Action{Type: ActionReport, Report: Report{Type: ReportHeld}})
 		}
 		return out
 	}
