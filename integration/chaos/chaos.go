@@ -146,6 +146,10 @@ type Lane struct {
 	// that server with the others.
 	NewDatabase func(lane string) (string, error)
 	Postgres    Database
+	// ClickHouse, when set, is a ClickHouse lane's own server (another
+	// version, say) instead of Env.ClickHouse; its Server, when set, lets
+	// ClickHouseRestart restart it with the others.
+	ClickHouse *ClickHouseEnv
 	// Config holds further connector settings, set over the runner's own.
 	Config map[string]string
 }
@@ -368,8 +372,8 @@ func (p *Profile) defaults() error {
 				return fmt.Errorf("lane %s: postgres: a lane's own server needs the lane's NewDatabase", l.Name)
 			}
 		case SinkClickHouse:
-			if p.Env.ClickHouse == nil || p.Env.ClickHouse.NewDatabase == nil || p.Env.ClickHouse.Addr == "" {
-				return fmt.Errorf("lane %s: env: ClickHouse with Addr and NewDatabase is required for ClickHouse lanes", l.Name)
+			if che := p.clickHouseOf(l); che == nil || che.NewDatabase == nil || che.Addr == "" {
+				return fmt.Errorf("lane %s: env: ClickHouse (or the lane's) with Addr and NewDatabase is required for ClickHouse lanes", l.Name)
 			}
 			if l.Delivery == "exactly_once_sink" {
 				return fmt.Errorf("lane %s: the ClickHouse sink has no exactly_once_sink", l.Name)
@@ -419,7 +423,7 @@ func (p *Profile) weights() map[Kind]int {
 	if !p.hasSink(SinkPostgres) {
 		delete(w, PostgresTerminate)
 	}
-	if p.Env.ClickHouse == nil || p.Env.ClickHouse.Server == nil || !p.hasSink(SinkClickHouse) {
+	if len(p.clickHouseServers()) == 0 {
 		delete(w, ClickHouseRestart)
 	}
 	if p.Env.KafkaCluster == nil {
@@ -467,6 +471,27 @@ func (p *Profile) postgresServers() []Database {
 		}
 	}
 	return dbs
+}
+
+// clickHouseOf returns where a ClickHouse lane writes: its own server or
+// Env.ClickHouse.
+func (p *Profile) clickHouseOf(l Lane) *ClickHouseEnv {
+	if l.ClickHouse != nil {
+		return l.ClickHouse
+	}
+	return p.Env.ClickHouse
+}
+
+// clickHouseServers returns every ClickHouse server a ClickHouseRestart
+// hits: those of the ClickHouse lanes that can be restarted.
+func (p *Profile) clickHouseServers() []ClickHouseServer {
+	var out []ClickHouseServer
+	for _, l := range p.Lanes {
+		if che := p.clickHouseOf(l); l.sink() == SinkClickHouse && che != nil && che.Server != nil && !slices.Contains(out, che.Server) {
+			out = append(out, che.Server)
+		}
+	}
+	return out
 }
 
 // hasBroker reports whether a KafkaRestart has a broker to restart.
@@ -945,7 +970,7 @@ func setupPostgres(ctx, cctx context.Context, p Profile, l *lane) (map[string]st
 // server's block de-duplication would otherwise hide some of
 // at_least_once's re-inserts by chance, not by design).
 func setupClickHouse(cctx context.Context, p Profile, l *lane) (map[string]string, error) {
-	che := p.Env.ClickHouse
+	che := p.clickHouseOf(l.Lane)
 	db, err := che.NewDatabase(l.Name)
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)

@@ -475,18 +475,19 @@ var ClickHouseCIKillPoints = []string{failpoint.AfterDecide, PointCHMidInsert, P
 // (ReplicatedMergeTree with ZooKeeper, else MergeTree with a
 // non-replicated window and tokens; must pass) and at_least_once into a
 // plain MergeTree (negative control: must report duplicates) — then a
-// kill aimed at the control between its rows and its offsets.
-func ClickHouseCIProfile(seed uint64, e Env) Profile {
+// kill aimed at the control between its rows and its offsets. more are
+// further lanes under the same schedule.
+func ClickHouseCIProfile(seed uint64, e Env, more ...Lane) Profile {
 	return Profile{
 		Name:       "ci-clickhouse",
 		Seed:       seed,
 		Faults:     deckSize(ClickHouseCIDeck),
 		Workers:    2,
 		Partitions: 4,
-		Lanes: []Lane{
+		Lanes: append([]Lane{
 			{Name: "cheo", Sink: SinkClickHouse, Delivery: "exactly_once"},
 			{Name: "chalo", Sink: SinkClickHouse, Delivery: "at_least_once"},
-		},
+		}, more...),
 		Rate:           100,
 		MaxTxn:         30,
 		AbortRatio:     0.15,
@@ -514,7 +515,11 @@ func TestChaosClickHouse(t *testing.T) {
 	}
 	e := env(t, false, true)
 	s := seed(t)
-	p := ClickHouseCIProfile(s, e)
+	var more []Lane
+	if l, ok := clickHouse26Lane(t, "cheo26", "exactly_once"); ok {
+		more = append(more, l)
+	}
+	p := ClickHouseCIProfile(s, e, more...)
 	plan, err := PlanOf(p)
 	if err != nil {
 		t.Fatal(err)
@@ -536,7 +541,35 @@ func TestChaosClickHouse(t *testing.T) {
 		t.Errorf("seed %d: no ClickHouse restart injected", s)
 	}
 	checkExact(t, s, sum.Lane("cheo"))
+	if len(more) > 0 {
+		checkExact(t, s, sum.Lane("cheo26"))
+	}
 	checkDuplicates(t, s, sum, "chalo") // negative control: at_least_once under the same faults
+}
+
+// clickHouse26Lane is a lane writing to the ClickHouse server of lane 26
+// (a current server without ZooKeeper: a MergeTree with a non-replicated
+// window and insert tokens) beside the run's default one, living through
+// the same schedule: ClickHouseRestart restarts both at once. It is how
+// the ClickHouse chaos profile runs on both servers in one run
+// (docs/testing.md). ok is false when the run's own server is already lane
+// 26's (TXSINK_TEST_CLICKHOUSE_LANE=26) or an external one.
+func clickHouse26Lane(t *testing.T, name, delivery string) (l Lane, ok bool) {
+	t.Helper()
+	if lane, _ := harness.ClickHouseLane(); lane == harness.Lane26 {
+		return Lane{}, false
+	}
+	s := harness.ClickHouseOfLane(t, harness.Lane26)
+	if s.External() {
+		t.Logf("no ClickHouse 26 lane: the servers are external (%s)", harness.EnvClickHouseAddr)
+		return Lane{}, false
+	}
+	return Lane{Name: name, Sink: SinkClickHouse, Delivery: delivery, ClickHouse: &ClickHouseEnv{
+		Addr: s.Addr, User: s.User, Password: s.Password,
+		Replicated:  s.HasZooKeeper,
+		Server:      s,
+		NewDatabase: func(string) (string, error) { return s.NewDatabase(t), nil },
+	}}, true
 }
 
 // ClusterKillPoints are the failpoints of the cluster profiles: every

@@ -88,12 +88,13 @@ func apply(ctx context.Context, p Profile, lanes []*lane, cl *cluster, f Fault) 
 			return terminateBackends(ctx, l.db)
 		})
 	case ClickHouseRestart:
-		if p.Env.ClickHouse == nil || p.Env.ClickHouse.Server == nil {
+		servers := p.clickHouseServers()
+		if len(servers) == 0 {
 			return errors.New("no ClickHouse controller")
 		}
 		rctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 		defer cancel()
-		return p.Env.ClickHouse.Server.Restart(rctx)
+		return parallel(len(servers), func(i int) error { return servers[i].Restart(rctx) })
 	case KafkaRestart:
 		return restartBrokers(ctx, p, f)
 	case CutCommit:
