@@ -117,12 +117,7 @@ func withSinks(t *testing.T, e Env, pg, ch bool) Env {
 		if s.External() {
 			t.Skip("chaos needs a ClickHouse server started by the harness (it restarts it)")
 		}
-		e.ClickHouse = &ClickHouseEnv{
-			Addr: s.Addr, User: s.User, Password: s.Password,
-			Replicated:  s.HasZooKeeper,
-			Server:      s,
-			NewDatabase: func(string) (string, error) { return s.NewDatabase(t), nil },
-		}
+		e.ClickHouse = clickHouseEnv(t, s)
 	}
 	return e
 }
@@ -564,12 +559,18 @@ func clickHouse26Lane(t *testing.T, name, delivery string) (l Lane, ok bool) {
 		t.Logf("no ClickHouse 26 lane: the servers are external (%s)", harness.EnvClickHouseAddr)
 		return Lane{}, false
 	}
-	return Lane{Name: name, Sink: SinkClickHouse, Delivery: delivery, ClickHouse: &ClickHouseEnv{
+	return Lane{Name: name, Sink: SinkClickHouse, Delivery: delivery, ClickHouse: clickHouseEnv(t, s)}, true
+}
+
+// clickHouseEnv is where lanes write on the harness's server s, which
+// ClickHouseRestart may restart.
+func clickHouseEnv(t *testing.T, s *harness.ClickHouseService) *ClickHouseEnv {
+	return &ClickHouseEnv{
 		Addr: s.Addr, User: s.User, Password: s.Password,
 		Replicated:  s.HasZooKeeper,
 		Server:      s,
 		NewDatabase: func(string) (string, error) { return s.NewDatabase(t), nil },
-	}}, true
+	}
 }
 
 // ClusterKillPoints are the failpoints of the cluster profiles: every
