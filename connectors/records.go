@@ -219,6 +219,17 @@ func (p *RecordPipeline) Batch(ctx context.Context, b *twophase.Batch) (*Convert
 	return c, nil
 }
 
+// Attach attaches the pipeline to every batch not attached yet. The
+// records are converted as the sink reads them (Converted.Each), so this
+// does no conversion and cannot fail.
+func (p *RecordPipeline) Attach(batches []*twophase.Batch) {
+	for _, b := range batches {
+		if c, ok := b.Converted.(*Converted); !ok || c == nil {
+			b.Converted = &Converted{raw: b.Records, p: p, tolerant: p.tolerant}
+		}
+	}
+}
+
 // DeadLettersOf returns the dead letters of batches in batch and offset
 // order (none for a batch that was not converted).
 func DeadLettersOf(batches []*twophase.Batch) []DeadLetter {

@@ -254,7 +254,7 @@ func (d *driver) do(a task.Action) {
 	case task.ActionExit:
 		d.finish(nil)
 	case task.ActionReport:
-		d.report(a.Report)
+		d.t.report(a.Report)
 	}
 }
 
@@ -308,18 +308,13 @@ func (d *driver) startStage(r *task.Round) {
 	d.stages[r.ID] = sr
 	go func() {
 		defer close(sr.done)
+		// Attached once: the round reuses the write-ahead's pipeline of
+		// each batch.
+		d.records.Attach(r.Batches)
 		var g errgroup.Group
 		g.SetLimit(max(d.t.conn.Parallelism, 1))
 		for _, b := range r.Batches {
 			g.Go(func() error {
-				// Attached once: the round reuses the write-ahead's
-				// pipeline of the batch.
-				if _, err := d.records.Batch(ctx, b); err != nil {
-					if ctx.Err() == nil {
-						d.t.log.Debug("converting a batch ahead failed; its round converts it", "batch", b.ID.String(), "err", err)
-					}
-					return nil
-				}
 				if err := d.stager.Stage(ctx, b); err != nil {
 					if ctx.Err() == nil {
 						d.t.log.Debug("writing a batch ahead failed; its round writes it", "batch", b.ID.String(), "err", err)
@@ -413,87 +408,6 @@ func (d *driver) startRound(r *task.Round) {
 	}()
 }
 
-// convert attaches the record pipeline to every batch of a round not
-// attached yet (by its write-ahead), at most commit.parallelism at a
-// time. The records are converted as the sink reads them
-// (connectors.Converted.Each), one at a time into reused buffers; a bad
-// record with errors.tolerance=none fails the sink's write with its
-// *record.Error (a RecordLocator: the partition stops there). It returns
-// the error of the first batch (in round order) that failed.
-func (d *driver) convert(ctx context.Context, batches []*twophase.Batch) error {
-	errs := make([]error, len(batches))
-	var g errgroup.Group
-	g.SetLimit(max(d.t.conn.Parallelism, 1))
-	for i, b := range batches {
-		g.Go(func() error {
-			_, errs[i] = d.records.Batch(ctx, b)
-			return nil
-		})
-	}
-	_ = g.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// report tells the observer and the log what the machine reports.
-func (d *driver) report(r task.Report) {
-	t, obs := d.t, d.t.opt.Observer
-	switch r.Type {
-	case task.ReportAssigned:
-		// (The observer heard of it in the assignment callback.)
-		t.log.Info("partitions assigned and fenced", "positions", fmtPositions(r.Positions))
-	case task.ReportRevoked:
-		byTopic := map[string][]int32{}
-		for _, p := range r.Partitions {
-			byTopic[p.Topic] = append(byTopic[p.Topic], p.Partition)
-		}
-		for topic, ps := range byTopic {
-			t.log.Info("partitions revoked", "topic", topic, "partitions", ps)
-		}
-	case task.ReportRound:
-		s := r.Stats
-		st := RoundStats{Outcome: s.Outcome, Records: s.Records, Batches: s.Batches, Positions: s.Positions,
-			Prepare: time.Duration(s.PrepareNanos), Decide: time.Duration(s.DecideNanos), Commit: time.Duration(s.CommitNanos),
-			Total: time.Duration(s.TotalNanos), DeadLettered: s.DeadLettered, WrittenAhead: s.WrittenAhead}
-		t.observeRound(st)
-	case task.ReportWaiting:
-		t.log.Warn("waiting for an unavailable dependency before retrying from the stored offsets (no record is skipped)",
-			"err", r.Err, "attempt", r.Attempt, "backoff", time.Duration(r.Ticks)*task.TickMillis*time.Millisecond)
-		if obs != nil {
-			obs.Waiting(t.id, r.Err)
-		}
-	case task.ReportAvailable:
-		t.log.Info("the record pipeline's dependencies are available again")
-		if obs != nil {
-			obs.Waiting(t.id, nil)
-		}
-	case task.ReportRetry:
-		if r.Err == nil {
-			t.log.Info("round aborted by the decision (rebalance or KIP-447 generation fencing); continuing from the stored offsets")
-		} else {
-			t.log.Warn("round failed; retrying from the stored offsets", "err", r.Err)
-		}
-	case task.ReportFenced:
-		t.log.Warn("fence conflict: another owner holds the partition; dropping the batch", "err", r.Err)
-		if obs != nil {
-			obs.FenceConflict(t.id, r.Err)
-		}
-	case task.ReportBadRecord:
-		p := r.Partitions[0]
-		t.log.Error("bad record: the partition stops before it (errors.tolerance=none)", "topic", p.Topic, "partition", p.Partition, "err", r.Err)
-	case task.ReportOwnRound:
-		t.log.Info("a batch needs a schema change; running it in a round of its own", "partition", r.Partitions[0].String(), "reason", r.Err)
-	case task.ReportHeld:
-		t.log.Info("task paused and idle: no round running or written ahead; it writes nothing until the resume")
-	case task.ReportStale:
-		t.log.Info("dropping batches cut before their partitions were revoked or assigned anew; the owner continues from the stored offsets", "batches", len(r.IDs))
-	}
-}
-
 // close ends whatever is still running: polls, write-aheads (rolled
 // back), rounds (they run with the hard context; a round abandoned in
 // the middle leaves at most prepared batches, which the next owner's
@@ -503,19 +417,12 @@ func (d *driver) close() {
 		d.cancelPoll(seq)
 	}
 	var ids []twophase.BatchID
-	for rid, sr := range d.stages {
-		sr.cancel()
-		<-sr.done
+	for _, sr := range d.stages {
 		ids = append(ids, sr.round.IDs()...)
-		delete(d.stages, rid)
 	}
-	if d.stager != nil && len(ids) > 0 {
-		d.stager.Discard(ids)
+	if len(ids) > 0 {
+		d.discard(ids)
 	}
 	d.rounds.Wait()
-	if d.s != nil {
-		d.s.close()
-		d.s = nil
-	}
-	d.ackAll()
+	d.endSession()
 }

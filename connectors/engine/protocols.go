@@ -24,9 +24,7 @@ import (
 // session's Kafka transaction, which also carries the round's dead letters.
 func (d *driver) twoPhaseRound(s *session, r *task.Round) task.Result {
 	t := d.t
-	if err := d.convert(d.hard, r.Batches); err != nil {
-		return task.Result{Err: err}
-	}
+	d.records.Attach(r.Batches)
 	dec := &roundDecider{KafkaDecider: s.dec, gate: s.gate, batches: r.Batches}
 	if t.conn.DLQTopic != "" {
 		dec.dlq = &dlqDecider{t: t, cl: s.cl, batches: r.Batches}
@@ -112,14 +110,12 @@ func (d *driver) localRound(s *session, r *task.Round) task.Result {
 	}
 	failpoint.HitIn(t.conn.Name, failpoint.BeforeWrite)
 	start := time.Now()
+	d.records.Attach(r.Batches)
 	errs := make([]error, len(r.Batches))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(max(t.conn.Parallelism, 1))
 	for i, b := range r.Batches {
 		g.Go(func() error {
-			if _, errs[i] = d.records.Batch(gctx, b); errs[i] != nil {
-				return nil
-			}
 			wctx, cancel := t.sinkCtx(gctx)
 			defer cancel()
 			errs[i] = d.local.WriteLocal(wctx, b, guard, order)

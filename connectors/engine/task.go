@@ -420,6 +420,62 @@ func (t *Task) poll(ctx context.Context, pollFn func(context.Context, int) kgo.F
 // fetch: about what a fetch from a broker that has the records takes.
 const backlogFetchWait = 10 * time.Millisecond
 
+// report tells the observer and the log what the task machine reports
+// (the driver hands every report over).
+func (t *Task) report(r task.Report) {
+	obs := t.opt.Observer
+	switch r.Type {
+	case task.ReportAssigned:
+		// (The observer heard of it in the assignment callback.)
+		t.log.Info("partitions assigned and fenced", "positions", fmtPositions(r.Positions))
+	case task.ReportRevoked:
+		byTopic := map[string][]int32{}
+		for _, p := range r.Partitions {
+			byTopic[p.Topic] = append(byTopic[p.Topic], p.Partition)
+		}
+		for topic, ps := range byTopic {
+			t.log.Info("partitions revoked", "topic", topic, "partitions", ps)
+		}
+	case task.ReportRound:
+		s := r.Stats
+		st := RoundStats{Outcome: s.Outcome, Records: s.Records, Batches: s.Batches, Positions: s.Positions,
+			Prepare: time.Duration(s.PrepareNanos), Decide: time.Duration(s.DecideNanos), Commit: time.Duration(s.CommitNanos),
+			Total: time.Duration(s.TotalNanos), DeadLettered: s.DeadLettered, WrittenAhead: s.WrittenAhead}
+		t.observeRound(st)
+	case task.ReportWaiting:
+		t.log.Warn("waiting for an unavailable dependency before retrying from the stored offsets (no record is skipped)",
+			"err", r.Err, "attempt", r.Attempt, "backoff", time.Duration(r.Ticks)*task.TickMillis*time.Millisecond)
+		if obs != nil {
+			obs.Waiting(t.id, r.Err)
+		}
+	case task.ReportAvailable:
+		t.log.Info("the record pipeline's dependencies are available again")
+		if obs != nil {
+			obs.Waiting(t.id, nil)
+		}
+	case task.ReportRetry:
+		if r.Err == nil {
+			t.log.Info("round aborted by the decision (rebalance or KIP-447 generation fencing); continuing from the stored offsets")
+		} else {
+			t.log.Warn("round failed; retrying from the stored offsets", "err", r.Err)
+		}
+	case task.ReportFenced:
+		t.log.Warn("fence conflict: another owner holds the partition; dropping the batch", "err", r.Err)
+		if obs != nil {
+			obs.FenceConflict(t.id, r.Err)
+		}
+	case task.ReportBadRecord:
+		p := r.Partitions[0]
+		t.log.Error("bad record: the partition stops before it (errors.tolerance=none)", "topic", p.Topic, "partition", p.Partition, "err", r.Err)
+	case task.ReportOwnRound:
+		t.log.Info("a batch needs a schema change; running it in a round of its own", "partition", r.Partitions[0].String(), "reason", r.Err)
+	case task.ReportHeld:
+		t.log.Info("task paused and idle: no round running or written ahead; it writes nothing until the resume")
+	case task.ReportStale:
+		t.log.Info("dropping batches cut before their partitions were revoked or assigned anew; the owner continues from the stored offsets", "batches", len(r.IDs))
+	}
+}
+
 func (t *Task) observeRound(s RoundStats) {
 	t.log.Debug("round", "outcome", s.Outcome, "records", s.Records, "batches", s.Batches,
 		"prepare", s.Prepare, "decide", s.Decide, "commit", s.Commit, "total", s.Total, "written_ahead", s.WrittenAhead)
