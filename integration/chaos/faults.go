@@ -550,7 +550,14 @@ func brokerFault(ctx context.Context, p Profile, lanes []*lane, f Fault) error {
 	if c == nil {
 		return errors.New("no Kafka cluster")
 	}
-	rctx, cancel := context.WithTimeout(ctx, 6*time.Minute)
+	// A broker's start gets the bound of a first start (a SIGKILLed one
+	// recovers its logs first; under load that has taken minutes), a
+	// rolling restart that bound for each broker.
+	bound := harness.StartTimeout
+	if f.Kind == RollingRestart {
+		bound *= time.Duration(len(c.Brokers()))
+	}
+	rctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	if f.Kind == RollingRestart {
 		return c.RollingRestart(rctx)
