@@ -37,7 +37,7 @@ lint:
 # timing-sensitive tests failed there (see docs/testing.md, "CI"). The
 # two chaos shards are in different lanes, chaos-1 first in its lane and
 # chaos-2 last in its, so that they hardly overlap.
-TEST_LANES := test-unit,test-integration-more,test-bench-smoke,test-integration-3,test-chaos-2 test-integration-ch26,test-integration-2,test-postgres18 test-chaos-1,test-integration-1
+TEST_LANES := test-unit,test-integration-more,test-bench-smoke,test-postgres18,test-chaos-2 test-integration-3,test-integration-ch26,test-integration-2 test-chaos-1,test-integration-1
 comma := ,
 TEST_TARGETS := $(subst $(comma), ,$(TEST_LANES))
 
