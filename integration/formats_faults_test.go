@@ -90,11 +90,15 @@ func killAt(t *testing.T, bootstrap, cfgPath, point string, kills int) {
 
 // TestFormatsAvroCrashPoints is the crash-point test of the exactly-once
 // suite on an Avro topic (two schema versions, every Avro type): the
-// process is killed three times at each point of the protocol while the
+// process is killed three times at a point of the protocol while the
 // producer writes; after a clean run the table is exact and every value is
-// as produced.
+// as produced. The points are the two where the next owner's recovery has
+// prepared batches to resolve (rolled back, committed) before it decodes
+// the rest again through the registry; the sweep of every point is the
+// sink's (TestPostgresCrashPoints) and the task machine's transcripts
+// (connectors/task/testdata), the format playing no part in it.
 func TestFormatsAvroCrashPoints(t *testing.T) {
-	points := []string{failpoint.AfterPoll, failpoint.AfterWrite, failpoint.AfterPrepare, failpoint.AfterDecide, failpoint.AfterCommit}
+	points := []string{failpoint.AfterPrepare, failpoint.AfterDecide}
 	for i, point := range points {
 		t.Run(point, func(t *testing.T) {
 			t.Parallel()
