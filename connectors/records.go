@@ -200,23 +200,15 @@ func PipelineFor(pipe *convert.Pipeline, tolerance string, sink any) *RecordPipe
 // tolerance operator. The error is always nil (kept for callers that
 // convert eagerly).
 func (p *RecordPipeline) Convert(ctx context.Context, recs []*kgo.Record) (*Converted, error) {
-	return &Converted{raw: recs, p: p, tolerant: p.tolerant}, nil
+	return p.converted(recs), nil
 }
 
 // Batch returns b's converted records: those the runtime attached, or,
 // for a batch the runtime did not convert (recovery re-reading a range, a
 // test calling the sink directly), b's records converted now and
-// attached.
+// attached. The error is always nil.
 func (p *RecordPipeline) Batch(ctx context.Context, b *twophase.Batch) (*Converted, error) {
-	if c, ok := b.Converted.(*Converted); ok && c != nil {
-		return c, nil
-	}
-	c, err := p.Convert(ctx, b.Records)
-	if err != nil {
-		return nil, err
-	}
-	b.Converted = c
-	return c, nil
+	return p.attach(b), nil
 }
 
 // Attach attaches the pipeline to every batch not attached yet. The
@@ -224,10 +216,25 @@ func (p *RecordPipeline) Batch(ctx context.Context, b *twophase.Batch) (*Convert
 // does no conversion and cannot fail.
 func (p *RecordPipeline) Attach(batches []*twophase.Batch) {
 	for _, b := range batches {
-		if c, ok := b.Converted.(*Converted); !ok || c == nil {
-			b.Converted = &Converted{raw: b.Records, p: p, tolerant: p.tolerant}
-		}
+		p.attach(b)
 	}
+}
+
+// attach returns b's converted records, attaching them first if b has
+// none.
+func (p *RecordPipeline) attach(b *twophase.Batch) *Converted {
+	if c, ok := b.Converted.(*Converted); ok && c != nil {
+		return c
+	}
+	c := p.converted(b.Records)
+	b.Converted = c
+	return c
+}
+
+// converted is recs (one partition's, in offset order) with the pipeline
+// attached, converted as the sink reads them.
+func (p *RecordPipeline) converted(recs []*kgo.Record) *Converted {
+	return &Converted{raw: recs, p: p, tolerant: p.tolerant}
 }
 
 // DeadLettersOf returns the dead letters of batches in batch and offset
