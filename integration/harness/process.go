@@ -131,18 +131,32 @@ func (p *Process) State() string {
 	return s[i+2 : i+3]
 }
 
+// EnvTxsinkBin names a txsink binary built from the code under test
+// (CGO_ENABLED=0 go build ./cmd/txsink) that TxsinkBinary returns instead
+// of building one: .ci/run builds it once for every test binary of every
+// lane.
+const EnvTxsinkBin = "TXSINK_TEST_TXSINK_BIN"
+
 var (
 	binMu   sync.Mutex
 	binPath string
 )
 
-// TxsinkBinary builds cmd/txsink once per test binary and returns its path.
-// The build is removed at the end of Main (without Main: when tb ends).
+// TxsinkBinary builds cmd/txsink once per test binary and returns its path
+// (with TXSINK_TEST_TXSINK_BIN set, that binary, never built here). The
+// build is removed at the end of Main (without Main: when tb ends).
 func TxsinkBinary(tb testing.TB) string {
 	tb.Helper()
 	binMu.Lock()
 	defer binMu.Unlock()
 	if binPath != "" {
+		return binPath
+	}
+	if bin := os.Getenv(EnvTxsinkBin); bin != "" {
+		if _, err := os.Stat(bin); err != nil {
+			tb.Fatalf("harness: %s: %v", EnvTxsinkBin, err)
+		}
+		binPath = bin
 		return binPath
 	}
 	root, err := moduleRoot()
