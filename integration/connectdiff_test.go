@@ -361,6 +361,7 @@ func startConnect(t *testing.T, peer *connectpeer.Peer, dir, bootstrap, addr str
 	if err := os.WriteFile(wf, []byte(props), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	peer.JVM = connectpeer.LightJVM // a test worker (the benchmark keeps the defaults)
 	cmd, err := peer.Standalone(dir, "512m", wf)
 	if err != nil {
 		t.Fatal(err)

@@ -105,6 +105,7 @@ func startDebezium(t *testing.T, k *harness.KafkaService, o debeziumOptions) *de
 			t.Fatal(err)
 		}
 	}
+	peer.JVM = connectpeer.LightJVM // a test worker (the benchmark keeps the defaults)
 	cmd, err := peer.Standalone(dir, "768m", wf, cf)
 	if err != nil {
 		t.Fatal(err)

@@ -256,7 +256,7 @@ func startClickHouse(tb testing.TB, sharedMode bool) (*clickhouseShared, error) 
 		return startContainer(ctx, tb, sharedMode, containerSpec{
 			name:     "zookeeper",
 			image:    envOr(EnvZooKeeperImage, DefaultZooKeeperImage),
-			env:      map[string]string{"ZOO_4LW_COMMANDS_WHITELIST": "srvr,ruok"},
+			env:      map[string]string{"ZOO_4LW_COMMANDS_WHITELIST": "srvr,ruok", "JVMFLAGS": "-Xmx512m " + LightJVM},
 			ports:    map[string]int{"2181/tcp": port},
 			networks: []string{nw.Name},
 			aliases:  map[string][]string{nw.Name: {"zookeeper"}},

@@ -28,7 +28,17 @@ type Peer struct {
 	Libs string
 	// Java is the java executable.
 	Java string
+	// JVM are the worker JVM's options besides its heap: nil is G1 with
+	// both compilers, as deployed (what the benchmark measures); a test
+	// peer, short-lived and lightly loaded, runs with LightJVM.
+	JVM []string
 }
+
+// LightJVM are JVM options for a short-lived, lightly loaded worker in a
+// test: the client compiler only and the serial collector, which start
+// and run such a worker on less CPU than the server compiler's
+// compilations take.
+var LightJVM = []string{"-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"}
 
 // ErrUnavailable is wrapped by Prepare's error when the machine lacks
 // what the peer needs (java or mvn): callers skip rather than fail.
@@ -144,10 +154,14 @@ func (p *Peer) Standalone(dir, heap, workerFile string, connectorFiles ...string
 	if err := os.WriteFile(lf, []byte(Log4j), 0o600); err != nil {
 		return nil, err
 	}
-	args := []string{"-Xms" + heap, "-Xmx" + heap, "-XX:+UseG1GC",
-		"-Dlog4j2.configurationFile=" + lf,
+	jvm := p.JVM
+	if jvm == nil {
+		jvm = []string{"-XX:+UseG1GC"}
+	}
+	args := append([]string{"-Xms" + heap, "-Xmx" + heap}, jvm...)
+	args = append(args, "-Dlog4j2.configurationFile="+lf,
 		"-cp", filepath.Join(p.Libs, "*"),
-		"org.apache.kafka.connect.cli.ConnectStandalone", workerFile}
+		"org.apache.kafka.connect.cli.ConnectStandalone", workerFile)
 	return exec.Command(p.Java, append(args, connectorFiles...)...), nil
 }
 

@@ -99,6 +99,9 @@ func runBench(ctx context.Context, o options, log io.Writer) (*Report, error) {
 	}()
 
 	b.logf("starting Kafka and PostgreSQL (integration/harness)")
+	// A broker as deployed: the image's JVM defaults, not the harness's
+	// light options for test brokers.
+	harness.KafkaJVMOptions = ""
 	if err := catch(func() {
 		k := harness.Kafka(b.tb)
 		pg := harness.Postgres(b.tb)
