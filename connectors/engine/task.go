@@ -459,6 +459,8 @@ func (t *Task) report(r task.Report) {
 		} else {
 			t.log.Warn("round failed; retrying from the stored offsets", "err", r.Err)
 		}
+	case task.ReportReread:
+		t.log.Warn("a poll's records were given up; reading every partition again from its cursor", "err", r.Err)
 	case task.ReportFenced:
 		t.log.Warn("fence conflict: another owner holds the partition; dropping the batch", "err", r.Err)
 		if obs != nil {

@@ -360,12 +360,15 @@ const (
 	// ReportHeld: paused, and nothing is in flight any more: no round
 	// running or written ahead, no poll. Once per pause.
 	ReportHeld
+	// ReportReread: a poll's records were given up (Err) and every
+	// partition is read again from its cursor.
+	ReportReread
 )
 
 var reportNames = [...]string{
 	ReportAssigned: "assigned", ReportRevoked: "revoked", ReportRound: "round", ReportWaiting: "waiting",
 	ReportAvailable: "available", ReportRetry: "retry", ReportFenced: "fenced", ReportBadRecord: "bad-record",
-	ReportOwnRound: "own-round", ReportStale: "stale", ReportHeld: "held",
+	ReportOwnRound: "own-round", ReportStale: "stale", ReportHeld: "held", ReportReread: "reread",
 }
 
 func (t ReportType) String() string {
@@ -578,6 +581,14 @@ func (m *Machine) running() *round {
 }
 
 // assigned takes the fenced positions of a new assignment.
+//
+// A poll outstanding across an assignment is given up and every owned
+// partition read again from its cursor: the driver's poll gathers records
+// over several reads, so it may hold records of a partition read before
+// the partition was lost or revoked and assigned back. Those continue
+// where the earlier owner's rounds left off, not from the stored offset
+// the new cursor starts at; cut against it they would make a batch that
+// skips records or repeats them out of order.
 func (m *Machine) assigned(ps []offsets.Position, out []Action) []Action {
 	if m.phase != phaseActive {
 		return out
@@ -587,7 +598,11 @@ func (m *Machine) assigned(ps []offsets.Position, out []Action) []Action {
 	}
 	ps = slices.Clone(ps)
 	sortPositions(ps)
-	return append(out, report(Report{Type: ReportAssigned, Positions: ps}))
+	out = append(out, report(Report{Type: ReportAssigned, Positions: ps}))
+	if m.polling {
+		out = m.rewind(nil, out)
+	}
+	return out
 }
 
 // revoked drops revoked partitions. In the local guarantees the revocation
@@ -622,7 +637,13 @@ func touches(r *Round, ps []TP) bool {
 
 // polled cuts the records of a poll into a round.
 func (m *Machine) polled(recs []*kgo.Record, out []Action) []Action {
-	batches := m.cut(recs)
+	batches, err := m.cut(recs)
+	if err != nil {
+		// Never cut a batch that repeats records or takes them out of
+		// order: read every partition again from its cursor.
+		out = append(out, report(Report{Type: ReportReread, Err: err}))
+		return m.rewind(nil, out)
+	}
 	if len(batches) == 0 {
 		// Nothing before a bad record is left to write.
 		if err := m.stoppedError(); err != nil && len(m.rounds) == 0 {
@@ -640,8 +661,9 @@ func (m *Machine) polled(recs []*kgo.Record, out []Action) []Action {
 }
 
 // cut groups records into one batch per owned partition, continuing from
-// each partition's cursor, and cuts before a known bad record.
-func (m *Machine) cut(recs []*kgo.Record) []*twophase.Batch {
+// each partition's cursor, and cuts before a known bad record. Records of
+// a partition out of offset order are an error, and nothing is cut.
+func (m *Machine) cut(recs []*kgo.Record) ([]*twophase.Batch, error) {
 	byTP := map[TP]*twophase.Batch{}
 	var order []TP
 	for _, r := range recs {
@@ -667,6 +689,8 @@ func (m *Machine) cut(recs []*kgo.Record) []*twophase.Batch {
 			}
 			byTP[k] = b
 			order = append(order, k)
+		} else if r.Offset <= b.ID.Last {
+			return nil, fmt.Errorf("%w: %s[%d] offset %d after %d", ErrPollOrder, r.Topic, r.Partition, r.Offset, b.ID.Last)
 		}
 		b.Records = append(b.Records, r)
 		b.ID.Last = r.Offset
@@ -677,8 +701,12 @@ func (m *Machine) cut(recs []*kgo.Record) []*twophase.Batch {
 		m.parts[k].ahead = b.ID.NextOffset()
 		out = append(out, b)
 	}
-	return out
+	return out, nil
 }
+
+// ErrPollOrder is wrapped by ReportReread's error when a poll returned a
+// partition's records out of offset order.
+var ErrPollOrder = errors.New("task: a poll returned records out of offset order")
 
 // solo keeps, when a partition asked for a round of its own, only that
 // partition's batch in r and seeks the others back.
@@ -956,7 +984,12 @@ func (m *Machine) rewind(skip *TP, out []Action) []Action {
 	running := map[TP]int64{}
 	if r := m.running(); r != nil {
 		for _, b := range r.Batches {
-			running[TP{b.ID.Topic, b.ID.Partition}] = b.ID.NextOffset()
+			// A batch cut under an earlier ownership of its partition
+			// (another fence) does not continue the cursor.
+			k := TP{b.ID.Topic, b.ID.Partition}
+			if c, ok := m.parts[k]; ok && c.fence == b.Fence {
+				running[k] = b.ID.NextOffset()
+			}
 		}
 	}
 	var seeks []offsets.Position

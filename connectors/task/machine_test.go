@@ -484,6 +484,8 @@ func fmtReport(r Report) string {
 		return fmt.Sprintf("%s %s: %v", r.Type, fmtTPs(r.Partitions), r.Err)
 	case ReportStale:
 		return "stale " + fmtIDs(r.IDs)
+	case ReportReread:
+		return fmt.Sprintf("reread: %v", r.Err)
 	}
 	return r.Type.String()
 }

@@ -17,7 +17,9 @@ import (
 
 // TestModel runs the machine against a model of the world: a log per
 // partition with gaps (transaction markers), a consumer whose position
-// moves with polls and seeks, a sink that stores next offsets and fences
+// moves with polls and seeks (a poll, like the driver's lingering one,
+// gathers records over several reads, so its records may span a
+// rebalance), a sink that stores next offsets and fences
 // and refuses a compare-and-set from the wrong offset or fence, and a
 // scheduler that interleaves polls, write-aheads, round results (every
 // class of failure), rebalances, pauses and ticks at random. At the end
@@ -54,6 +56,12 @@ type modelPart struct {
 	bad   int64         // a record that cannot be written (-1: none)
 }
 
+// modelPoll is an outstanding poll and the records it has read so far.
+type modelPoll struct {
+	seq  uint64
+	recs []*kgo.Record
+}
+
 type world struct {
 	t       *testing.T
 	rng     *rand.Rand
@@ -61,17 +69,17 @@ type world struct {
 	m       *Machine
 	parts   map[TP]*modelPart
 	owned   map[TP]bool
-	polls   []uint64 // outstanding polls
-	staging []*Round // write-aheads in flight
-	running []*Round // rounds in flight
-	acks    []uint64 // revocations waiting for AckRevoke
-	session bool     // a session is up
-	failed  error    // ActionFail
-	exited  bool     // ActionExit
-	seq     uint64   // revocation numbers
-	trace   []string // the last events, for a failure's message
-	quiet   bool     // quiescing: no more faults
-	late    []Event  // events of cancelled polls, fed late
+	polls   []*modelPoll // outstanding polls
+	staging []*Round     // write-aheads in flight
+	running []*Round     // rounds in flight
+	acks    []uint64     // revocations waiting for AckRevoke
+	session bool         // a session is up
+	failed  error        // ActionFail
+	exited  bool         // ActionExit
+	seq     uint64       // revocation numbers
+	trace   []string     // the last events, for a failure's message
+	quiet   bool         // quiescing: no more faults
+	late    []Event      // events of cancelled polls, fed late
 	wrote   map[uint64]bool
 	// writtenAt is when a batch's rows were written (staged, or by its
 	// round); lastWrite per partition checks that rows land in offset
@@ -94,6 +102,7 @@ func newWorld(t *testing.T, seed uint64, g Guarantee, inflight int) *world {
 		if w.rng.IntN(4) == 0 {
 			mp.bad = mp.log[w.rng.IntN(len(mp.log))]
 		}
+
 		w.parts[TP{"t", p}] = mp
 	}
 	m, err := NewMachine(Config{Connector: "c", Guarantee: g, InFlight: inflight})
@@ -142,12 +151,12 @@ func (w *world) do(a Action) {
 		}
 		w.step(Event{Type: EventAssigned, Positions: ps})
 	case ActionPoll:
-		w.polls = append(w.polls, a.Seq)
+		w.polls = append(w.polls, &modelPoll{seq: a.Seq})
 	case ActionCancelPoll:
 		// The driver ends the poll and waits for it before the next
 		// action (a Seek, or the end of the session): whatever it read
 		// moved the consumer, and its event comes late (and is ignored).
-		if i := slices.Index(w.polls, a.Seq); i >= 0 {
+		if i := slices.IndexFunc(w.polls, func(p *modelPoll) bool { return p.seq == a.Seq }); i >= 0 {
 			w.polls = slices.Delete(w.polls, i, i+1)
 			for k, mp := range w.parts {
 				if w.owned[k] {
@@ -217,7 +226,7 @@ func (w *world) run(steps int) {
 		}
 		var choices []func()
 		if len(w.polls) > 0 {
-			choices = append(choices, w.answerPoll)
+			choices = append(choices, w.answerPoll, w.readPoll, w.readPoll)
 		}
 		if len(w.staging) > 0 {
 			choices = append(choices, w.finishStaging)
@@ -243,7 +252,7 @@ func (w *world) run(steps int) {
 				w.step(ev)
 			})
 		}
-		if w.session && w.rng.IntN(20) == 0 {
+		if w.session && w.rng.IntN(6) == 0 {
 			choices = append(choices, w.rebalance)
 		}
 		if w.rng.IntN(40) == 0 {
@@ -294,11 +303,11 @@ func (w *world) caughtUp() bool {
 	return len(w.running) == 0
 }
 
-// answerPoll returns some records of the owned partitions from the
-// consumer's positions.
-func (w *world) answerPoll() {
-	seq := w.polls[0]
-	w.polls = w.polls[1:]
+// readPoll lets the oldest outstanding poll read some records of the
+// owned partitions from the consumer's positions, as one read of the
+// driver's lingering poll does; it keeps them until answerPoll.
+func (w *world) readPoll() {
+	p := w.polls[0]
 	// Each partition's records in order; partitions interleave at random.
 	var queues [][]*kgo.Record
 	for _, k := range sortedTPs(w.parts) {
@@ -315,15 +324,22 @@ func (w *world) answerPoll() {
 			queues = append(queues, q)
 		}
 	}
-	var recs []*kgo.Record
 	for len(queues) > 0 {
 		i := w.rng.IntN(len(queues))
-		recs = append(recs, queues[i][0])
+		p.recs = append(p.recs, queues[i][0])
 		if queues[i] = queues[i][1:]; len(queues[i]) == 0 {
 			queues = slices.Delete(queues, i, i+1)
 		}
 	}
-	w.step(Event{Type: EventPolled, Seq: seq, Records: recs})
+}
+
+// answerPoll returns what the oldest outstanding poll read, after one
+// more read.
+func (w *world) answerPoll() {
+	w.readPoll()
+	p := w.polls[0]
+	w.polls = w.polls[1:]
+	w.step(Event{Type: EventPolled, Seq: p.seq, Records: p.recs})
 }
 
 func (w *world) finishStaging() {
@@ -455,6 +471,7 @@ func (w *world) apply(b *twophase.Batch) bool {
 	for _, rec := range b.Records {
 		mp.rows[rec.Offset]++
 	}
+
 	mp.next = b.ID.NextOffset()
 	return true
 }
