@@ -447,8 +447,6 @@ type Machine struct {
 	unavailable int // consecutive rounds failed on an unavailable dependency
 	restarts    int // consecutive session restarts
 
-	alone *TP // the partition whose batch needs a round of its own
-
 	// revocations waiting for the running round (local guarantees).
 	pendingAcks []pendingAck
 }
@@ -612,9 +610,6 @@ func (m *Machine) assigned(ps []offsets.Position, out []Action) []Action {
 func (m *Machine) revoked(ev Event, out []Action) []Action {
 	for _, p := range ev.Partitions {
 		delete(m.parts, p)
-		if m.alone != nil && *m.alone == p {
-			m.alone = nil
-		}
 	}
 	if len(ev.Partitions) > 0 {
 		out = append(out, report(Report{Type: ReportRevoked, Partitions: slices.Clone(ev.Partitions)}))
@@ -653,9 +648,6 @@ func (m *Machine) polled(recs []*kgo.Record, out []Action) []Action {
 	}
 	m.roundID++
 	r := &round{Round: &Round{ID: m.roundID, Batches: batches, Ahead: len(m.rounds) > 0 || m.stageFirst}}
-	if len(m.rounds) == 0 && m.alone != nil {
-		out = m.solo(r, out)
-	}
 	m.rounds = append(m.rounds, r)
 	return out
 }
@@ -707,24 +699,6 @@ func (m *Machine) cut(recs []*kgo.Record) ([]*twophase.Batch, error) {
 // ErrPollOrder is wrapped by ReportReread's error when a poll returned a
 // partition's records out of offset order.
 var ErrPollOrder = errors.New("task: a poll returned records out of offset order")
-
-// solo keeps, when a partition asked for a round of its own, only that
-// partition's batch in r and seeks the others back.
-func (m *Machine) solo(r *round, out []Action) []Action {
-	want := *m.alone
-	m.alone = nil
-	var keep *twophase.Batch
-	for _, b := range r.Batches {
-		if (TP{b.ID.Topic, b.ID.Partition}) == want {
-			keep = b
-		}
-	}
-	if keep == nil || len(r.Batches) == 1 {
-		return out
-	}
-	r.Batches = []*twophase.Batch{keep}
-	return m.rewind(&want, out)
-}
 
 // advance starts what the state allows: the next round, a write-ahead, a
 // poll, the end of a soft stop.
@@ -889,11 +863,8 @@ func (m *Machine) roundDone(r *round, res Result, out []Action) []Action {
 	var own *twophase.OwnRoundError
 	if errors.As(err, &own) {
 		tp := TP{own.ID.Topic, own.ID.Partition}
-		if _, ok := m.parts[tp]; ok {
-			m.alone = &tp
-		}
 		out = append(out, report(Report{Type: ReportOwnRound, Partitions: []TP{tp}, Err: own.Err}))
-		return m.rewind(nil, out)
+		return m.ownRound(r, own.ID, out)
 	}
 	var rl connectors.RecordLocator
 	if errors.As(err, &rl) {
@@ -928,6 +899,32 @@ func (m *Machine) roundDone(r *round, res Result, out []Action) []Action {
 		m.waitUntil = m.now + retryTicks
 		return append(out, report(Report{Type: ReportRetry, Err: err, Ticks: retryTicks}))
 	}
+}
+
+// ownRound runs the batch of id's partition in the failed round r, which
+// needs a round of its own, next and alone, with the records it has
+// (nothing of it was written), and reads every other partition again
+// from its cursor. A batch whose partition was revoked or assigned anew
+// since, or continued by a committed batch, is dropped instead, as any
+// stale batch.
+func (m *Machine) ownRound(r *round, id twophase.BatchID, out []Action) []Action {
+	tp := TP{id.Topic, id.Partition}
+	var b *twophase.Batch
+	for _, x := range r.Batches {
+		if (TP{x.ID.Topic, x.ID.Partition}) == tp {
+			b = x
+		}
+	}
+	c, ok := m.parts[tp]
+	if b == nil || !ok || c.fence != b.Fence || c.next != b.Prev {
+		return m.rewind(nil, out)
+	}
+	out = m.rewind(&tp, out)
+	m.roundID++
+	again := &twophase.Batch{ID: b.ID, Prev: b.Prev, Fence: b.Fence, Records: b.Records}
+	m.rounds = append(m.rounds, &round{Round: &Round{ID: m.roundID, Batches: []*twophase.Batch{again}, Ahead: m.stageFirst}})
+	c.ahead = again.ID.NextOffset()
+	return append(out, Action{Type: ActionSeek, Positions: []offsets.Position{{Topic: tp.Topic, Partition: tp.Partition, Next: c.ahead, Fence: c.fence}}})
 }
 
 // commit moves the cursors of committed batches and returns their new
@@ -1024,7 +1021,7 @@ func (m *Machine) restart(err error, out []Action) []Action {
 	}
 	out = m.dropAhead(out)
 	m.parts = map[TP]*cursor{}
-	m.rounds, m.alone, m.pendingAcks = nil, nil, nil
+	m.rounds, m.pendingAcks = nil, nil
 	m.phase = phaseRestarting
 	m.sessionAt = m.now + int64(d)
 	return append(out, Action{Type: ActionRestart, Err: err})

@@ -54,6 +54,10 @@ type modelPart struct {
 	fence int64         // the sink's fence
 	rows  map[int64]int // offset -> times written
 	bad   int64         // a record that cannot be written (-1: none)
+	// ddl is a record that needs a schema change (-1: none, or made): a
+	// batch with it is refused unless it is alone in its round, even
+	// while quiescing, so the task must make progress by itself.
+	ddl int64
 }
 
 // modelPoll is an outstanding poll and the records it has read so far.
@@ -93,7 +97,7 @@ type world struct {
 func newWorld(t *testing.T, seed uint64, g Guarantee, inflight int) *world {
 	w := &world{t: t, rng: rand.New(rand.NewPCG(seed, uint64(g))), g: g, parts: map[TP]*modelPart{}, owned: map[TP]bool{}, staged: map[twophase.BatchID]bool{}, wrote: map[uint64]bool{}, writtenAt: map[*twophase.Batch]int{}, lastWrite: map[TP]int{}}
 	for p := range int32(3) {
-		mp := &modelPart{rows: map[int64]int{}, bad: -1, fence: 0}
+		mp := &modelPart{rows: map[int64]int{}, bad: -1, ddl: -1, fence: 0}
 		off := int64(0)
 		for range 40 + w.rng.IntN(40) {
 			off += 1 + int64(w.rng.IntN(3)/2) // a gap now and then
@@ -102,7 +106,9 @@ func newWorld(t *testing.T, seed uint64, g Guarantee, inflight int) *world {
 		if w.rng.IntN(4) == 0 {
 			mp.bad = mp.log[w.rng.IntN(len(mp.log))]
 		}
-
+		if w.rng.IntN(2) == 0 {
+			mp.ddl = mp.log[w.rng.IntN(len(mp.log))]
+		}
 		w.parts[TP{"t", p}] = mp
 	}
 	m, err := NewMachine(Config{Connector: "c", Guarantee: g, InFlight: inflight})
@@ -391,6 +397,9 @@ func (w *world) finishRound() {
 				}
 			}
 		}
+	case len(r.Batches) > 1 && slices.ContainsFunc(r.Batches, w.needsDDL):
+		i := slices.IndexFunc(r.Batches, w.needsDDL)
+		res.Err = &twophase.OwnRoundError{ID: r.Batches[i].ID, Err: errors.New("schema change")}
 	case len(bad) > 0:
 		mp := w.parts[TP{bad[0].ID.Topic, bad[0].ID.Partition}]
 		res.Err = badRecord{bad[0].ID.Topic, bad[0].ID.Partition, mp.bad}
@@ -437,6 +446,12 @@ func (w *world) finishRound() {
 	w.step(Event{Type: EventRoundDone, Seq: r.ID, Result: res})
 }
 
+// needsDDL reports whether b holds its partition's schema-change record.
+func (w *world) needsDDL(b *twophase.Batch) bool {
+	mp := w.parts[TP{b.ID.Topic, b.ID.Partition}]
+	return mp.ddl >= b.ID.First && mp.ddl <= b.ID.Last
+}
+
 // write notes when a batch's rows were written, unless they were written
 // ahead before.
 func (w *world) write(b *twophase.Batch) {
@@ -471,7 +486,9 @@ func (w *world) apply(b *twophase.Batch) bool {
 	for _, rec := range b.Records {
 		mp.rows[rec.Offset]++
 	}
-
+	if mp.ddl >= b.ID.First && mp.ddl <= b.ID.Last {
+		mp.ddl = -1 // made: the table has the column now
+	}
 	mp.next = b.ID.NextOffset()
 	return true
 }
