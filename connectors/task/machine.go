@@ -409,6 +409,10 @@ type cursor struct {
 
 func (c *cursor) from() int64 { return max(c.next, c.ahead) }
 
+// continues reports whether b continues the partition as this cursor owns
+// it: cut at its fence, from its stored next offset.
+func (c *cursor) continues(b *twophase.Batch) bool { return c.fence == b.Fence && c.next == b.Prev }
+
 // phase is the machine's lifecycle.
 type phase uint8
 
@@ -789,7 +793,7 @@ func (m *Machine) current(r *round, out []Action) []Action {
 	var stale []twophase.BatchID
 	for _, b := range r.Batches {
 		c, ok := m.parts[TP{b.ID.Topic, b.ID.Partition}]
-		if ok && c.fence == b.Fence && c.next == b.Prev {
+		if ok && c.continues(b) {
 			keep = append(keep, b)
 		} else {
 			stale = append(stale, b.ID)
@@ -916,7 +920,7 @@ func (m *Machine) ownRound(r *round, id twophase.BatchID, out []Action) []Action
 		}
 	}
 	c, ok := m.parts[tp]
-	if b == nil || !ok || c.fence != b.Fence || c.next != b.Prev {
+	if b == nil || !ok || !c.continues(b) {
 		return m.rewind(nil, out)
 	}
 	out = m.rewind(&tp, out)
