@@ -234,9 +234,11 @@ type WriteStats struct {
 	Deleted   int // tombstones and delete events applied as DELETE by key (whether or not a row existed)
 	Truncated int // truncate events applied (cdc.truncate=apply)
 	// ReadsTable is set when the write ran a DELETE, an upsert or a
-	// TRUNCATE: statements whose effect depends on the rows already in
-	// the table, so the write is only right after the previous batch
-	// committed (a batch written ahead would miss its uncommitted rows).
+	// TRUNCATE, or took a delete or truncate for a no-op because its
+	// table does not exist: what these do depends on the table as the
+	// previous batch left it, so the write is only right after that
+	// batch committed (a batch written ahead would miss its uncommitted
+	// rows, or the table it created).
 	ReadsTable   bool
 	DeadLettered int // bad records set aside (errors.tolerance=all): written to the dead-letter table, if any, and listed in Bad
 	Superseded   int // records replaced by a later record with the same key in the batch, or emptied by a later truncate
@@ -326,6 +328,10 @@ func (w *Writer) WriteBatch(ctx context.Context, tx pgx.Tx, c *connectors.Conver
 		}
 	}
 	stats.Dropped, stats.Deleted, stats.Truncated = p.dropped, p.noopDeletes, p.noopTruncates
+	// The table "does not exist" in this transaction's snapshot: an
+	// earlier round that creates it may still be waiting for its
+	// decision.
+	stats.ReadsTable = p.noopDeletes+p.noopTruncates > 0
 	bad := p.bad
 	if !c.Tolerant() && len(bad) > 0 {
 		// Nothing at or after the first bad offset matters, but a record
