@@ -83,6 +83,10 @@ type Config struct {
 	InFlight int
 	// Paused starts the machine paused.
 	Paused bool
+	// Txn, when set, applies source transactions whole (txn.go): polled
+	// records are held until their transaction is complete. It needs
+	// InFlight 1.
+	Txn *TxnConfig
 }
 
 // Validate checks the configuration.
@@ -98,6 +102,12 @@ func (c Config) Validate() error {
 	}
 	if c.InFlight == 2 && !c.Guarantee.Pipelines() {
 		return fmt.Errorf("task: Config.InFlight: %s rounds cannot be pipelined", c.Guarantee)
+	}
+	if c.Txn != nil {
+		if c.InFlight > 1 {
+			return errors.New("task: Config.InFlight: rounds that hold source transactions are not pipelined")
+		}
+		return c.Txn.validate()
 	}
 	return nil
 }
@@ -212,6 +222,13 @@ type Event struct {
 	StagedAll bool
 	// Records are the records of EventPolled, in the order polled.
 	Records []*kgo.Record
+	// Marks are the source-transaction marks of Records, index for index
+	// (Config.Txn only; missing ones are record.TxnNone).
+	Marks []record.TxnMark
+	// Err, on EventPolled, says the poll's records cannot be cut now (their
+	// source-transaction marks could not be read: an unavailable
+	// registry): they are read again from the cursors after a backoff.
+	Err error
 	// Result is the result of EventRoundDone.
 	Result Result
 }
@@ -363,12 +380,16 @@ const (
 	// ReportReread: a poll's records were given up (Err) and every
 	// partition is read again from its cursor.
 	ReportReread
+	// ReportTxnSplit: source transaction TxnID is applied in parts (Err
+	// says why): a bound of Config.Txn ended its wait.
+	ReportTxnSplit
 )
 
 var reportNames = [...]string{
 	ReportAssigned: "assigned", ReportRevoked: "revoked", ReportRound: "round", ReportWaiting: "waiting",
 	ReportAvailable: "available", ReportRetry: "retry", ReportFenced: "fenced", ReportBadRecord: "bad-record",
 	ReportOwnRound: "own-round", ReportStale: "stale", ReportHeld: "held", ReportReread: "reread",
+	ReportTxnSplit: "txn-split",
 }
 
 func (t ReportType) String() string {
@@ -389,6 +410,8 @@ type Report struct {
 	// Ticks is the wait of ReportWaiting and ReportRetry; Attempt counts
 	// the consecutive failed rounds of ReportWaiting.
 	Ticks, Attempt int
+	// TxnID is the source transaction of ReportTxnSplit.
+	TxnID string
 }
 
 // cursor is one owned partition.
@@ -453,6 +476,10 @@ type Machine struct {
 
 	// revocations waiting for the running round (local guarantees).
 	pendingAcks []pendingAck
+
+	// txn holds polled records until their source transaction is
+	// complete (Config.Txn); nil otherwise.
+	txn *txnHold
 }
 
 type round struct {
@@ -474,8 +501,12 @@ func NewMachine(cfg Config) (*Machine, error) {
 		return nil, err
 	}
 	cfg.InFlight = max(cfg.InFlight, 1)
-	return &Machine{cfg: cfg, parts: map[TP]*cursor{}, paused: cfg.Paused,
-		stageFirst: cfg.InFlight > 1 && cfg.Guarantee == SinkCAS}, nil
+	m := &Machine{cfg: cfg, parts: map[TP]*cursor{}, paused: cfg.Paused,
+		stageFirst: cfg.InFlight > 1 && cfg.Guarantee == SinkCAS}
+	if cfg.Txn != nil {
+		m.txn = newTxnHold(*cfg.Txn)
+	}
+	return m, nil
 }
 
 // ErrUnknownEvent is wrapped by the error of an event that names a round
@@ -508,7 +539,15 @@ func (m *Machine) Step(ev Event) ([]Action, error) {
 			return nil, nil // a poll given up by a rewind or a restart
 		}
 		m.polling = false
-		out = m.polled(ev.Records, out)
+		if ev.Err != nil {
+			out = append(out, report(Report{Type: ReportReread, Err: ev.Err}))
+			m.waitUntil = m.now + retryTicks
+			out = m.rewind(nil, out)
+		} else if m.txn != nil {
+			out = m.polledTxn(ev.Records, ev.Marks, out)
+		} else {
+			out = m.polled(ev.Records, out)
+		}
 	case EventStaged:
 		if r := m.find(ev.Seq); r != nil && r.staging {
 			r.staging, r.staged, r.written = false, true, ev.StagedAll
@@ -529,6 +568,8 @@ func (m *Machine) Step(ev Event) ([]Action, error) {
 		if m.phase == phaseRestarting && m.now >= m.sessionAt {
 			m.phase = phaseActive
 			out = append(out, Action{Type: ActionSession})
+		} else if m.txn != nil && m.phase == phaseActive && !m.paused && !m.stopping {
+			out = m.cutTxn(m.txn.bound(m, out))
 		}
 	case EventPause:
 		m.paused = true
@@ -614,6 +655,9 @@ func (m *Machine) assigned(ps []offsets.Position, out []Action) []Action {
 func (m *Machine) revoked(ev Event, out []Action) []Action {
 	for _, p := range ev.Partitions {
 		delete(m.parts, p)
+	}
+	if m.txn != nil {
+		m.txn.drop(func(tp TP) bool { return !slices.Contains(ev.Partitions, tp) })
 	}
 	if len(ev.Partitions) > 0 {
 		out = append(out, report(Report{Type: ReportRevoked, Partitions: slices.Clone(ev.Partitions)}))
@@ -1001,6 +1045,9 @@ func (m *Machine) rewind(skip *TP, out []Action) []Action {
 		// Records handed to rounds since are given up: the stop is
 		// reached again when a poll returns the bad record.
 		c.ahead, c.atStop = running[k], false
+		if m.txn != nil {
+			m.txn.drop(func(tp TP) bool { return tp != k })
+		}
 		seeks = append(seeks, offsets.Position{Topic: k.Topic, Partition: k.Partition, Next: c.from(), Fence: c.fence})
 	}
 	if m.polling {
@@ -1026,6 +1073,9 @@ func (m *Machine) restart(err error, out []Action) []Action {
 	out = m.dropAhead(out)
 	m.parts = map[TP]*cursor{}
 	m.rounds, m.pendingAcks = nil, nil
+	if m.txn != nil {
+		m.txn = newTxnHold(m.txn.cfg)
+	}
 	m.phase = phaseRestarting
 	m.sessionAt = m.now + int64(d)
 	return append(out, Action{Type: ActionRestart, Err: err})

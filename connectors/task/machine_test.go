@@ -140,6 +140,22 @@ func (h *harness) run(line string) (string, error) {
 				cfg.InFlight = n
 			case "paused":
 				cfg.Paused = true
+			case "txn":
+				// txn=TOPIC[,MAXRECORDS[,MAXWAITTICKS]]: source
+				// transactions applied whole (txn.go).
+				f := strings.Split(v, ",")
+				tc := &TxnConfig{Topic: f[0], MaxRecords: 1000, MaxWaitTicks: 100}
+				var err error
+				if len(f) > 1 {
+					tc.MaxRecords, err = strconv.Atoi(f[1])
+				}
+				if err == nil && len(f) > 2 {
+					tc.MaxWaitTicks, err = strconv.ParseInt(f[2], 10, 64)
+				}
+				if err != nil {
+					return "", fmt.Errorf("bad %q", a)
+				}
+				cfg.Txn = tc
 			default:
 				return "", fmt.Errorf("unknown machine argument %q", a)
 			}
@@ -149,6 +165,9 @@ func (h *harness) run(line string) (string, error) {
 			return fmt.Sprintf("machine: %v\n", err), nil
 		}
 		h.m, h.rounds = m, map[uint64]*Round{}
+		if cfg.Txn != nil {
+			return fmt.Sprintf("machine %s inflight=%d txn=%s max-records=%d max-wait=%d\n", cfg.Guarantee, cfg.InFlight, cfg.Txn.Topic, cfg.Txn.MaxRecords, cfg.Txn.MaxWaitTicks), nil
+		}
 		return fmt.Sprintf("machine %s inflight=%d\n", cfg.Guarantee, cfg.InFlight), nil
 	}
 	if h.m == nil {
@@ -253,6 +272,26 @@ func (h *harness) parse(f []string) (Event, error) {
 			if !ok || err != nil {
 				return ev, fmt.Errorf("bad records %q", a)
 			}
+			// Source-transaction marks: t/0:10-12@T1 (change events of
+			// T1), x/0:5+T1 (its BEGIN), x/0:6=T1#3 (its END, 3 events).
+			var mark record.TxnMark
+			if i := strings.IndexAny(offs, "@+="); i >= 0 {
+				spec := offs[i+1:]
+				switch offs[i] {
+				case '@':
+					mark = record.TxnMark{Kind: record.TxnEvent, ID: spec}
+				case '+':
+					mark = record.TxnMark{Kind: record.TxnBegin, ID: spec}
+				case '=':
+					id, n, _ := strings.Cut(spec, "#")
+					cnt, err := strconv.ParseInt(n, 10, 64)
+					if err != nil {
+						return ev, fmt.Errorf("bad END %q", a)
+					}
+					mark = record.TxnMark{Kind: record.TxnEnd, ID: id, Count: cnt}
+				}
+				offs = offs[:i]
+			}
 			for _, part := range strings.Split(offs, ",") {
 				lo, hi, isRange := strings.Cut(part, "-")
 				from, err1 := strconv.ParseInt(lo, 10, 64)
@@ -266,6 +305,7 @@ func (h *harness) parse(f []string) (Event, error) {
 				}
 				for o := from; o <= to; o++ {
 					ev.Records = append(ev.Records, &kgo.Record{Topic: tp.Topic, Partition: tp.Partition, Offset: o})
+					ev.Marks = append(ev.Marks, mark)
 				}
 			}
 		}
@@ -486,6 +526,8 @@ func fmtReport(r Report) string {
 		return "stale " + fmtIDs(r.IDs)
 	case ReportReread:
 		return fmt.Sprintf("reread: %v", r.Err)
+	case ReportTxnSplit:
+		return fmt.Sprintf("txn-split %s: %v", r.TxnID, r.Err)
 	}
 	return r.Type.String()
 }
@@ -519,6 +561,9 @@ func (h *harness) status() string {
 	restart := ""
 	if m.phase == phaseRestarting {
 		restart = fmt.Sprintf(" session-at=%d", m.sessionAt)
+	}
+	if m.txn != nil {
+		restart += fmt.Sprintf(" held=%d", m.txn.n)
 	}
 	return fmt.Sprintf("status positions=[%s] rounds=[%s] stops=[%s] polling=%t now=%d wait-until=%d%s done=%t\n",
 		fmtPositions(m.Positions(), true), strings.Join(rs, " "), strings.Join(stops, " "), m.polling, m.now, m.waitUntil, restart, m.Done())
