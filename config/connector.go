@@ -45,6 +45,16 @@ const (
 	KeyRecoveryTimeoutMs = "recovery.timeout.ms"
 	KeyShutdownGraceMs   = "shutdown.grace.ms"
 	KeySinkTimeoutMs     = "sink.timeout.ms"
+	KeySourceTxns        = "source.transactions"
+	KeySourceTxnsTopic   = "source.transactions.topic"
+	KeySourceTxnsRecords = "source.transactions.max.records"
+	KeySourceTxnsWaitMs  = "source.transactions.max.wait.ms"
+)
+
+// Values of source.transactions.
+const (
+	SourceTxnsNone  = "none"
+	SourceTxnsWhole = "whole"
 )
 
 // ConnectorDefs are the settings every sink connector has.
@@ -98,6 +108,17 @@ var ConnectorDefs = Defs{
 	{Name: KeyRecoveryTimeoutMs, Type: Int, Default: "120000", Min: 1000, Max: 3600000, Group: "Delivery", Doc: "How long recovery of in-doubt batches may take on assignment before the task fails."},
 	{Name: KeyShutdownGraceMs, Type: Int, Default: "10000", Min: 0, Max: 600000, Group: "Delivery", Doc: "On stop, pause or SIGTERM a task finishes the round in flight (commits or aborts it) and starts no new one; a round still running after this long is abandoned and left to recovery."},
 	{Name: KeySinkTimeoutMs, Type: Int, Default: "60000", Min: 1000, Max: 3600000, Group: "Delivery", Doc: "Bounds each write to the sink: a batch's prepare, commit or abort, a local write. A call still running after it is abandoned and its connection closed: a prepare that did not finish aborts the round, a commit that did not finish leaves its batch in doubt for recovery (the sink's records resolve it). It keeps a database that vanished without closing the connection (a dead primary behind a proxy or after a failover, a half-open connection) from holding a task forever."},
+	{Name: KeySourceTxns, Type: String, Default: SourceTxnsNone, Enum: []string{SourceTxnsNone, SourceTxnsWhole}, Group: "Source transactions",
+		Doc: "whole: apply each source transaction whole, from Debezium's transaction metadata (provide.transaction.metadata=true at the source): a transaction's change events, over every topic and partition, are held until its END and every event it announces have arrived, then written with the offsets of every partition involved and of the transaction topic in one sink transaction, in source commit order, so a reader of the target only sees states the source had. Needs source.transactions.topic, delivery.guarantee=exactly_once_sink, tasks.max=1 and a PostgreSQL sink; rounds are not pipelined. none: every record is applied exactly once, with no regard to source transactions. See docs/cdc.md, Source transactions."},
+	{Name: KeySourceTxnsTopic, Type: String, Group: "Source transactions", Doc: "The source connector's transaction topic (Debezium: <topic.prefix>.transaction), consumed beside topics or topics.regex (source.transactions=whole). Its records are not written as rows; their offsets are stored with the transactions they end.",
+		Check: func(v string) error {
+			if len(v) > 249 || strings.ContainsAny(v, " \t/\\,") {
+				return fmt.Errorf("invalid topic name %q", v)
+			}
+			return nil
+		}},
+	{Name: KeySourceTxnsRecords, Type: Int, Default: "100000", Min: 1, Max: 10000000, Group: "Source transactions", Doc: "The most records a task holds while it waits for source transactions to complete (source.transactions=whole). Over it, the transactions that block are split: applied in parts, with a warning naming each and the metric txsink_source_transactions_split_total."},
+	{Name: KeySourceTxnsWaitMs, Type: Int, Default: "60000", Min: 100, Max: 86400000, Group: "Source transactions", Doc: "How long a source transaction may wait for the events its END announces (source.transactions=whole), from its first record held; after it the transaction is split (a table of it whose topic is not consumed, a dropped table). Counted in ticks of 100 ms."},
 	{Name: KeyIgnoreUnsupported, Type: List, Group: "Common", Check: checkIgnoreList,
 		Doc: "Settings of the Confluent or Debezium JDBC sink that txsink does not implement and that would change what is written (such as fields.whitelist or db.timezone), which this connector keeps anyway: txsink then runs as if they were absent. Without it such a setting is refused with what to use instead. Name each one (a setting added later is refused until it is named too); see docs/migrating.md."},
 	{Name: KeyUnsafeNoFencing, Type: Boolean, Default: "false", Hidden: true, Group: "Testing", Doc: "TEST ONLY: disables the sink's fence and compare-and-set (blind offset writes). Used by negative controls to prove the tests can fail. Never set it in production."},
@@ -142,6 +163,11 @@ type Connector struct {
 	// UnsafeNoRecovery (test only) skips the recovery of in-doubt batches
 	// on assignment.
 	UnsafeNoRecovery bool
+	// SourceTxnsTopic is source.transactions.topic when
+	// source.transactions=whole, else "".
+	SourceTxnsTopic   string
+	SourceTxnsRecords int
+	SourceTxnsWait    time.Duration
 }
 
 // ParseConnector reads the common settings from validated values.
@@ -175,6 +201,11 @@ func ParseConnector(v Values) Connector {
 
 		UnsafeNoRecovery: v.Bool(KeyUnsafeNoRecovery),
 	}
+	if v[KeySourceTxns] == SourceTxnsWhole {
+		c.SourceTxnsTopic = strings.TrimSpace(v[KeySourceTxnsTopic])
+		c.SourceTxnsRecords = int(v.Int(KeySourceTxnsRecords))
+		c.SourceTxnsWait = time.Duration(v.Int(KeySourceTxnsWaitMs)) * time.Millisecond
+	}
 	if c.GroupID == "" {
 		c.GroupID = "txsink-" + c.Name
 	}
@@ -192,6 +223,27 @@ func CheckTopics(v Values) Errors {
 		return Errors{{Name: KeyTopics, Msg: "Must configure one of topics or topics.regex"}}
 	}
 	return nil
+}
+
+// CheckSourceTxns checks the settings source.transactions=whole needs.
+func CheckSourceTxns(v Values) Errors {
+	if v[KeySourceTxns] != SourceTxnsWhole {
+		return nil
+	}
+	var errs Errors
+	topic := strings.TrimSpace(v[KeySourceTxnsTopic])
+	if topic == "" {
+		errs = append(errs, FieldError{Name: KeySourceTxnsTopic, Msg: "source.transactions=whole needs the source connector's transaction topic (Debezium: <topic.prefix>.transaction)"})
+	} else if slices.Contains(v.List(KeyTopics), topic) {
+		errs = append(errs, FieldError{Name: KeySourceTxnsTopic, Msg: fmt.Sprintf("%q is also in topics: the transaction topic is consumed beside them, never written as rows", topic)})
+	}
+	if d := v[KeyDelivery]; d != ExactlyOnceSink {
+		errs = append(errs, FieldError{Name: KeyDelivery, Msg: fmt.Sprintf("source.transactions=whole writes a round of whole transactions in one sink transaction, which exactly_once_sink does; %s writes each partition in a transaction of its own (see docs/cdc.md)", d)})
+	}
+	if n := v.Int(KeyTasksMax); n != 1 {
+		errs = append(errs, FieldError{Name: KeyTasksMax, Msg: fmt.Sprintf("source.transactions=whole needs every partition a source transaction may touch in one task: set tasks.max=1 (got %d)", n)})
+	}
+	return errs
 }
 
 // kafkaInternalTopics are the broker's own topics a pattern is checked

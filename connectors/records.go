@@ -62,6 +62,10 @@ func (c *Converted) Each(ctx context.Context, fn func(*record.Record) error) err
 	var errant []DeadLetter
 	dropped := 0
 	for _, r := range c.raw {
+		if r.Topic == c.p.skip && c.p.skip != "" {
+			dropped++ // the source's transaction topic: offsets, not rows
+			continue
+		}
 		rec, err := c.p.pipe.Convert(ctx, r, sc, c.p.withKey)
 		if err != nil {
 			if !record.IsCause(err) {
@@ -167,6 +171,34 @@ type RecordPipeline struct {
 	pipe     *convert.Pipeline
 	tolerant bool
 	withKey  bool
+	skip     string // a topic whose records are never rows
+}
+
+// Skipping returns the pipeline with every record of topic dropped (the
+// source's transaction topic, source.transactions.topic: its offsets are
+// stored, its records are not rows).
+func (p *RecordPipeline) Skipping(topic string) *RecordPipeline {
+	q := *p
+	q.skip = topic
+	return &q
+}
+
+// TxnMarks reads what each record tells about its source transaction
+// (convert.Pipeline.SourceTxn), with txnTopic the source's transaction
+// topic. Its error is one that is not a record's fault (an unavailable
+// registry): the records are to be read again later.
+func (p *RecordPipeline) TxnMarks(ctx context.Context, recs []*kgo.Record, txnTopic string) ([]record.TxnMark, error) {
+	sc := scratches.Get().(*convert.Scratch)
+	defer scratches.Put(sc)
+	out := make([]record.TxnMark, len(recs))
+	for i, r := range recs {
+		m, err := p.pipe.SourceTxn(ctx, r, txnTopic, sc)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = m
+	}
+	return out, nil
 }
 
 // KeyReader is implemented by sinks that need every record's key

@@ -82,6 +82,15 @@ type LocalWriter interface {
 	WriteLocal(ctx context.Context, b *twophase.Batch, guard offsets.Guard, order Order) error
 }
 
+// RoundWriter is the optional capability source.transactions=whole needs:
+// a round's batches, rows and offset advances (with offsets.GuardCAS),
+// written in one sink transaction, so that the round's source
+// transactions become visible together or not at all. An unknown commit
+// outcome is resolved from the stored offsets before WriteRound returns.
+type RoundWriter interface {
+	WriteRound(ctx context.Context, batches []*twophase.Batch, guard offsets.Guard) error
+}
+
 // Supports checks that sink declares g and has the capabilities it needs
 // (a LocalWriter for the local guarantees). Its error says what to change.
 func Supports(sink Sink, g Guarantee) error {
@@ -304,6 +313,7 @@ func (r *Registry) Validate(raw map[string]string) (Spec, config.Values, config.
 		}
 	}
 	more(config.CheckTopics(v))
+	more(config.CheckSourceTxns(v))
 	if spec.Validate != nil {
 		more(spec.Validate(v, p))
 	}

@@ -2,10 +2,14 @@ package convert
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors/record"
@@ -364,3 +368,60 @@ func movedKey(key, before, after record.Value) record.Value {
 }
 
 var errNoMove = fmt.Errorf("no moved key")
+
+// SourceTxn reads what r tells about its source transaction: for a record
+// of txnTopic (Debezium's transaction topic) its status (BEGIN or END), id
+// and event count; for a change event its transaction.id. A record without
+// such metadata, or one that cannot be decoded (its round meets it as a
+// bad record), is record.TxnNone. The error is the converter's when it
+// is not the record's fault (an unavailable registry).
+func (p *Pipeline) SourceTxn(ctx context.Context, r *kgo.Record, txnTopic string, sc *Scratch) (record.TxnMark, error) {
+	var none record.TxnMark
+	if r.Value == nil {
+		return none, nil
+	}
+	v, err := p.value.Convert(ctx, r.Topic, r.Headers, r.Value, &sc.value)
+	if err != nil {
+		if errors.Is(err, record.ErrUnavailable) || !errors.Is(err, record.ErrDecode) {
+			return none, err
+		}
+		return none, nil
+	}
+	text := func(v record.Value, name string) string {
+		f, ok := v.Get(name)
+		if !ok || f.IsNull() {
+			return ""
+		}
+		s, err := f.AsText()
+		if err != nil {
+			return ""
+		}
+		return s
+	}
+	if r.Topic == txnTopic {
+		id := record.TxnID(text(v, "id"))
+		switch text(v, "status") {
+		case "BEGIN":
+			return record.TxnMark{Kind: record.TxnBegin, ID: id}, nil
+		case "END":
+			f, _ := v.Get("event_count")
+			n, err := f.AsInt64()
+			if err != nil || id == "" {
+				return none, nil
+			}
+			return record.TxnMark{Kind: record.TxnEnd, ID: id, Count: n}, nil
+		}
+		return none, nil
+	}
+	if !v.MayHaveMember("transaction") {
+		return none, nil
+	}
+	t, ok := v.Get("transaction")
+	if !ok || t.Kind() != record.KindStruct {
+		return none, nil
+	}
+	if id := record.TxnID(text(t, "id")); id != "" {
+		return record.TxnMark{Kind: record.TxnEvent, ID: id}, nil
+	}
+	return none, nil
+}

@@ -259,3 +259,38 @@ func TestCDCSettings(t *testing.T) {
 		}
 	}
 }
+
+// SourceTxn reads Debezium's transaction metadata from change events and
+// from the transaction topic, with and without schemas, and names a
+// PostgreSQL transaction by its txId (record.TxnID).
+func TestSourceTxn(t *testing.T) {
+	p := DefaultPipeline()
+	withSchema, err := PipelineFromSettings(map[string]string{"value.converter": "org.apache.kafka.connect.json.JsonConverter", "value.converter.schemas.enable": "true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := func(topic, v string) *kgo.Record { return &kgo.Record{Topic: topic, Value: []byte(v)} }
+	for _, c := range []struct {
+		name string
+		p    *Pipeline
+		r    *kgo.Record
+		want record.TxnMark
+	}{
+		{"event", p, rec("s.public.a", `{"op":"u","source":{"table":"a"},"after":{"id":1},"transaction":{"id":"571:53195832","total_order":1,"data_collection_order":1}}`),
+			record.TxnMark{Kind: record.TxnEvent, ID: "571"}},
+		{"snapshot row", p, rec("s.public.a", `{"op":"r","source":{"table":"a"},"after":{"id":1},"transaction":null}`), record.TxnMark{}},
+		{"tombstone", p, &kgo.Record{Topic: "s.public.a"}, record.TxnMark{}},
+		{"not JSON", p, rec("s.public.a", `{`), record.TxnMark{}},
+		{"begin", p, rec("s.transaction", `{"status":"BEGIN","id":"571:53195600","event_count":null}`), record.TxnMark{Kind: record.TxnBegin, ID: "571"}},
+		{"end", p, rec("s.transaction", `{"status":"END","id":"571:53195900","event_count":3,"data_collections":[{"data_collection":"public.a","event_count":3}]}`),
+			record.TxnMark{Kind: record.TxnEnd, ID: "571", Count: 3}},
+		{"other id form", p, rec("s.transaction", `{"status":"END","id":"file.000001:1234:7","event_count":2}`), record.TxnMark{Kind: record.TxnEnd, ID: "file.000001:1234:7", Count: 2}},
+		{"end with schema", withSchema, rec("s.transaction", `{"schema":{"type":"struct","fields":[{"field":"status","type":"string"},{"field":"id","type":"string"},{"field":"event_count","type":"int64","optional":true}],"name":"io.debezium.connector.common.TransactionMetadataValue"},"payload":{"status":"END","id":"9:1","event_count":2}}`),
+			record.TxnMark{Kind: record.TxnEnd, ID: "9", Count: 2}},
+	} {
+		got, err := c.p.SourceTxn(context.Background(), c.r, "s.transaction", new(Scratch))
+		if err != nil || got != c.want {
+			t.Errorf("%s: %+v, %v; want %+v", c.name, got, err, c.want)
+		}
+	}
+}

@@ -80,6 +80,9 @@ func Open(ctx context.Context, reg *connectors.Registry, raw map[string]string, 
 	if err == nil {
 		err = connectors.Supports(sink, g)
 	}
+	if _, ok := sink.(connectors.RoundWriter); err == nil && c.SourceTxnsTopic != "" && !ok {
+		err = config.Errors{{Name: config.KeySourceTxns, Msg: fmt.Sprintf("%s=%s needs a sink that writes a round in one transaction (PostgreSQL); ClickHouse has no transaction across tables (docs/cdc.md, Source transactions)", config.KeySourceTxns, config.SourceTxnsWhole)}}
+	}
 	if err == nil {
 		err = sink.Preflight(ctx, g)
 	}
@@ -88,6 +91,9 @@ func Open(ctx context.Context, reg *connectors.Registry, raw map[string]string, 
 		return nil, err
 	}
 	records := connectors.PipelineFor(pipe, c.ErrorsTolerance, sink)
+	if c.SourceTxnsTopic != "" {
+		records = records.Skipping(c.SourceTxnsTopic)
+	}
 	return &Connector{Config: c, Values: v, Spec: spec, Sink: sink, records: records, log: log, opt: opt, gate: newGate(false), errs: map[int]error{}, runs: map[int]*taskRun{}}, nil
 }
 

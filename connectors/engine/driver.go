@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/connectors"
 	"github.com/txsink/txsink/connectors/task"
 	"github.com/txsink/txsink/internal/failpoint"
@@ -79,6 +80,7 @@ type driver struct {
 	hard    context.Context
 	stager  twophase.Stager
 	local   connectors.LocalWriter // the local guarantees' writer
+	round   connectors.RoundWriter // source.transactions=whole: a round in one transaction
 
 	s      *session
 	polls  map[uint64]*pollRun
@@ -108,8 +110,19 @@ func (t *Task) newDriver(soft, hard context.Context) (*driver, error) {
 		return nil, &connectors.Terminal{Err: err}
 	}
 	cfg := task.Config{Connector: t.conn.Name, Guarantee: g, InFlight: 1, Paused: t.gate != nil && t.gate.pausedNow()}
+	var rw connectors.RoundWriter
+	if t.conn.SourceTxnsTopic != "" {
+		// Source transactions applied whole: a round is written in one
+		// sink transaction, and rounds are not pipelined.
+		var ok bool
+		if rw, ok = t.sink.(connectors.RoundWriter); !ok {
+			return nil, &connectors.Terminal{Err: fmt.Errorf("%s=%s: this sink cannot write a round in one transaction", config.KeySourceTxns, config.SourceTxnsWhole)}
+		}
+		cfg.Txn = &task.TxnConfig{Topic: t.conn.SourceTxnsTopic, MaxRecords: t.conn.SourceTxnsRecords,
+			MaxWaitTicks: max(int64(t.conn.SourceTxnsWait/(task.TickMillis*time.Millisecond)), 1)}
+	}
 	var stager twophase.Stager
-	if st, ok := t.sink.(twophase.Stager); ok && g.Pipelines() && t.conn.RoundsInFlight >= 2 {
+	if st, ok := t.sink.(twophase.Stager); ok && g.Pipelines() && t.conn.RoundsInFlight >= 2 && cfg.Txn == nil {
 		stager, cfg.InFlight = st, 2
 	}
 	m, err := task.NewMachine(cfg)
@@ -121,7 +134,7 @@ func (t *Task) newDriver(soft, hard context.Context) (*driver, error) {
 	if records == nil {
 		records = connectors.PipelineFor(nil, t.conn.ErrorsTolerance, t.sink)
 	}
-	return &driver{t: t, g: g, records: records, m: m, in: newInbox(), soft: soft, hard: hard, stager: stager, local: lw,
+	return &driver{t: t, g: g, records: records, m: m, in: newInbox(), soft: soft, hard: hard, stager: stager, local: lw, round: rw,
 		polls: map[uint64]*pollRun{}, stages: map[uint64]*stageRun{}, acks: map[uint64]chan struct{}{},
 		stagedCh: make(chan struct{})}, nil
 }
@@ -283,7 +296,11 @@ func (d *driver) startPoll(seq uint64) {
 		if len(recs) > 0 {
 			failpoint.HitIn(d.t.conn.Name, failpoint.AfterPoll)
 		}
-		d.in.push(task.Event{Type: task.EventPolled, Seq: seq, Records: recs})
+		ev := task.Event{Type: task.EventPolled, Seq: seq, Records: recs}
+		if d.round != nil && len(recs) > 0 {
+			ev.Marks, ev.Err = d.records.TxnMarks(ctx, recs, d.t.conn.SourceTxnsTopic)
+		}
+		d.in.push(ev)
 	}()
 }
 

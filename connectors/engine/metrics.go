@@ -31,6 +31,7 @@ type metrics struct {
 	taskRestarts      *prometheus.CounterVec
 	connectorFailures *prometheus.CounterVec
 	unavailable       *prometheus.CounterVec
+	txnSplit          *prometheus.CounterVec
 
 	nextDesc, lagDesc, inDoubtDesc, inDoubtAgeDesc, stateDesc, taskStateDesc *prometheus.Desc
 	lagUpdatedDesc, waitingDesc                                              *prometheus.Desc
@@ -51,6 +52,7 @@ func newMetrics(e *Engine) *metrics {
 		taskFailures:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "txsink_task_failures_total", Help: "Tasks that stopped with an error."}, conn),
 		taskRestarts:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "txsink_task_restarts_total", Help: "Automatic restarts of failed tasks."}, conn),
 		connectorFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "txsink_connector_failures_total", Help: "Failures to open a connector's sink or pass its preflight check."}, conn),
+		txnSplit:          prometheus.NewCounterVec(prometheus.CounterOpts{Name: "txsink_source_transactions_split_total", Help: "Source transactions applied in parts because a bound of source.transactions=whole ended their wait (source.transactions.max.records, source.transactions.max.wait.ms); each is also logged with its id."}, conn),
 		unavailable:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "txsink_dependency_unavailable_total", Help: "Rounds (and sink opens) that failed because a dependency was unavailable (a schema registry, the sink database); the task retried them with backoff and skipped nothing. txsink_task_waiting says which tasks wait now, and for what."}, conn),
 		nextDesc:          prometheus.NewDesc("txsink_partition_next_offset", "Stored next_offset of an owned partition (the offset of the next record to write).", []string{"connector", "topic", "partition"}, nil),
 		lagDesc:           prometheus.NewDesc("txsink_partition_lag", "Records of an owned partition that a read_committed consumer could still read and the sink has not stored: committed records from the stored next_offset up to the last stable offset (transaction markers and aborted records do not count; 0 when drained).", []string{"connector", "topic", "partition"}, nil),
@@ -98,7 +100,7 @@ func (sm sinkMetrics) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.consumed, m.written, m.deadLettered, m.rounds, m.batches, m.fenced, m.phase, m.taskFailures, m.taskRestarts, m.connectorFailures, m.unavailable, m, sinkMetrics{m.e}} {
+	for _, c := range []prometheus.Collector{m.consumed, m.written, m.deadLettered, m.rounds, m.batches, m.fenced, m.phase, m.taskFailures, m.taskRestarts, m.connectorFailures, m.unavailable, m.txnSplit, m, sinkMetrics{m.e}} {
 		if err := r.Register(c); err != nil {
 			return err
 		}
@@ -131,7 +133,7 @@ func (m *metrics) round(name string, r RoundStats) {
 // zero creates a connector's counter series at 0, so that dashboards and
 // alert rules see them (and rate/increase work) before the first event.
 func (m *metrics) zero(name string) {
-	for _, v := range []*prometheus.CounterVec{m.consumed, m.written, m.deadLettered, m.fenced, m.taskFailures, m.taskRestarts, m.connectorFailures, m.unavailable} {
+	for _, v := range []*prometheus.CounterVec{m.consumed, m.written, m.deadLettered, m.fenced, m.taskFailures, m.taskRestarts, m.connectorFailures, m.unavailable, m.txnSplit} {
 		v.WithLabelValues(name)
 	}
 	for _, outcome := range []string{"committed", "aborted"} {

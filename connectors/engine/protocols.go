@@ -114,13 +114,23 @@ func (d *driver) localRound(s *session, r *task.Round) task.Result {
 	errs := make([]error, len(r.Batches))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(max(t.conn.Parallelism, 1))
-	for i, b := range r.Batches {
-		g.Go(func() error {
-			wctx, cancel := t.sinkCtx(gctx)
-			defer cancel()
-			errs[i] = d.local.WriteLocal(wctx, b, guard, order)
-			return nil
-		})
+	if d.round != nil {
+		// Whole source transactions: every batch in one transaction.
+		wctx, cancel := t.sinkCtx(ctx)
+		err := d.round.WriteRound(wctx, r.Batches, guard)
+		cancel()
+		for i := range errs {
+			errs[i] = err
+		}
+	} else {
+		for i, b := range r.Batches {
+			g.Go(func() error {
+				wctx, cancel := t.sinkCtx(gctx)
+				defer cancel()
+				errs[i] = d.local.WriteLocal(wctx, b, guard, order)
+				return nil
+			})
+		}
 	}
 	_ = g.Wait()
 	var res task.Result

@@ -376,6 +376,11 @@ func (o *observer) FenceConflict(task int, err error) {
 	o.m.fenced.WithLabelValues(o.name).Inc()
 }
 
+// TxnSplit implements TxnSplitObserver.
+func (o *observer) TxnSplit(task int, id string) {
+	o.m.txnSplit.WithLabelValues(o.name).Inc()
+}
+
 // Waiting implements Observer: rounds fail for an unavailable schema
 // registry or sink database (err), or a round committed again (nil: both
 // are available).

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
+	"slices"
 	"sort"
 	"time"
 
@@ -51,6 +53,12 @@ type Observer interface {
 	// depends on is unavailable (a schema registry, the sink database out
 	// of disk space), with the error; nil once a round commits again.
 	Waiting(task int, err error)
+}
+
+// TxnSplitObserver is an Observer that also hears of source transactions
+// applied in parts (source.transactions=whole).
+type TxnSplitObserver interface {
+	TxnSplit(task int, id string)
 }
 
 // RoundStats describes one round.
@@ -176,12 +184,21 @@ func (t *Task) clientOpts(onAssign func(context.Context, map[string]map[int32]kg
 		// New matching topics join the subscription at a metadata refresh:
 		// the group rebalances and assign recovers and fences them as any
 		// other partition.
-		opts = append(opts, kgo.ConsumeTopics(p), kgo.ConsumeRegex())
+		pats := []string{p}
+		if t.conn.SourceTxnsTopic != "" {
+			// The source's transaction topic, beside the pattern.
+			pats = append(pats, "^"+regexp.QuoteMeta(t.conn.SourceTxnsTopic)+"$")
+		}
+		opts = append(opts, kgo.ConsumeTopics(pats...), kgo.ConsumeRegex())
 		if ex := config.ExcludedTopics(p, t.opt.ReservedTopics); len(ex) > 0 {
 			opts = append(opts, kgo.ConsumeExcludeTopics(ex...))
 		}
 	} else {
-		opts = append(opts, kgo.ConsumeTopics(t.conn.Topics...))
+		topics := t.conn.Topics
+		if t.conn.SourceTxnsTopic != "" {
+			topics = append(slices.Clone(topics), t.conn.SourceTxnsTopic)
+		}
+		opts = append(opts, kgo.ConsumeTopics(topics...))
 	}
 	return append(opts, t.opt.KafkaOpts...)
 }
@@ -471,6 +488,11 @@ func (t *Task) report(r task.Report) {
 		t.log.Error("bad record: the partition stops before it (errors.tolerance=none)", "topic", p.Topic, "partition", p.Partition, "err", r.Err)
 	case task.ReportOwnRound:
 		t.log.Info("a batch needs a schema change; running it in a round of its own", "partition", r.Partitions[0].String(), "reason", r.Err)
+	case task.ReportTxnSplit:
+		t.log.Warn("a source transaction is applied in parts: readers of the target may see part of it", "transaction", r.TxnID, "reason", r.Err)
+		if so, ok := obs.(TxnSplitObserver); ok {
+			so.TxnSplit(t.id, r.TxnID)
+		}
 	case task.ReportHeld:
 		t.log.Info("task paused and idle: no round running or written ahead; it writes nothing until the resume")
 	case task.ReportStale:

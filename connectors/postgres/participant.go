@@ -574,6 +574,58 @@ func (s *Sink) writeLocal(ctx context.Context, b *twophase.Batch, guard offsets.
 	return err
 }
 
+// WriteRound implements connectors.RoundWriter (source.transactions=whole):
+// every batch's offset advance and rows in one transaction, in the order
+// given.
+func (s *Sink) WriteRound(ctx context.Context, bs []*twophase.Batch, guard offsets.Guard) (err error) {
+	defer func() { s.resetOnLostConnection(err) }()
+	return classify(s.writeRound(ctx, bs, guard))
+}
+
+func (s *Sink) writeRound(ctx context.Context, bs []*twophase.Batch, guard offsets.Guard) error {
+	if len(bs) == 0 {
+		return nil
+	}
+	cs := make([]*connectors.Converted, len(bs))
+	for i, b := range bs {
+		c, err := s.w.records.Batch(ctx, b)
+		if err != nil {
+			return err
+		}
+		cs[i] = c
+	}
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		for i, b := range bs {
+			if err := s.store.Advance(ctx, tx, guard, b.ID.Connector, b.ID.Topic, b.ID.Partition, b.Fence, b.Prev, b.ID.NextOffset()); err != nil {
+				return err
+			}
+			if _, err := s.w.WriteBatch(ctx, tx, cs[i], true); err != nil {
+				return err
+			}
+		}
+		failpoint.HitIn(bs[0].ID.Connector, failpoint.AfterWrite)
+		return nil
+	})
+	if err == nil || guard != offsets.GuardCAS || !isAmbiguousCommit(err) {
+		return err
+	}
+	// The COMMIT's outcome is unknown: the stored offsets say what
+	// happened (one transaction: all of them moved, or none).
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lookupTimeout)
+	defer cancel()
+	for _, b := range bs {
+		pos, ok, lerr := s.store.Lookup(lctx, b.ID.Connector, b.ID.Topic, b.ID.Partition)
+		if lerr != nil {
+			return fmt.Errorf("%w (and resolving it failed: %v)", err, lerr)
+		}
+		if !ok || pos.Next != b.ID.NextOffset() || pos.Fence != b.Fence {
+			return err
+		}
+	}
+	s.log.Info("ambiguous commit of a round resolved as committed", "batches", len(bs))
+	return nil
+}
+
 // lookupTimeout bounds the read that resolves an ambiguous local commit.
 const lookupTimeout = 30 * time.Second
 

@@ -156,6 +156,7 @@ var (
 	_ connectors.Sink        = (*MemSink)(nil)
 	_ connectors.LocalWriter = (*MemSink)(nil)
 	_ twophase.Stager        = (*MemSink)(nil)
+	_ connectors.RoundWriter = (*MemSink)(nil)
 )
 
 // Open returns a new sink instance of connector over the store.
@@ -505,6 +506,45 @@ func (m *MemSink) WriteLocal(ctx context.Context, b *twophase.Batch, guard offse
 		rowsStep()
 	}
 	return m.at(ctx, AfterLocalCommit, b.ID)
+}
+
+// WriteRound implements connectors.RoundWriter: every batch's
+// compare-and-set, rows and offset at once (hooks BeforeLocalCommit and
+// AfterLocalCommit, with the first batch).
+func (m *MemSink) WriteRound(ctx context.Context, bs []*twophase.Batch, guard offsets.Guard) error {
+	if len(bs) == 0 {
+		return nil
+	}
+	if err := m.at(ctx, BeforeLocalCommit, bs[0].ID); err != nil {
+		return err
+	}
+	rows := make([][]Row, len(bs))
+	for i, b := range bs {
+		var err error
+		if rows[i], err = m.rowsOf(ctx, b); err != nil {
+			return err
+		}
+	}
+	st := m.store
+	st.mu.Lock()
+	slots := make([]*slot, len(bs))
+	for i, b := range bs {
+		sl := st.slot(b.ID.Connector, b.ID.Topic, b.ID.Partition)
+		if guard == offsets.GuardCAS {
+			var err error
+			if sl, err = m.cas(b); err != nil {
+				st.mu.Unlock()
+				return err
+			}
+		}
+		slots[i] = sl
+	}
+	for i, b := range bs {
+		st.insert(rows[i])
+		slots[i].next = b.ID.NextOffset()
+	}
+	st.mu.Unlock()
+	return m.at(ctx, AfterLocalCommit, bs[0].ID)
 }
 
 // Positions returns every stored position of the connector.
