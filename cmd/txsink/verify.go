@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -97,6 +98,10 @@ func cmdVerify(args []string, stdout, stderr io.Writer) int {
 		progressMode = fs.String("progress", "auto", "progress on standard error: auto (a bar on a terminal, lines otherwise), bar, lines or none")
 		progressEach = fs.Duration("progress-interval", 10*time.Second, "with lines: at most one progress line this often (phase changes always print)")
 		deletedCol   = fs.String("deleted-column", "", "with -source-url, ClickHouse: the deletion flag column (default: the ReplacingMergeTree's, else is_deleted)")
+		consistency  = fs.Int("consistency", 0, "sample the PostgreSQL target this many times while replication runs and check that each sample equals the source as of some source commit (docs/verify.md, Consistency); needs -transaction-topic, -topics (the change-event topics) and -sink-url")
+		txnTopic     = fs.String("transaction-topic", "", "with -consistency: Debezium's transaction topic (<topic.prefix>.transaction)")
+		consEvery    = fs.Duration("consistency-interval", 200*time.Millisecond, "with -consistency: pause between samples")
+		lsnColumn    = fs.String("lsn-column", "__lsn", "with -consistency: the target column holding each row's source LSN (cdc.columns)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return exitVerifyUsage
@@ -195,6 +200,11 @@ func cmdVerify(args []string, stdout, stderr io.Writer) int {
 			return exitVerifyUsage
 		}
 		c.Sink.URL = su
+	}
+	if *consistency > 0 {
+		co := verify.ConsistencyOptions{Bootstrap: strings.Join(c.Bootstrap, ","), KafkaOpts: c.KafkaOpts, Topics: c.Topics, TxnTopic: *txnTopic,
+			SinkURL: c.Sink.URL, Schema: c.Sink.Schema, LSNColumn: *lsnColumn, Samples: *consistency, Interval: *consEvery}
+		return runVerifyConsistency(co, *output, *timeout, stdout, stderr)
 	}
 	if *sourceURL != "" {
 		if !set["max-examples"] {
@@ -419,4 +429,46 @@ func sinkURLFrom(raw, user, password string) (string, error) {
 		u.User = url.UserPassword(name, pw)
 	}
 	return u.String(), nil
+}
+
+// runVerifyConsistency runs consistency sampling (-consistency N).
+func runVerifyConsistency(o verify.ConsistencyOptions, output string, timeout time.Duration, stdout, stderr io.Writer) int {
+	switch {
+	case o.TxnTopic == "":
+		fmt.Fprintln(stderr, "txsink verify: -consistency needs -transaction-topic")
+		return exitVerifyUsage
+	case len(o.Topics) == 0:
+		fmt.Fprintln(stderr, "txsink verify: -consistency needs -topics: the change-event topics")
+		return exitVerifyUsage
+	case o.SinkURL == "" || strings.HasPrefix(o.SinkURL, "clickhouse://") || strings.HasPrefix(o.SinkURL, "tcp://"):
+		fmt.Fprintln(stderr, "txsink verify: -consistency needs -sink-url of a PostgreSQL target")
+		return exitVerifyUsage
+	case output != "text" && output != "json":
+		fmt.Fprintf(stderr, "txsink verify: -output: must be text or json, got %q\n", output)
+		return exitVerifyUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	r, err := verify.Consistency(ctx, o)
+	if err != nil {
+		fmt.Fprintln(stderr, "txsink verify:", err)
+		return exitVerifyFailed
+	}
+	if output == "json" {
+		b, _ := json.MarshalIndent(r, "", "  ")
+		fmt.Fprintln(stdout, string(b))
+	} else {
+		fmt.Fprintf(stdout, "consistency: %d samples, %d equal to a source commit (%d distinct), %d torn; %d source transactions read\n",
+			r.Samples, r.Consistent, r.Prefixes, r.Torn, r.Transactions)
+		if t := r.FirstTorn; t != nil {
+			fmt.Fprintf(stdout, "first torn sample: %d: transaction %s (commit %d) shown in part, tables %s: %s\n",
+				t.Sample, t.Txn, t.Order, strings.Join(t.Tables, ","), t.Detail)
+		}
+	}
+	if !r.OK() {
+		return exitVerifyFault
+	}
+	return exitVerifyOK
 }
