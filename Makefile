@@ -64,10 +64,10 @@ test-integration:
 # The integration package in three shards, test binaries with their own
 # services: the first runs the tests INTEGRATION_1 selects but those of
 # INTEGRATION_3 (a subset of it: the operator's view, the Python clients
-# and serializers, the real registry), the third those, the second every
+# and serializers, the real registry, source transactions), the third those, the second every
 # other test (-skip, so a new test cannot fall between the shards).
-INTEGRATION_1 := ^Test(Postgres|Security|Py|Registry|Debezium|Shutdown|Smoke|Kafka|Verify|Operator)
-INTEGRATION_3 := ^Test(Py|Registry|Operator)
+INTEGRATION_1 := ^Test(Postgres|Security|Py|Registry|Debezium|Shutdown|Smoke|Kafka|Verify|Operator|SourceTransactions)
+INTEGRATION_3 := ^Test(Py|Registry|Operator|SourceTransactions)
 test-integration-1:
 	$(GO) test -count=1 -timeout 30m -run '$(INTEGRATION_1)' -skip '$(INTEGRATION_3)' ./integration/
 test-integration-3:

@@ -43,6 +43,9 @@ type debeziumOptions struct {
 	// Slot and Publication name Debezium's replication slot and
 	// publication (created by Debezium).
 	Slot, Publication string
+	// Extra are more connector properties (such as
+	// provide.transaction.metadata).
+	Extra map[string]string
 }
 
 // startDebezium starts Kafka Connect with Debezium's PostgreSQL connector
@@ -86,7 +89,7 @@ func startDebezium(t *testing.T, k *harness.KafkaService, o debeziumOptions) *de
 		"plugin.discovery":             "only_scan",
 		"producer.linger.ms":           "5",
 	})
-	connector := readProperties(t, "postgres-source.properties", map[string]string{
+	props := map[string]string{
 		"name":               name,
 		"database.hostname":  src.Hostname(),
 		"database.port":      src.Port(),
@@ -98,7 +101,11 @@ func startDebezium(t *testing.T, k *harness.KafkaService, o debeziumOptions) *de
 		"slot.name":          o.Slot,
 		"publication.name":   o.Publication,
 		"poll.interval.ms":   "50",
-	})
+	}
+	for k, v := range o.Extra {
+		props[k] = v
+	}
+	connector := readProperties(t, "postgres-source.properties", props)
 	wf, cf := filepath.Join(dir, "worker.properties"), filepath.Join(dir, "connector.properties")
 	for f, s := range map[string]string{wf: worker, cf: connector} {
 		if err := os.WriteFile(f, []byte(s), 0o600); err != nil {
