@@ -128,48 +128,54 @@ func (r *txnRig) checkEach(mu *sync.Mutex, seen *[]string) func(context.Context,
 
 func TestDriverSourceTransactions(t *testing.T) {
 	whole := []string{"source.transactions", "whole", "source.transactions.topic", "tx", "batch.max.records", "7"}
-	t.Run("whole", func(t *testing.T) {
-		t.Parallel()
-		r := newTxnRig(t, 80)
-		var mu sync.Mutex
-		var torn []string
-		var rounds atomic.Int64
-		check := r.checkEach(&mu, &torn)
-		var a *sinktest.MemSink
-		// The first instance crashes as its fifth round begins.
-		connA := r.open(t, "exactly_once_sink", "1", "a", nil, func(s *sinktest.MemSink) {
-			a = s
-			s.Hook = func(ctx context.Context, p sinktest.Point, id twophase.BatchID) error {
-				if p == sinktest.BeforeLocalCommit && rounds.Add(1) == 5 {
-					return sinktest.ErrCrashed
+	for _, point := range []sinktest.Point{sinktest.BeforeLocalCommit, sinktest.AfterLocalCommit} {
+		t.Run("whole/crash-"+string(point), func(t *testing.T) {
+			t.Parallel()
+			r := newTxnRig(t, 80)
+			var mu sync.Mutex
+			var torn []string
+			var rounds atomic.Int64
+			check := r.checkEach(&mu, &torn)
+			var a *sinktest.MemSink
+			// The first instance crashes in its fifth round: before its
+			// transaction commits, or after (the task never learns it did).
+			connA := r.open(t, "exactly_once_sink", "1", "a", nil, func(s *sinktest.MemSink) {
+				a = s
+				s.Hook = func(ctx context.Context, p sinktest.Point, id twophase.BatchID) error {
+					if err := check(ctx, p, id); err != nil {
+						return err
+					}
+					if p == point && rounds.Add(1) == 5 {
+						return sinktest.ErrCrashed
+					}
+					return nil
 				}
-				return check(ctx, p, id)
+			}, whole...)
+			connA.Start(nil)
+			r.ev.waitFor(t, "the sink crashed", func() bool { return rounds.Load() >= 5 })
+			connA.Stop()
+			if !a.Crashed() {
+				t.Fatal("the first instance did not crash")
 			}
-		}, whole...)
-		connA.Start(nil)
-		r.ev.waitFor(t, "the sink crashed", func() bool { return rounds.Load() >= 5 })
-		connA.Stop()
-		if !a.Crashed() {
-			t.Fatal("the first instance did not crash")
-		}
-		before := len(r.store.Rows())
-		connB := r.open(t, "exactly_once_sink", "1", "b", nil, func(s *sinktest.MemSink) { s.Hook = check }, whole...)
-		connB.Start(nil)
-		r.ev.waitFor(t, fmt.Sprintf("all %d events stored", r.events), func() bool { return len(r.store.Rows()) >= r.events })
-		connB.Stop()
-		t.Logf("%d events in %d transactions; %d rows before the crash, %d after", r.events, len(r.size), before, len(r.store.Rows()))
-		mu.Lock()
-		defer mu.Unlock()
-		if len(torn) > 0 {
-			t.Errorf("the store held part of a source transaction after a round: %v", torn)
-		}
-		if got := len(r.store.Rows()); got != r.events || before == 0 {
-			t.Errorf("%d rows stored (%d before the crash), want %d: every event once", got, before, r.events)
-		}
-		if left := r.torn(); len(left) > 0 {
-			t.Errorf("at the end: %v", left)
-		}
-	})
+			before := len(r.store.Rows())
+			connB := r.open(t, "exactly_once_sink", "1", "b", nil, func(s *sinktest.MemSink) { s.Hook = check }, whole...)
+			connB.Start(nil)
+			r.ev.waitFor(t, fmt.Sprintf("all %d events stored", r.events), func() bool { return len(r.store.Rows()) >= r.events })
+			connB.Stop()
+			t.Logf("%d events in %d transactions; %d rows before the crash, %d after", r.events, len(r.size), before, len(r.store.Rows()))
+			mu.Lock()
+			defer mu.Unlock()
+			if len(torn) > 0 {
+				t.Errorf("the store held part of a source transaction after a round: %v", torn)
+			}
+			if got := len(r.store.Rows()); got != r.events || before == 0 {
+				t.Errorf("%d rows stored (%d before the crash), want %d: every event once", got, before, r.events)
+			}
+			if left := r.torn(); len(left) > 0 {
+				t.Errorf("at the end: %v", left)
+			}
+		})
+	}
 	t.Run("record-at-a-time", func(t *testing.T) {
 		t.Parallel()
 		r := newTxnRig(t, 80)
