@@ -137,6 +137,9 @@ func runBench(ctx context.Context, o options, log io.Writer) (*Report, error) {
 	if err := b.formats(ctx); err != nil {
 		return rep, err
 	}
+	if err := b.cdc(ctx); err != nil {
+		return rep, err
+	}
 	if o.Pprof {
 		if err := b.profileInProcess(ctx, "exactly_once"); err != nil {
 			return rep, err

@@ -47,6 +47,8 @@ type options struct {
 	// Formats are the Schema Registry formats (avro, protobuf) measured
 	// on the main workload's rows beside JSON.
 	Formats []string
+	// CDCTxns is the source transactions of the CDC rows (0: none).
+	CDCTxns int
 	Out     string
 	Repo    string
 	Timeout time.Duration
@@ -75,6 +77,7 @@ func profileOptions(name string) (options, error) {
 		o.LatModes = []string{"exactly_once"}
 		o.Growth = []int{10_000, 40_000}
 		o.ClickHouse = false
+		o.CDCTxns = 300
 		o.Timeout = 3 * time.Minute
 	case "full":
 		// The path before pipelined rounds, beside the default.
@@ -90,6 +93,7 @@ func profileOptions(name string) (options, error) {
 		o.Growth = []int{100_000, 1_000_000, 10_000_000}
 		o.ClickHouse = true
 		o.Pprof = true
+		o.CDCTxns = 30_000
 		o.Timeout = 30 * time.Minute
 	default:
 		return o, fmt.Errorf("-profile: must be smoke or full, got %q", name)
@@ -118,6 +122,7 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	parts := fs.String("partitions", joinInts(o.Partitions), "partition counts of the 100-byte workloads (the main one is 6 when listed, else the first)")
 	fs.Float64Var(&o.SweepFactor, "sweep-factor", o.SweepFactor, "records of the other partition counts as a fraction of -records (0: same)")
 	fs.IntVar(&o.BigRecords, "big-records", o.BigRecords, "records of the 1 KB workload (6 partitions); 0 skips it")
+	fs.IntVar(&o.CDCTxns, "cdc-txns", o.CDCTxns, "source transactions of the CDC rows (record at a time, and source.transactions=whole); 0 skips them")
 	fs.IntVar(&o.Runs, "runs", o.Runs, "runs per row (the median is reported)")
 	modes := fs.String("modes", strings.Join(o.Modes, ","), "txsink delivery guarantees to measure, and exactly_once_serial and exactly_once_sink_serial (the guarantee with rounds.max.in.flight=1)")
 	fs.BoolVar(&o.Peer, "peer", o.Peer, "measure Kafka Connect + Debezium JDBC sink (needs java and mvn)")

@@ -74,7 +74,8 @@ func TestSmoke(t *testing.T) {
 	if !slices.Contains(o.Formats, "avro") {
 		t.Error("the smoke profile must measure the Avro row")
 	}
-	for _, want := range []string{"raw-copy ×1", "raw-copy ×4", "raw-consume ", "txsink exactly_once", "txsink exactly_once_sink", "txsink at_least_once"} {
+	for _, want := range []string{"raw-copy ×1", "raw-copy ×4", "raw-consume ", "txsink exactly_once", "txsink exactly_once_sink", "txsink at_least_once",
+		"txsink exactly_once_sink cdc record-at-a-time", "txsink exactly_once_sink cdc source.transactions=whole"} {
 		if !measured[want] {
 			t.Errorf("no measurement for %q", want)
 		}
