@@ -14,10 +14,16 @@ package task
 // writes a round in one transaction: a reader of the target sees only
 // states the source had.
 //
-// Two bounds end a wait: a transaction whose events have not all arrived
-// after MaxWaitTicks, and held records over MaxRecords. Either splits the
-// transactions that block (ReportTxnSplit): their events are cut as they
-// come, as without the mode, and their END once it arrives. A bad record
+// Memory is bounded by MaxRecords: each partition holds at most its share
+// (the transaction topic, the change topics' partitions each a share of
+// the rest); a partition at its share is not held further, and the task
+// seeks it back to read those records again once its head moves, so a
+// partition read far ahead of the others (a backlog drained unevenly)
+// waits for them instead of filling memory. Time is bounded by
+// MaxWaitTicks: a transaction still not ready that long after its first
+// record was held (its events do not all arrive, or do not fit) is split
+// (ReportTxnSplit): its events are cut as they come, as without the mode,
+// and its END once it arrives. A bad record
 // (errors.tolerance=none) stops the task after the transactions before
 // its own are applied, and nothing of its own.
 
@@ -28,6 +34,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txsink/txsink/connectors/record"
+	"github.com/txsink/txsink/offsets"
 	"github.com/txsink/txsink/twophase"
 )
 
@@ -37,8 +44,7 @@ type TxnConfig struct {
 	// <topic.prefix>.transaction). Its records are cut with the
 	// transactions they end; they are not rows.
 	Topic string
-	// MaxRecords bounds the records held: over it, the transactions that
-	// block are split.
+	// MaxRecords bounds the records held, shared among the partitions.
 	MaxRecords int
 	// MaxWaitTicks bounds how long a transaction may block, from its
 	// first held record.
@@ -257,14 +263,11 @@ func (h *txnHold) release(ids []string, why string, out []Action) []Action {
 	return out
 }
 
-// bound splits what blocks too long or holds too much.
+// bound splits what blocks too long.
 func (h *txnHold) bound(m *Machine, out []Action) []Action {
 	_, blockers := h.plan()
 	if len(blockers) == 0 {
 		return out
-	}
-	if h.n > h.cfg.MaxRecords {
-		return h.release(blockers, fmt.Sprintf("%d records held, over source.transactions.max.records=%d", h.n, h.cfg.MaxRecords), out)
 	}
 	var late []string
 	for _, id := range blockers {
@@ -273,7 +276,7 @@ func (h *txnHold) bound(m *Machine, out []Action) []Action {
 		}
 	}
 	if len(late) > 0 {
-		out = h.release(late, fmt.Sprintf("not every event announced arrived within source.transactions.max.wait.ms=%d", h.cfg.MaxWaitTicks*TickMillis), out)
+		out = h.release(late, fmt.Sprintf("not complete within source.transactions.max.wait.ms=%d (its events did not all arrive, or they do not fit in its partitions' shares of source.transactions.max.records)", h.cfg.MaxWaitTicks*TickMillis), out)
 	}
 	return out
 }
@@ -281,11 +284,23 @@ func (h *txnHold) bound(m *Machine, out []Action) []Action {
 // polledTxn holds the records of a poll and cuts a round of what is
 // ready.
 func (m *Machine) polledTxn(recs []*kgo.Record, marks []record.TxnMark, out []Action) []Action {
+	data := 0
+	for k := range m.parts {
+		if k.Topic != m.txn.cfg.Topic {
+			data++
+		}
+	}
+	share := max(m.txn.cfg.MaxRecords/max(data, 1), 1)
+	full := map[TP]bool{}
 	for i, r := range recs {
 		k := TP{r.Topic, r.Partition}
 		c, ok := m.parts[k]
 		if !ok || r.Offset < c.from() {
 			continue // revoked meanwhile, or already held or written
+		}
+		if full[k] || len(m.txn.held[k]) >= share || k.Topic == m.txn.cfg.Topic && len(m.txn.held[k]) >= m.txn.cfg.MaxRecords {
+			full[k] = true // read again from c.from() (the seek below)
+			continue
 		}
 		if c.stopAt >= 0 && r.Offset >= c.stopAt {
 			c.atStop = true
@@ -297,6 +312,15 @@ func (m *Machine) polledTxn(recs []*kgo.Record, marks []record.TxnMark, out []Ac
 		}
 		m.txn.add(k, r, mark, m.now)
 		c.ahead = r.Offset + 1
+	}
+	if len(full) > 0 {
+		var seeks []offsets.Position
+		for k := range full {
+			c := m.parts[k]
+			seeks = append(seeks, offsets.Position{Topic: k.Topic, Partition: k.Partition, Next: c.from(), Fence: c.fence})
+		}
+		sortPositions(seeks)
+		out = append(out, Action{Type: ActionSeek, Positions: seeks})
 	}
 	return m.cutTxn(m.txn.bound(m, out))
 }
