@@ -48,7 +48,7 @@ func (b *bench) cdcWorkload(ctx context.Context, txns int) (topics []string, txn
 		lsn += 8
 		k, _ := json.Marshal(map[string]any{"id": key})
 		v, _ := json.Marshal(map[string]any{"before": nil, "after": after, "op": op, "ts_ms": 1,
-			"source": map[string]any{"connector": "postgresql", "db": "bench", "schema": "public", "table": table, "lsn": lsn, "ts_ms": 1},
+			"source":      map[string]any{"connector": "postgresql", "db": "bench", "schema": "public", "table": table, "lsn": lsn, "ts_ms": 1},
 			"transaction": map[string]any{"id": fmt.Sprintf("%s:%d", txid, lsn)}})
 		return &kgo.Record{Topic: prefix + ".public." + table, Partition: int32(key % 3), Key: k, Value: v}
 	}
