@@ -11,24 +11,32 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// latency runs each latency mode at half the maximum throughput measured
-// for exactly_once on the main workload.
+// latency runs each latency mode at half of that mode's own maximum
+// throughput on the main workload (its drain's median), or, for a mode
+// whose throughput was not measured, half of exactly_once's; RateOf says
+// which.
 func (b *bench) latency(ctx context.Context) error {
 	if b.o.LatencySecs <= 0 {
 		return nil
 	}
 	w := b.mainWorkload
-	var maxRPS float64
-	for _, r := range b.rep.Rows {
-		if w != nil && r.Workload == w.Name && r.System == "txsink" && r.Mode == "exactly_once" {
-			maxRPS = r.MedianRPS
+	maxOf := func(mode string) float64 {
+		for _, r := range b.rep.Rows {
+			if w != nil && r.Workload == w.Name && r.System == "txsink" && r.Mode == mode {
+				return r.MedianRPS
+			}
 		}
+		return 0
 	}
 	for _, mode := range b.o.LatModes {
-		l := &Latency{Mode: mode, Workload: "100B×6p"}
+		l := &Latency{Mode: mode, Workload: "100B×6p", RateOf: mode}
 		b.rep.Latency = append(b.rep.Latency, l)
+		maxRPS := maxOf(mode)
+		if maxRPS == 0 {
+			maxRPS, l.RateOf = maxOf("exactly_once"), "exactly_once"
+		}
 		if maxRPS == 0 && b.o.LatencyRate <= 0 {
-			l.Skipped = "no exactly_once throughput on the main workload to take half of"
+			l.Skipped = "no throughput on the main workload to take half of"
 			continue
 		}
 		if reason := b.budgetLeft(time.Duration(b.o.LatencySecs+30) * time.Second); reason != "" {
@@ -37,7 +45,7 @@ func (b *bench) latency(ctx context.Context) error {
 		}
 		l.TargetRate = maxRPS / 2
 		if b.o.LatencyRate > 0 {
-			l.TargetRate = float64(b.o.LatencyRate)
+			l.TargetRate, l.RateOf = float64(b.o.LatencyRate), "-latency-rate"
 		}
 		if err := b.latencyRun(ctx, l, 6, time.Duration(b.o.LatencySecs)*time.Second); err != nil {
 			return fmt.Errorf("latency %s: %w", mode, err)

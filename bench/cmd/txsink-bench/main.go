@@ -41,7 +41,7 @@ type options struct {
 	PeerRecords int // 0: as the main workload
 	LatencySecs int
 	LatModes    []string
-	LatencyRate int // records/s of the latency runs; 0: half of exactly_once's drain rate
+	LatencyRate int // records/s of the latency runs; 0: half of each mode's own drain rate
 	Growth      []int
 	ClickHouse  bool
 	// Formats are the Schema Registry formats (avro, protobuf) measured
@@ -128,7 +128,7 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.Peer, "peer", o.Peer, "measure Kafka Connect + Debezium JDBC sink (needs java and mvn)")
 	fs.IntVar(&o.PeerRecords, "peer-records", o.PeerRecords, "records for the peer (0: as -records)")
 	fs.IntVar(&o.LatencySecs, "latency-seconds", o.LatencySecs, "length of each steady-rate latency run; 0 skips latency")
-	fs.IntVar(&o.LatencyRate, "latency-rate", 0, "records/s of the steady-rate runs (0: half of the measured exactly_once throughput, as the target asks)")
+	fs.IntVar(&o.LatencyRate, "latency-rate", 0, "records/s of the steady-rate runs (0: half of each mode's own measured throughput, as the target asks; exactly_once's for a mode not measured)")
 	latModes := fs.String("latency-modes", strings.Join(o.LatModes, ","), "modes measured at a steady rate")
 	growth := fs.String("growth", joinInts(o.Growth), "record counts of the growth curve (empty: none)")
 	fs.BoolVar(&o.ClickHouse, "clickhouse", o.ClickHouse, "measure ClickHouse (raw insert, and txsink's sink if registered)")

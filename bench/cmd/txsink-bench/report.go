@@ -109,9 +109,13 @@ type Quantiles struct {
 
 // Latency is one steady-rate run: produce timestamp to row visible.
 type Latency struct {
-	Mode        string    `json:"mode"`
-	Workload    string    `json:"workload"`
-	TargetRate  float64   `json:"target_rate"`
+	Mode       string  `json:"mode"`
+	Workload   string  `json:"workload"`
+	TargetRate float64 `json:"target_rate"`
+	// RateOf names the mode whose maximum throughput TargetRate is half
+	// of (the run's own mode unless it was not measured), or
+	// "-latency-rate".
+	RateOf      string    `json:"rate_of,omitempty"`
 	OfferedRate float64   `json:"offered_rate"`
 	Seconds     float64   `json:"seconds"`
 	Records     int       `json:"records"`
@@ -297,13 +301,13 @@ func (rep *Report) markdown() string {
 	}
 	if len(rep.Latency) > 0 {
 		b.WriteString("\n## End-to-end latency at a steady rate (produce timestamp → row visible in PostgreSQL)\n\n")
-		b.WriteString("| workload | mode | target rate/s | offered rate/s | records | p50 ms | p95 ms | p99 ms | max ms | rounds (median records) | round phases p50/p99 ms |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+		b.WriteString("| workload | mode | target rate/s (half of) | offered rate/s | records | p50 ms | p95 ms | p99 ms | max ms | rounds (median records) | round phases p50/p99 ms |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, l := range rep.Latency {
 			if l.Skipped != "" {
 				fmt.Fprintf(&b, "| %s | %s | | | | skipped: %s | | | | | |\n", l.Workload, l.Mode, l.Skipped)
 				continue
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %d | %.0f | %.0f | %.0f | %.0f | %d (%d) | %s |\n", l.Workload, l.Mode, fmtNum(l.TargetRate), fmtNum(l.OfferedRate), l.Records,
+			fmt.Fprintf(&b, "| %s | %s | %s (%s) | %s | %d | %.0f | %.0f | %.0f | %.0f | %d (%d) | %s |\n", l.Workload, l.Mode, fmtNum(l.TargetRate), l.RateOf, fmtNum(l.OfferedRate), l.Records,
 				l.Quantiles.P50, l.Quantiles.P95, l.Quantiles.P99, l.Quantiles.Max, l.Rounds, l.RoundRecords, fmtPhases(l.Phases))
 		}
 	}
