@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,17 +15,18 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/txsink/txsink/integration/harness"
 )
 
 // cliFreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func cliFreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := harness.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // cliServe runs "txsink serve" on a free loopback port with a fresh data
