@@ -278,9 +278,7 @@ func cmdVerify(args []string, stdout, stderr io.Writer) int {
 		defer prog.end()
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	ctx, cancel := auditContext(*timeout)
 	defer cancel()
 	if err := probeKafka(ctx, c.Bootstrap, c.KafkaOpts); err != nil {
 		if ke := wc.ExplainKafkaError(err); ke != err {
@@ -363,9 +361,7 @@ func runVerifyReplica(rc verify.ReplicaConfig, output string, timeout time.Durat
 		fmt.Fprintln(stderr, "txsink verify:", err)
 		return exitVerifyUsage
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := auditContext(timeout)
 	defer cancel()
 	r, err := verify.CheckReplica(ctx, rc)
 	if err != nil {
@@ -447,9 +443,7 @@ func runVerifyConsistency(o verify.ConsistencyOptions, output string, timeout ti
 		fmt.Fprintf(stderr, "txsink verify: -output: must be text or json, got %q\n", output)
 		return exitVerifyUsage
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := auditContext(timeout)
 	defer cancel()
 	r, err := verify.Consistency(ctx, o)
 	if err != nil {
@@ -471,4 +465,12 @@ func runVerifyConsistency(o verify.ConsistencyOptions, output string, timeout ti
 		return exitVerifyFault
 	}
 	return exitVerifyOK
+}
+
+// auditContext bounds an audit by timeout and ends it on SIGINT or
+// SIGTERM.
+func auditContext(timeout time.Duration) (context.Context, context.CancelFunc) {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	return ctx, func() { cancel(); stop() }
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/txsink/txsink/connectors/record"
 	"github.com/txsink/txsink/connectors/sinktest"
 	"github.com/txsink/txsink/twophase"
 )
@@ -90,8 +91,7 @@ func (r *txnRig) torn() []string {
 	for _, row := range r.store.Rows() {
 		var v struct{ Transaction struct{ ID string } }
 		if json.Unmarshal(row.Value, &v) == nil && v.Transaction.ID != "" {
-			id, _, _ := cutColon(v.Transaction.ID)
-			held[id]++
+			held[record.TxnID(v.Transaction.ID)]++
 		}
 	}
 	var out []string
@@ -101,15 +101,6 @@ func (r *txnRig) torn() []string {
 		}
 	}
 	return out
-}
-
-func cutColon(s string) (string, string, bool) {
-	for i := range s {
-		if s[i] == ':' {
-			return s[:i], s[i+1:], true
-		}
-	}
-	return s, "", false
 }
 
 // checkEach is a sink hook that checks the store after every round.

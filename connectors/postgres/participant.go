@@ -558,20 +558,28 @@ func (s *Sink) writeLocal(ctx context.Context, b *twophase.Batch, guard offsets.
 	if err == nil || guard != offsets.GuardCAS || !isAmbiguousCommit(err) {
 		return err
 	}
-	// The COMMIT's outcome is unknown (the connection broke): the stored
-	// offset says what happened (invariant 7). ctx may be what ended the
-	// commit: the lookup gets a bound of its own.
+	return s.resolveCommit(ctx, err, []*twophase.Batch{b})
+}
+
+// resolveCommit resolves a COMMIT whose outcome is unknown (the
+// connection broke, err) from the stored offsets (invariant 7): the
+// transaction committed when every batch's offset moved to its end under
+// its fence (one transaction: all moved, or none). ctx may be what ended
+// the commit: the lookup gets a bound of its own.
+func (s *Sink) resolveCommit(ctx context.Context, err error, bs []*twophase.Batch) error {
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lookupTimeout)
 	defer cancel()
-	pos, ok, lerr := s.store.Lookup(lctx, b.ID.Connector, b.ID.Topic, b.ID.Partition)
-	if lerr != nil {
-		return fmt.Errorf("%w (and resolving it failed: %v)", err, lerr)
+	for _, b := range bs {
+		pos, ok, lerr := s.store.Lookup(lctx, b.ID.Connector, b.ID.Topic, b.ID.Partition)
+		if lerr != nil {
+			return fmt.Errorf("%w (and resolving it failed: %v)", err, lerr)
+		}
+		if !ok || pos.Next != b.ID.NextOffset() || pos.Fence != b.Fence {
+			return err
+		}
 	}
-	if ok && pos.Next == b.ID.NextOffset() && pos.Fence == b.Fence {
-		s.log.Info("ambiguous commit resolved as committed", "batch", b.ID.String())
-		return nil
-	}
-	return err
+	s.log.Info("ambiguous commit resolved as committed", "batch", bs[0].ID.String(), "batches", len(bs))
+	return nil
 }
 
 // WriteRound implements connectors.RoundWriter (source.transactions=whole):
@@ -609,21 +617,7 @@ func (s *Sink) writeRound(ctx context.Context, bs []*twophase.Batch, guard offse
 	if err == nil || guard != offsets.GuardCAS || !isAmbiguousCommit(err) {
 		return err
 	}
-	// The COMMIT's outcome is unknown: the stored offsets say what
-	// happened (one transaction: all of them moved, or none).
-	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lookupTimeout)
-	defer cancel()
-	for _, b := range bs {
-		pos, ok, lerr := s.store.Lookup(lctx, b.ID.Connector, b.ID.Topic, b.ID.Partition)
-		if lerr != nil {
-			return fmt.Errorf("%w (and resolving it failed: %v)", err, lerr)
-		}
-		if !ok || pos.Next != b.ID.NextOffset() || pos.Fence != b.Fence {
-			return err
-		}
-	}
-	s.log.Info("ambiguous commit of a round resolved as committed", "batches", len(bs))
-	return nil
+	return s.resolveCommit(ctx, err, bs)
 }
 
 // lookupTimeout bounds the read that resolves an ambiguous local commit.

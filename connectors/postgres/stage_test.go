@@ -150,3 +150,62 @@ func TestStageDeleteBeforeTableCommitted(t *testing.T) {
 		t.Errorf("a delete of a table not yet visible was staged")
 	}
 }
+
+// TestWriteRoundIsOneTransaction (source.transactions=whole): a round's
+// batches, rows and offsets, commit together or not at all. A round one
+// of whose batches fails its compare-and-set leaves neither its own nor
+// the other batch's rows or offsets; the same round from the right
+// offsets commits both.
+func TestWriteRoundIsOneTransaction(t *testing.T) {
+	db := newTestDB(t, pgtest.Start(t))
+	db.exec(`CREATE TABLE ev (id text)`)
+	ctx := context.Background()
+	s, err := NewSink(ctx, db.pool, "round", mustWriter(t, WriterConfig{Connector: "round"}), "public", "txsink_offsets", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	acq, err := s.Acquire(ctx, "ev", []int32{0, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, q := range acq {
+		if err := s.Initialize(ctx, "ev", p, q.Fence, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batch := func(p int32, prev int64, n int) *twophase.Batch {
+		b := &twophase.Batch{ID: twophase.BatchID{Connector: "round", Topic: "ev", Partition: p, First: prev, Last: prev + int64(n) - 1}, Prev: prev, Fence: acq[p].Fence}
+		for i := range n {
+			r := rec("ev", prev+int64(i), nil, []byte(`{"id":"x"}`))
+			r.Partition = p
+			b.Records = append(b.Records, r)
+		}
+		return b
+	}
+	stored := func() map[int32]int64 {
+		ps, err := s.Positions(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[int32]int64{}
+		for _, p := range ps {
+			out[p.Partition] = p.Next
+		}
+		return out
+	}
+	// Partition 1's batch claims to continue from 5: its compare-and-set
+	// fails after partition 0's batch was written in the transaction.
+	err = s.WriteRound(ctx, []*twophase.Batch{batch(0, 0, 3), batch(1, 5, 2)}, offsets.GuardCAS)
+	if !errors.Is(err, offsets.ErrFenced) {
+		t.Fatalf("round with a stale batch: %v, want a fence conflict", err)
+	}
+	if n, pos := db.count("ev"), stored(); n != 0 || pos[0] != 0 || pos[1] != 0 {
+		t.Fatalf("after the failed round: %d rows, offsets %v; want none written", n, pos)
+	}
+	if err := s.WriteRound(ctx, []*twophase.Batch{batch(0, 0, 3), batch(1, 0, 2)}, offsets.GuardCAS); err != nil {
+		t.Fatal(err)
+	}
+	if n, pos := db.count("ev"), stored(); n != 5 || pos[0] != 3 || pos[1] != 2 {
+		t.Fatalf("after the round: %d rows, offsets %v; want 5 rows, offsets 3 and 2", n, pos)
+	}
+}
