@@ -61,6 +61,7 @@ const (
 	KeyRestartEnabled        = "task.restart.enabled"
 	KeyRestartInitialMs      = "task.restart.backoff.initial.ms"
 	KeyRestartMaxMs          = "task.restart.backoff.max.ms"
+	KeyMemoryBudget          = "memory.budget.bytes"
 )
 
 // Kafka security protocols (kafka.security.protocol).
@@ -112,6 +113,13 @@ var WorkerDefs = slices.Concat(Defs{
 	{Name: KeyRestartEnabled, Type: Boolean, Default: "true", Group: "Restarts", Doc: "Restart failed tasks and connectors automatically with exponential backoff. A task stopped at a bad record (errors.tolerance=none) is never restarted automatically."},
 	{Name: KeyRestartInitialMs, Type: Long, Default: "1000", Min: 10, Max: 3600000, Group: "Restarts", Doc: "First automatic restart delay; it doubles with each consecutive failure."},
 	{Name: KeyRestartMaxMs, Type: Long, Default: "60000", Min: 10, Max: 86400000, Group: "Restarts", Doc: "Largest automatic restart delay."},
+	{Name: KeyMemoryBudget, Type: Long, Default: "134217728", Min: 0, Max: 1 << 40, Group: "Worker", Doc: "Memory the worker may use, in bytes (0: no budget). Go's soft memory limit is set to it (unless the GOMEMLIMIT environment variable sets one); a task whose connector sets no fetch.max.bytes fetches at most an eighth of its share (the budget over the worker's running tasks); and a round stops polling early while the heap live after the last garbage collection holds more than half of it, so that under pressure rounds shrink instead of the worker growing. See the README, Memory.",
+		Check: func(v string) error {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n != 0 && n < 16<<20 {
+				return fmt.Errorf("must be 0 (no budget) or at least 16777216 (16 MiB), got %d", n)
+			}
+			return nil
+		}},
 }, ClusterDefs, ProviderDefs)
 
 // EnvKey returns the environment variable of a worker setting.
@@ -135,6 +143,9 @@ type Worker struct {
 	RestartEnabled bool
 	RestartInitial time.Duration
 	RestartMax     time.Duration
+
+	// MemoryBudget is memory.budget.bytes (0: none).
+	MemoryBudget int64
 
 	// Cluster holds distributed mode's settings (Cluster.Enabled when
 	// group.id is set).
@@ -301,6 +312,7 @@ func ParseWorker(raw map[string]string) (Worker, error) {
 		RestartEnabled: v.Bool(KeyRestartEnabled),
 		RestartInitial: time.Duration(v.Int(KeyRestartInitialMs)) * time.Millisecond,
 		RestartMax:     time.Duration(v.Int(KeyRestartMaxMs)) * time.Millisecond,
+		MemoryBudget:   v.Int(KeyMemoryBudget),
 		Cluster:        cluster,
 		Providers:      providers,
 		Values:         v,

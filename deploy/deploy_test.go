@@ -291,6 +291,20 @@ func TestKubernetesManifests(t *testing.T) {
 		if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
 			t.Error("cpu and memory requests and a memory limit are required")
 		}
+		// The memory budget follows the limit (README, Memory); a
+		// GOMEMLIMIT beside it would override the budget's soft limit.
+		budget := false
+		for _, e := range c.Env {
+			if e.Name == "GOMEMLIMIT" {
+				t.Error("GOMEMLIMIT overrides the memory budget's soft limit: set " + config.EnvKey(config.KeyMemoryBudget) + " instead")
+			}
+			if e.Name == config.EnvKey(config.KeyMemoryBudget) {
+				budget = e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil && e.ValueFrom.ResourceFieldRef.Resource == "limits.memory"
+			}
+		}
+		if !budget {
+			t.Errorf("%s must come from the container's limits.memory", config.EnvKey(config.KeyMemoryBudget))
+		}
 	})
 
 	t.Run("volumes, config and secrets resolve", func(t *testing.T) {

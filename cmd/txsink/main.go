@@ -210,6 +210,7 @@ func cmdRun(args []string, stderr io.Writer) int {
 		KafkaOpts:  rt.kafkaOpts,
 		InstanceID: wc.WorkerID,
 		Log:        rt.logger("txsink.connectors." + raw[config.KeyName]),
+		Memory:     engine.NewMemory(wc.MemoryBudget, log),
 	}
 	progress := newRunProgress()
 	if *progressEvery > 0 {

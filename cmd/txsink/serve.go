@@ -125,6 +125,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 		},
 		Restart:    engine.RestartPolicy{Enabled: wc.RestartEnabled, Initial: wc.RestartInitial, Max: wc.RestartMax},
 		Registerer: promReg,
+		Memory:     engine.NewMemory(wc.MemoryBudget, rt.logger("txsink.worker")),
 	}
 	if resolver != nil {
 		engOpt.Resolve = resolver.Resolve

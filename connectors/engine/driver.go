@@ -143,6 +143,7 @@ func (t *Task) newDriver(soft, hard context.Context) (*driver, error) {
 // terminal error.
 func (d *driver) run() error {
 	defer d.close()
+	defer d.t.opt.Memory.join()()  // before the session sizes its fetches
 	defer d.t.startProbe(d.hard)() // broker and topics, for the status (health.go)
 	tick := time.NewTicker(task.TickMillis * time.Millisecond)
 	defer tick.Stop()
@@ -283,6 +284,7 @@ func (d *driver) startPoll(seq uint64) {
 	d.polls[seq] = p
 	go func() {
 		defer close(p.done)
+		s.sizer.adjust(s.cl)
 		var recs []*kgo.Record
 		if s.gate != nil {
 			gctx, leave, err := s.gate.enter(ctx)

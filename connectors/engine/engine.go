@@ -122,6 +122,9 @@ type Options struct {
 	// returns before the sink opens. An error fails the connector's tasks
 	// with it as the trace.
 	Resolve func(ctx context.Context, raw map[string]string) (resolved map[string]string, values []string, err error)
+	// Memory is the worker's memory budget (NewMemory; nil: none), shared
+	// by every task.
+	Memory *Memory
 }
 
 // Listener is told about the changes the engine makes on its own, so that
@@ -799,6 +802,7 @@ func (e *Engine) taskOptions(c *conn) TaskOptions {
 		Observer:   c.obs,
 
 		ReservedTopics: e.reg.Policy().ReservedTopics,
+		Memory:         e.opt.Memory,
 	}
 }
 

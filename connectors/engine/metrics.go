@@ -100,7 +100,7 @@ func (sm sinkMetrics) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.consumed, m.written, m.deadLettered, m.rounds, m.batches, m.fenced, m.phase, m.taskFailures, m.taskRestarts, m.connectorFailures, m.unavailable, m.txnSplit, m, sinkMetrics{m.e}} {
+	for _, c := range []prometheus.Collector{m.consumed, m.written, m.deadLettered, m.rounds, m.batches, m.fenced, m.phase, m.taskFailures, m.taskRestarts, m.connectorFailures, m.unavailable, m.txnSplit, m, sinkMetrics{m.e}, memoryMetrics{m.e.opt.Memory}} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

@@ -27,6 +27,9 @@ type session struct {
 	// gate keeps polls out of the transaction's Begin and End (franz-go
 	// forbids polling concurrently with them); nil outside exactly_once.
 	gate *pollGate
+	// sizer adjusts the client's fetch limits to the memory budget (nil:
+	// none, or fetch.max.bytes is set).
+	sizer *fetchSizer
 	// ready is closed once the fields above are set: a callback that
 	// fires while the client is being built waits for it.
 	ready chan struct{}
@@ -103,7 +106,8 @@ func (d *driver) startSession() error {
 			}
 		}
 	}
-	opts := t.clientOpts(onAssign, revoke(false), revoke(true))
+	opts, sizer := t.clientOpts(onAssign, revoke(false), revoke(true))
+	s.sizer = sizer
 	if d.g == connectors.TwoPhase {
 		opts = append(opts,
 			kgo.TransactionalID(fmt.Sprintf("txsink-%s-%d-%s", t.conn.Name, t.id, t.opt.InstanceID)),

@@ -37,6 +37,10 @@ type TaskOptions struct {
 	// ReservedTopics are the worker's own topics (connectors.Policy): a
 	// topics.regex never consumes them, nor names starting "__".
 	ReservedTopics map[string]string
+	// Memory is the worker's memory budget (nil: none): it bounds the
+	// fetch size of a connector that sets no fetch.max.bytes and cuts
+	// rounds short under memory pressure.
+	Memory *Memory
 }
 
 // Observer receives a task's events. Methods must not block.
@@ -109,6 +113,9 @@ type Task struct {
 	// before the sink; nil: the default one for the connector's
 	// errors.tolerance.
 	records *connectors.RecordPipeline
+	// memoryCutLogged: the first round cut under memory pressure was
+	// logged at info level (the task's polls run one at a time).
+	memoryCutLogged bool
 }
 
 // NewTask returns a task; Run starts it.
@@ -148,12 +155,20 @@ func (t *Task) RunGraceful(soft, hard context.Context) error {
 	return d.run()
 }
 
-func (t *Task) clientOpts(onAssign func(context.Context, map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error), onRevoke, onLost func(context.Context, *kgo.Client, map[string][]int32)) []kgo.Opt {
+// clientOpts are the options of the task's Kafka client. With a memory
+// budget and no fetch.max.bytes it also returns the fetch sizer the
+// client reports its batches to (nil otherwise).
+func (t *Task) clientOpts(onAssign func(context.Context, map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error), onRevoke, onLost func(context.Context, *kgo.Client, map[string][]int32)) ([]kgo.Opt, *fetchSizer) {
 	// The client caps its read limit at 1 GiB and wants the fetch limit
 	// below it.
 	fetchMax := int32(min(t.conn.BatchMaxBytes*2, 1<<30-1<<20))
+	var sizer *fetchSizer
 	if t.conn.FetchMaxBytes > 0 {
 		fetchMax = int32(min(t.conn.FetchMaxBytes, 1<<30-1<<20))
+	} else {
+		var limit int
+		sizer, limit = t.opt.Memory.newFetchSizer(int(fetchMax), t.conn.BatchMaxBytes)
+		fetchMax = int32(limit)
 	}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(t.opt.Bootstrap...),
@@ -200,7 +215,10 @@ func (t *Task) clientOpts(onAssign func(context.Context, map[string]map[int32]kg
 		}
 		opts = append(opts, kgo.ConsumeTopics(topics...))
 	}
-	return append(opts, t.opt.KafkaOpts...)
+	if sizer != nil {
+		opts = append(opts, kgo.WithHooks(sizer))
+	}
+	return append(opts, t.opt.KafkaOpts...), sizer
 }
 
 // sinkCtx bounds one sink call by sink.timeout.ms (see
@@ -352,8 +370,9 @@ func initialOffset(lo kadm.ListedOffsets, topic string, p int32) (int64, error) 
 
 // poll returns the records of one round: it waits for the first records,
 // then keeps polling until batch.max.records, batch.max.bytes or
-// batch.linger.ms; it does not linger when the first poll brought a tenth
-// of batch.max.records or more.
+// batch.linger.ms, or the worker's memory budget is under pressure; it
+// does not linger when the first poll brought a tenth of
+// batch.max.records or more.
 //
 // Closing hurry (nil: never) ends the linger: the records read so far are
 // returned, or the first ones that come.
@@ -408,12 +427,25 @@ func (t *Task) poll(ctx context.Context, pollFn func(context.Context, int) kgo.F
 			}
 		}()
 	}
-	for len(recs) < max && bytes < t.conn.BatchMaxBytes && time.Now().Before(deadline) {
+	maxBytes := t.opt.Memory.roundBytes(t.conn.BatchMaxBytes)
+	for len(recs) < max && bytes < maxBytes && time.Now().Before(deadline) {
 		d := deadline
 		if next := time.Now().Add(backlogFetchWait); backlog && next.Before(deadline) {
 			d = next
 		}
 		if linger.Err() != nil {
+			return recs, nil
+		}
+		if live, ok := t.opt.Memory.pressed(); ok {
+			// The records taken stay (they are in memory already); the
+			// round stops here rather than hold more.
+			t.opt.Memory.cut.Add(1)
+			lvl := slog.LevelDebug
+			if !t.memoryCutLogged {
+				lvl, t.memoryCutLogged = slog.LevelInfo, true
+			}
+			t.log.Log(ctx, lvl, "round cut short: memory pressure (the heap live after the last collection holds more than half the worker's memory budget; later cuts are logged at debug level)",
+				"records", len(recs), "live_heap_bytes", live, "budget_bytes", t.opt.Memory.Budget())
 			return recs, nil
 		}
 		lctx, cancel := context.WithDeadline(linger, d)

@@ -1,0 +1,238 @@
+package engine
+
+import (
+	"log/slog"
+	"os"
+	"runtime/debug"
+	rtmetrics "runtime/metrics"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Memory is a worker's memory budget (the worker setting
+// memory.budget.bytes; README, Memory). One number bounds what the
+// worker holds, three ways:
+//
+//   - Go's soft memory limit is the budget (unless GOMEMLIMIT sets one):
+//     the collector works harder as the process nears it, instead of the
+//     heap doubling over what is live;
+//   - a task whose connector sets no fetch.max.bytes fetches at most its
+//     share of the budget (the budget over the tasks running when its
+//     Kafka session starts) divided by fetchShareDiv: fetched records
+//     wait in memory until a round takes them; and a round holds at most
+//     as many bytes of keys and values (batch.max.bytes, if lower);
+//   - a round stops polling once the heap that survived the last
+//     collection holds more than half the budget: under pressure rounds
+//     come out smaller (and a pipelined round behind one in flight takes
+//     what it has) instead of the process growing. A round always takes
+//     its first poll, so a task never stops.
+//
+// A nil *Memory is no budget: every method is a no-op.
+type Memory struct {
+	budget int64
+	tasks  atomic.Int64
+	cut    atomic.Int64 // rounds cut short under pressure
+	// live returns the heap bytes that survived the last collection
+	// (a test replaces it).
+	live func() uint64
+}
+
+// Fractions of the budget (measured on the benchmark's main workload:
+// docs/benchmarks.md, "Memory budget").
+const (
+	// fetchShareDiv: a task's fetch limit is its share over this.
+	fetchShareDiv = 8
+	// minFetchBytes is the least share of a fetch in decoded bytes: below
+	// it a round waits on fetch after fetch.
+	minFetchBytes = 1 << 20
+	// minWireFetchBytes is the least fetch limit in bytes on the wire (a
+	// broker still sends at least one batch when that is larger).
+	minWireFetchBytes = 64 << 10
+	// recordOverhead is the Go memory of one decoded record besides its
+	// key and value (kgo.Record and its share of the fetch's slices).
+	recordOverhead = 200
+	// sizerSample is the bytes read from the wire between two
+	// adjustments of a task's fetch limit (or one fetch's limit, if
+	// lower).
+	sizerSample = 1 << 20
+	// firstFetchRatio is the bytes in memory a byte on the wire is taken
+	// to become before the first fetch tells.
+	firstFetchRatio = 16
+)
+
+// NewMemory returns the budget of budget bytes (0: none, nil) and sets
+// Go's soft memory limit to it, unless the GOMEMLIMIT environment
+// variable set one: then that stays, and is logged beside the budget.
+func NewMemory(budget int64, log *slog.Logger) *Memory {
+	if budget <= 0 {
+		return nil
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	if env := os.Getenv("GOMEMLIMIT"); env != "" {
+		log.Info("memory budget", "budget_bytes", budget, "go_memory_limit", env, "note", "GOMEMLIMIT is set: Go's soft memory limit stays as it says")
+	} else {
+		debug.SetMemoryLimit(budget)
+		log.Info("memory budget", "budget_bytes", budget, "go_memory_limit_bytes", budget)
+	}
+	return &Memory{budget: budget, live: liveHeap}
+}
+
+// Budget returns the budget in bytes (0: none).
+func (m *Memory) Budget() int64 {
+	if m == nil {
+		return 0
+	}
+	return m.budget
+}
+
+// join counts a running task; the returned func uncounts it.
+func (m *Memory) join() func() {
+	if m == nil {
+		return func() {}
+	}
+	m.tasks.Add(1)
+	return func() { m.tasks.Add(-1) }
+}
+
+// fetchBytes is the fetch limit of a task whose connector sets none:
+// def (the default without a budget) bounded by the task's share.
+func (m *Memory) fetchBytes(def int) int {
+	if m == nil {
+		return def
+	}
+	return int(max(min(int64(def), m.share()/fetchShareDiv), minFetchBytes))
+}
+
+// roundBytes bounds the keys and values of one round: batch.max.bytes
+// (set) bounded by the task's share, as a fetch is.
+func (m *Memory) roundBytes(set int) int {
+	if m == nil {
+		return set
+	}
+	return int(min(int64(set), max(m.share()/fetchShareDiv, minFetchBytes)))
+}
+
+// share is one running task's part of the budget.
+func (m *Memory) share() int64 {
+	return m.budget / max(m.tasks.Load(), 1)
+}
+
+// pressed reports whether the heap live after the last collection
+// (live) holds more than half the budget.
+func (m *Memory) pressed() (live uint64, ok bool) {
+	if m == nil {
+		return 0, false
+	}
+	live = m.live()
+	return live, int64(live) > m.budget/2
+}
+
+var liveHeapSample = []rtmetrics.Sample{{Name: "/gc/heap/live:bytes"}}
+
+// liveHeap reads the heap bytes marked live by the last collection.
+func liveHeap() uint64 {
+	s := []rtmetrics.Sample{liveHeapSample[0]}
+	rtmetrics.Read(s)
+	if s[0].Value.Kind() != rtmetrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
+}
+
+// memoryMetrics exports the budget and the rounds it cut short.
+type memoryMetrics struct{ m *Memory }
+
+var (
+	memoryBudgetDesc = prometheus.NewDesc("txsink_memory_budget_bytes", "The worker's memory budget (memory.budget.bytes; 0: none).", nil, nil)
+	memoryCutDesc    = prometheus.NewDesc("txsink_memory_rounds_cut_total", "Rounds that stopped polling early because the heap live after the last collection held more than half the memory budget.", nil, nil)
+)
+
+func (memoryMetrics) Describe(ch chan<- *prometheus.Desc) {
+	ch <- memoryBudgetDesc
+	ch <- memoryCutDesc
+}
+
+func (mm memoryMetrics) Collect(ch chan<- prometheus.Metric) {
+	var cut int64
+	if mm.m != nil {
+		cut = mm.m.cut.Load()
+	}
+	ch <- prometheus.MustNewConstMetric(memoryBudgetDesc, prometheus.GaugeValue, float64(mm.m.Budget()))
+	ch <- prometheus.MustNewConstMetric(memoryCutDesc, prometheus.CounterValue, float64(cut))
+}
+
+// fetchSizer keeps one task's fetches within its share of the budget in
+// memory. Kafka's fetch limits count bytes on the wire, which may be
+// compressed, while a fetch waits in memory decoded: decompressed, and
+// recordOverhead bytes of kgo.Record per record. The sizer learns how
+// many bytes of memory a byte on the wire becomes from the batches the
+// client reads (kgo.HookFetchBatchRead), and sets the client's limits
+// (UpdateFetchMaxBytes) so that a fetch decodes into at most
+// fetchBytes' share, between minWireFetchBytes and the limit without a
+// budget.
+type fetchSizer struct {
+	m       *Memory
+	ceiling int // wire limit without a budget (twice batch.max.bytes)
+	partMax int // batch.max.bytes
+
+	wire, decoded atomic.Int64 // read since the last adjustment
+
+	mu  sync.Mutex
+	cur int // the client's fetch limit now
+}
+
+// newFetchSizer returns the sizer of a task whose connector sets no
+// fetch.max.bytes (nil without a budget), and its first fetch limit.
+func (m *Memory) newFetchSizer(ceiling, partMax int) (*fetchSizer, int) {
+	if m == nil {
+		return nil, ceiling
+	}
+	f := &fetchSizer{m: m, ceiling: ceiling, partMax: partMax}
+	// Until the first fetch tells, a wire byte is taken for
+	// firstFetchRatio bytes in memory (compressed records).
+	f.cur = max(m.fetchBytes(ceiling)/firstFetchRatio, minWireFetchBytes)
+	return f, f.cur
+}
+
+// OnFetchBatchRead implements kgo.HookFetchBatchRead.
+func (f *fetchSizer) OnFetchBatchRead(_ kgo.BrokerMetadata, _ string, _ int32, fm kgo.FetchBatchMetrics) {
+	f.wire.Add(int64(fm.CompressedBytes))
+	f.decoded.Add(int64(fm.UncompressedBytes) + int64(fm.NumRecords)*recordOverhead)
+}
+
+// adjust sets cl's fetch limits from what the batches read since the
+// last adjustment decoded into, once they are sizerSample bytes or more.
+func (f *fetchSizer) adjust(cl *kgo.Client) {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.wire.Load() < int64(min(sizerSample, f.cur)) {
+		return // not a fetch's worth yet
+	}
+	wire, decoded := f.wire.Swap(0), f.decoded.Swap(0)
+	if wire <= 0 || decoded <= 0 {
+		return
+	}
+	want := f.m.share() / fetchShareDiv * wire / decoded
+	limit := int(max(min(want, int64(f.ceiling)), minWireFetchBytes))
+	// Only a change of a fifth or more: the ratio moves a little with
+	// every sample.
+	if d := limit - f.cur; d*5 > f.cur || -d*5 > f.cur {
+		f.cur = limit
+		cl.UpdateFetchMaxBytes(int32(limit), int32(min(limit, f.partMax)))
+	}
+}
+
+// limit returns the fetch limit set last.
+func (f *fetchSizer) limit() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cur
+}

@@ -1,0 +1,186 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"math"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/txsink/txsink/config"
+)
+
+// TestMemoryFetchShare: a task's fetch limit is its share of the budget
+// (over the tasks running when its session starts) over fetchShareDiv,
+// never above the default nor below minFetchBytes; no budget leaves the
+// default.
+func TestMemoryFetchShare(t *testing.T) {
+	const def = 32 << 20
+	var none *Memory
+	if got := none.fetchBytes(def); got != def || none.roundBytes(def) != def {
+		t.Errorf("no budget: fetch %d, round bytes %d; want %d", got, none.roundBytes(def), def)
+	}
+	m := &Memory{budget: 128 << 20, live: func() uint64 { return 0 }}
+	if got, want := m.fetchBytes(def), 128<<20/fetchShareDiv; got != want {
+		t.Errorf("no task counted: fetch %d, want %d", got, want)
+	}
+	leave := make([]func(), 0, 100)
+	for _, c := range []struct {
+		tasks int
+		want  int
+	}{
+		{1, 128 << 20 / fetchShareDiv},
+		{4, 128 << 20 / 4 / fetchShareDiv},
+		{100, minFetchBytes},
+	} {
+		for len(leave) < c.tasks {
+			leave = append(leave, m.join())
+		}
+		if got := m.fetchBytes(def); got != c.want {
+			t.Errorf("%d tasks: fetch %d, want %d", c.tasks, got, c.want)
+		}
+		// A round's keys and values: batch.max.bytes within the share.
+		if got := m.roundBytes(16 << 20); got != min(16<<20, c.want) {
+			t.Errorf("%d tasks: round bytes %d, want %d", c.tasks, got, min(16<<20, c.want))
+		}
+		if got := m.roundBytes(1 << 10); got != 1<<10 {
+			t.Errorf("%d tasks: round bytes %d, want batch.max.bytes 1024", c.tasks, got)
+		}
+	}
+	big := &Memory{budget: 1 << 40}
+	if got := big.fetchBytes(def); got != def {
+		t.Errorf("a large budget: fetch %d, want the default %d", got, def)
+	}
+	for _, l := range leave {
+		l()
+	}
+	if n := m.tasks.Load(); n != 0 {
+		t.Errorf("%d tasks counted after all left", n)
+	}
+}
+
+// TestPollCutUnderPressure: while the heap live after the last
+// collection holds more than half the budget, a round takes its first
+// poll and no more; without pressure the same polls make one round.
+func TestPollCutUnderPressure(t *testing.T) {
+	for _, c := range []struct {
+		name              string
+		live              uint64
+		wantPolls, wantRn int
+		wantCut           int64
+	}{
+		{"under half", 64<<20 - 1, 4, 30, 0}, // the fourth poll finds the backlog taken
+		{"over half", 64<<20 + 1, 1, 10, 1},
+	} {
+		m := &Memory{budget: 128 << 20, live: func() uint64 { return c.live }}
+		var logged bytes.Buffer
+		tk := &Task{conn: config.Connector{BatchMaxRecords: 100, BatchMaxBytes: 1 << 20, BatchLinger: time.Hour}, opt: TaskOptions{Memory: m},
+			log: slog.New(slog.NewTextHandler(&logged, nil))}
+		polls := 0
+		pollFn := func(_ context.Context, n int) kgo.Fetches {
+			polls++
+			if polls > 3 {
+				return fetches(0) // the backlog is taken
+			}
+			return fetches(min(10, n))
+		}
+		recs, err := tk.poll(context.Background(), pollFn, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if polls != c.wantPolls || len(recs) != c.wantRn || m.cut.Load() != c.wantCut {
+			t.Errorf("%s: %d polls, %d records, %d cut; want %d, %d, %d", c.name, polls, len(recs), m.cut.Load(), c.wantPolls, c.wantRn, c.wantCut)
+		}
+		// The first cut of a task is logged at info level, for the
+		// operator; later ones at debug.
+		if got := strings.Count(logged.String(), "level=INFO msg=\"round cut short: memory pressure"); got != int(c.wantCut) {
+			t.Errorf("%s: %d info lines of a cut, want %d:\n%s", c.name, got, c.wantCut, logged.String())
+		}
+	}
+}
+
+// TestNewMemoryLimit: a budget sets Go's soft memory limit, unless
+// GOMEMLIMIT set one; no budget sets nothing.
+func TestNewMemoryLimit(t *testing.T) {
+	prev := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
+
+	debug.SetMemoryLimit(math.MaxInt64)
+	t.Setenv("GOMEMLIMIT", "")
+	if m := NewMemory(0, nil); m != nil || debug.SetMemoryLimit(-1) != math.MaxInt64 {
+		t.Errorf("budget 0: %v, limit %d; want nil and no limit", m, debug.SetMemoryLimit(-1))
+	}
+	m := NewMemory(96<<20, nil)
+	if m.Budget() != 96<<20 || debug.SetMemoryLimit(-1) != 96<<20 {
+		t.Errorf("budget 96 MiB: budget %d, limit %d", m.Budget(), debug.SetMemoryLimit(-1))
+	}
+	debug.SetMemoryLimit(math.MaxInt64)
+	t.Setenv("GOMEMLIMIT", "1GiB")
+	if m := NewMemory(96<<20, nil); m.Budget() != 96<<20 || debug.SetMemoryLimit(-1) != math.MaxInt64 {
+		t.Errorf("with GOMEMLIMIT: limit %d, want it left alone", debug.SetMemoryLimit(-1))
+	}
+	runtime.GC()
+	if live := liveHeap(); live == 0 {
+		t.Error("the runtime reported no live heap (/gc/heap/live:bytes)")
+	}
+}
+
+// TestFetchSizer: the fetch limit on the wire follows what a wire byte
+// decodes into, so that a fetch of compressed records stays within the
+// task's share in memory: the first fetch assumes firstFetchRatio,
+// uncompressed batches get about the share, ten-fold compression about a
+// twelfth of it (the records' own Go structure counts too), a change of
+// less than a fifth is ignored, and the floor holds for any ratio.
+func TestFetchSizer(t *testing.T) {
+	cl, err := kgo.NewClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var none *Memory
+	if f, limit := none.newFetchSizer(32<<20, 16<<20); f != nil || limit != 32<<20 {
+		t.Fatalf("no budget: sizer %v, limit %d; want none and the ceiling", f, limit)
+	}
+	none.newFetchSizer(0, 0) // no panic
+	var nilSizer *fetchSizer
+	nilSizer.adjust(cl)
+
+	m := &Memory{budget: 128 << 20, live: func() uint64 { return 0 }}
+	defer m.join()()
+	share := int(m.share() / fetchShareDiv) // 16 MiB decoded
+	f, first := m.newFetchSizer(32<<20, 16<<20)
+	if first != share/firstFetchRatio {
+		t.Fatalf("first limit %d, want the share over %d: %d", first, firstFetchRatio, share/firstFetchRatio)
+	}
+	tenfold := int(int64(share) * (2 << 20) / (20<<20 + 20_000*recordOverhead))
+	for _, c := range []struct {
+		name                  string
+		fresh                 bool // a new sizer, else the previous case's
+		wire, uncompressed, n int
+		want                  int
+	}{
+		{"too little read to tell", true, share / firstFetchRatio / 2, sizerSample * 5, 10, share / firstFetchRatio},
+		{"uncompressed, large records", true, 4 << 20, 4 << 20, 40, int(int64(share) * (4 << 20) / (4<<20 + 40*recordOverhead))},
+		{"a small change is ignored", false, 4 << 20, 4<<20 + 1<<20, 40, int(int64(share) * (4 << 20) / (4<<20 + 40*recordOverhead))},
+		// 2 MiB on the wire: 20 MiB decompressed + 20,000 × 200 bytes.
+		{"ten-fold compression", true, 2 << 20, 20 << 20, 20_000, tenfold},
+		{"a small change is ignored", false, 2 << 20, 21 << 20, 20_000, tenfold},
+		{"back to uncompressed", false, 4 << 20, 4 << 20, 40, int(int64(share) * (4 << 20) / (4<<20 + 40*recordOverhead))},
+		{"the floor", true, 1 << 20, 1 << 30, 10, minWireFetchBytes},
+	} {
+		if c.fresh {
+			f, _ = m.newFetchSizer(32<<20, 16<<20)
+		}
+		f.OnFetchBatchRead(kgo.BrokerMetadata{}, "t", 0, kgo.FetchBatchMetrics{CompressedBytes: c.wire, UncompressedBytes: c.uncompressed, NumRecords: c.n})
+		f.adjust(cl)
+		if got := f.limit(); got != c.want {
+			t.Errorf("%s: limit %d, want %d", c.name, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,68 @@
+package integration
+
+import (
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestPostgresMemoryBudget: a worker with the smallest memory budget
+// (memory.budget.bytes=16 MiB) drains a backlog twice its size (about
+// 30 MB of 6 KB records over 6 partitions, snappy-compressed by the
+// producer, 10 % of the upstream transactions aborted) exactly once: its fetches and rounds shrink to
+// its share of the budget, and rounds are cut short under pressure,
+// instead of the worker failing. The negative control drains the same
+// topic into another table on a worker without a budget: its peak
+// resident set must be larger, or the budget bounded nothing.
+func TestPostgresMemoryBudget(t *testing.T) {
+	k, db := sinkEnv(t)
+	const topic = "membudget"
+	k.CreateTopic(t, topic, 6)
+	pool := connectPool(t, db)
+	var u upstream
+	produce(t, k.Bootstrap, topic, produceOpts{Records: 5000, Partitions: 6, AbortRatio: 0.1, MaxTxn: 50, BodyBytes: 6000, Seed: 29}, &u)
+	t.Logf("upstream: %d committed records of 6 KB, %d/%d transactions aborted", u.total(), u.abortedTx, u.totalTx)
+
+	drain := func(conn, budget string) (peakMB float64, out string) {
+		createEventsTable(t, pool, conn)
+		cfg := baseConnector(conn, topic, db, "exactly_once")
+		cfg["table.name.format"] = conn
+		delete(cfg, "batch.max.records") // the defaults: 100,000 records, 16 MiB
+		p := startTxsink(t, k.Bootstrap, writeConnector(t, cfg), conn,
+			"TXSINK_MEMORY_BUDGET_BYTES="+budget, "TXSINK_LOG_LEVEL=debug")
+		waitDrained(t, pool, conn, &u, 4*time.Minute, func() error {
+			if ok, code := p.exited(); ok {
+				return fmt.Errorf("%s: txsink exited early with %d", conn, code)
+			}
+			return nil
+		})
+		peakMB = float64(procStatusKB(t, p.Pid(), "VmHWM")) / 1024
+		p.signal(syscall.SIGTERM)
+		if !p.wait(30 * time.Second) {
+			t.Fatalf("%s: txsink did not stop within 30s of SIGTERM", conn)
+		}
+		if problems := exactness(&u, readRows(t, pool, conn), nil); len(problems) > 0 {
+			t.Fatalf("%s: %d anomalies, first: %s", conn, len(problems), strings.Join(problems[:min(10, len(problems))], "; "))
+		}
+		return peakMB, p.output()
+	}
+
+	budgeted, out := drain("membudget-16m", "16777216")
+	if !strings.Contains(out, `budget_bytes=16777216`) || !strings.Contains(out, `go_memory_limit_bytes=16777216`) {
+		t.Errorf("the worker did not log its 16 MiB budget and Go's memory limit")
+	}
+	cuts := strings.Count(out, "round cut short: memory pressure")
+	unbudgeted, out0 := drain("membudget-none", "0")
+	if strings.Contains(out0, "round cut short") {
+		t.Error("a worker without a budget cut a round short under memory pressure")
+	}
+	t.Logf("peak RSS: %.0f MB with a 16 MiB budget (%d rounds cut short under pressure), %.0f MB without a budget", budgeted, cuts, unbudgeted)
+	if budgeted >= unbudgeted {
+		t.Errorf("peak RSS %.0f MB with a 16 MiB budget, not below the %.0f MB of the same drain without one", budgeted, unbudgeted)
+	}
+	if n := preparedXacts(t, pool); n != 0 {
+		t.Errorf("%d prepared transactions left", n)
+	}
+}
