@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txsink/txsink/config"
 	"github.com/txsink/txsink/integration/harness"
 )
 
@@ -239,11 +240,36 @@ func (b *bench) runTxsink(ctx context.Context, w *workload, mode string, extra m
 // exactly_once_sink_serial), which is that guarantee with
 // rounds.max.in.flight=1 (one round at a time, as before pipelined
 // rounds), kept as a row beside the pipelined default while both exist.
+//
+// The suffix _nobudget (exactly_once_nobudget, exactly_once_sink_nobudget)
+// is the guarantee on a worker without a memory budget
+// (memory.budget.bytes=0), the row the budget's cost is measured against.
 func modeSettings(mode string) map[string]string {
 	if g, ok := strings.CutSuffix(mode, "_serial"); ok {
 		return map[string]string{"delivery.guarantee": g, "rounds.max.in.flight": "1"}
 	}
+	if g, ok := strings.CutSuffix(mode, "_nobudget"); ok {
+		return map[string]string{"delivery.guarantee": g, workerSettingPrefix + "memory.budget.bytes": "0"}
+	}
 	return map[string]string{"delivery.guarantee": mode}
+}
+
+// workerSettingPrefix marks a setting of a run that is the worker's, not
+// the connector's (-set worker:memory.budget.bytes=N): it reaches
+// "txsink run" through its environment variable (TXSINK_<SETTING>).
+const workerSettingPrefix = "worker:"
+
+// splitWorkerSettings moves the worker settings out of cfg into the
+// environment entries of the child.
+func splitWorkerSettings(cfg map[string]string) []string {
+	var env []string
+	for k, v := range cfg {
+		if s, ok := strings.CutPrefix(k, workerSettingPrefix); ok {
+			env = append(env, config.EnvKey(s)+"="+v)
+			delete(cfg, k)
+		}
+	}
+	return env
 }
 
 // drain runs "txsink run" with a connector named after the table name
@@ -261,11 +287,12 @@ func (b *bench) drain(ctx context.Context, w *workload, name string, settings, e
 			cfg[k] = v
 		}
 	}
+	env := splitWorkerSettings(cfg)
 	path, err := writeConnectorFile(b.tmp, cfg)
 	if err != nil {
 		return Run{}, nil, err
 	}
-	p, err := startTxsink(b.bin, b.bootstrap, path, "bench-"+name)
+	p, err := startTxsink(b.bin, b.bootstrap, path, "bench-"+name, env...)
 	if err != nil {
 		return Run{}, nil, err
 	}

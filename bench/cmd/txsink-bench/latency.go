@@ -91,11 +91,12 @@ func (b *bench) latencyRun(ctx context.Context, l *Latency, partitions int, d ti
 	for k, v := range b.o.Settings {
 		cfg[k] = v
 	}
+	env := splitWorkerSettings(cfg)
 	path, err := writeConnectorFile(b.tmp, cfg)
 	if err != nil {
 		return err
 	}
-	p, err := startTxsink(b.bin, b.bootstrap, path, "bench-"+topic)
+	p, err := startTxsink(b.bin, b.bootstrap, path, "bench-"+topic, env...)
 	if err != nil {
 		return err
 	}

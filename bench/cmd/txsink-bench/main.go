@@ -124,7 +124,7 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.BigRecords, "big-records", o.BigRecords, "records of the 1 KB workload (6 partitions); 0 skips it")
 	fs.IntVar(&o.CDCTxns, "cdc-txns", o.CDCTxns, "source transactions of the CDC rows (record at a time, and source.transactions=whole); 0 skips them")
 	fs.IntVar(&o.Runs, "runs", o.Runs, "runs per row (the median is reported)")
-	modes := fs.String("modes", strings.Join(o.Modes, ","), "txsink delivery guarantees to measure, and exactly_once_serial and exactly_once_sink_serial (the guarantee with rounds.max.in.flight=1)")
+	modes := fs.String("modes", strings.Join(o.Modes, ","), "txsink delivery guarantees to measure; a guarantee with the suffix _serial is it with rounds.max.in.flight=1, with _nobudget it on a worker without memory budget (memory.budget.bytes=0)")
 	fs.BoolVar(&o.Peer, "peer", o.Peer, "measure Kafka Connect + Debezium JDBC sink (needs java and mvn)")
 	fs.IntVar(&o.PeerRecords, "peer-records", o.PeerRecords, "records for the peer (0: as -records)")
 	fs.IntVar(&o.LatencySecs, "latency-seconds", o.LatencySecs, "length of each steady-rate latency run; 0 skips latency")
@@ -249,10 +249,12 @@ func (o options) validate() error {
 		return fmt.Errorf("-sweep-factor: must be between 0 and 1, got %g", o.SweepFactor)
 	}
 	for _, m := range append(append([]string{}, o.Modes...), o.LatModes...) {
-		switch m {
-		case "exactly_once", "exactly_once_serial", "exactly_once_sink", "exactly_once_sink_serial", "at_least_once", "at_most_once":
+		g, _ := strings.CutSuffix(m, "_serial")
+		g, _ = strings.CutSuffix(g, "_nobudget")
+		switch g {
+		case "exactly_once", "exactly_once_sink", "at_least_once", "at_most_once":
 		default:
-			return fmt.Errorf("-modes/-latency-modes: unknown delivery guarantee %q (or exactly_once_serial, exactly_once_sink_serial: the guarantee with rounds.max.in.flight=1)", m)
+			return fmt.Errorf("-modes/-latency-modes: unknown delivery guarantee %q (or a guarantee with the suffix _serial: rounds.max.in.flight=1; or _nobudget: a worker without memory budget)", m)
 		}
 	}
 	for _, f := range o.Formats {

@@ -62,10 +62,12 @@ type process struct {
 }
 
 // startTxsink runs "txsink run" with the connector file at debug level and
-// JSON logs, parsing the round lines as they come.
-func startTxsink(bin, bootstrap, cfgPath, workerID string) (*process, error) {
+// JSON logs, with env added to its environment, parsing the round lines
+// as they come.
+func startTxsink(bin, bootstrap, cfgPath, workerID string, env ...string) (*process, error) {
 	cmd := exec.Command(bin, "run", "-bootstrap", bootstrap, "-config", cfgPath,
 		"-worker-id", workerID, "-log-level", "debug", "-log-format", "json")
+	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
