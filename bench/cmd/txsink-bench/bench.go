@@ -36,8 +36,9 @@ type bench struct {
 	slowest float64
 	// mainWorkload is the 100-byte, 6-partition workload (or the first).
 	mainWorkload *workload
-	// formatTarget is the Avro-vs-JSON target, when -formats measured it.
-	formatTarget *Target
+	// formatTargets are the Avro-vs-JSON and Protobuf-vs-JSON targets,
+	// when -formats measured them.
+	formatTargets []Target
 }
 
 func (b *bench) logf(format string, args ...any) {

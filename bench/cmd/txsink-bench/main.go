@@ -81,7 +81,7 @@ func profileOptions(name string) (options, error) {
 		o.Timeout = 3 * time.Minute
 	case "full":
 		// The path before pipelined rounds, beside the default.
-		o.Modes = []string{"exactly_once", "exactly_once_serial", "exactly_once_sink", "exactly_once_sink_serial", "at_least_once"}
+		o.Modes = []string{"exactly_once", "exactly_once_serial", "exactly_once_sink", "exactly_once_sink_serial", "exactly_once_nobudget", "exactly_once_sink_nobudget", "at_least_once"}
 		o.Records = 2_000_000
 		o.Partitions = []int{1, 6, 24}
 		o.SweepFactor = 0.25
