@@ -16,8 +16,9 @@ import (
 // memory.budget.bytes; README, Memory). One number bounds what the
 // worker holds, three ways:
 //
-//   - Go's soft memory limit is the budget (unless GOMEMLIMIT sets one):
-//     the collector works harder as the process nears it, instead of the
+//   - Go's soft memory limit is the budget less what Go does not manage
+//     (an eighth, at most nonGoReserve), unless GOMEMLIMIT sets one: the
+//     collector works harder as the process nears it, instead of the
 //     heap doubling over what is live;
 //   - a task whose connector sets no fetch.max.bytes fetches at most its
 //     share of the budget (the budget over the tasks running when its
@@ -45,6 +46,14 @@ type Memory struct {
 const (
 	// fetchShareDiv: a task's fetch limit is its share over this.
 	fetchShareDiv = 8
+	// pressureNum/pressureDen of the budget live after a collection is
+	// pressure.
+	pressureNum, pressureDen = 1, 2
+	// nonGoReserve: Go's soft memory limit is the budget less an eighth,
+	// at most this, for the resident memory Go does not manage (the
+	// program's code: about 20 MB of the resident set of txsink run).
+	nonGoReserve = 16 << 20
+
 	// minFetchBytes is the least share of a fetch in decoded bytes: below
 	// it a round waits on fetch after fetch.
 	minFetchBytes = 1 << 20
@@ -64,7 +73,7 @@ const (
 )
 
 // NewMemory returns the budget of budget bytes (0: none, nil) and sets
-// Go's soft memory limit to it, unless the GOMEMLIMIT environment
+// Go's soft memory limit from it, unless the GOMEMLIMIT environment
 // variable set one: then that stays, and is logged beside the budget.
 func NewMemory(budget int64, log *slog.Logger) *Memory {
 	if budget <= 0 {
@@ -76,8 +85,9 @@ func NewMemory(budget int64, log *slog.Logger) *Memory {
 	if env := os.Getenv("GOMEMLIMIT"); env != "" {
 		log.Info("memory budget", "budget_bytes", budget, "go_memory_limit", env, "note", "GOMEMLIMIT is set: Go's soft memory limit stays as it says")
 	} else {
-		debug.SetMemoryLimit(budget)
-		log.Info("memory budget", "budget_bytes", budget, "go_memory_limit_bytes", budget)
+		limit := budget - min(budget/8, nonGoReserve)
+		debug.SetMemoryLimit(limit)
+		log.Info("memory budget", "budget_bytes", budget, "go_memory_limit_bytes", limit)
 	}
 	return &Memory{budget: budget, live: liveHeap}
 }
@@ -129,7 +139,7 @@ func (m *Memory) pressed() (live uint64, ok bool) {
 		return 0, false
 	}
 	live = m.live()
-	return live, int64(live) > m.budget/2
+	return live, int64(live) > m.budget*pressureNum/pressureDen
 }
 
 var liveHeapSample = []rtmetrics.Sample{{Name: "/gc/heap/live:bytes"}}

@@ -116,9 +116,15 @@ func TestNewMemoryLimit(t *testing.T) {
 	if m := NewMemory(0, nil); m != nil || debug.SetMemoryLimit(-1) != math.MaxInt64 {
 		t.Errorf("budget 0: %v, limit %d; want nil and no limit", m, debug.SetMemoryLimit(-1))
 	}
-	m := NewMemory(96<<20, nil)
-	if m.Budget() != 96<<20 || debug.SetMemoryLimit(-1) != 96<<20 {
-		t.Errorf("budget 96 MiB: budget %d, limit %d", m.Budget(), debug.SetMemoryLimit(-1))
+	for _, c := range []struct{ budget, limit int64 }{
+		{96 << 20, 84 << 20},      // less an eighth
+		{1 << 30, 1<<30 - 16<<20}, // less the reserve for what Go does not manage
+		{16 << 20, 14 << 20},
+	} {
+		m := NewMemory(c.budget, nil)
+		if m.Budget() != c.budget || debug.SetMemoryLimit(-1) != c.limit {
+			t.Errorf("budget %d: budget %d, Go's limit %d; want %d", c.budget, m.Budget(), debug.SetMemoryLimit(-1), c.limit)
+		}
 	}
 	debug.SetMemoryLimit(math.MaxInt64)
 	t.Setenv("GOMEMLIMIT", "1GiB")
