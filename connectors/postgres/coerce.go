@@ -60,7 +60,9 @@ func coerceErr(format string, args ...any) error {
 func coerceType(t *pgType, maxLen int, v *record.Value) (any, error) {
 	switch t.Kind {
 	case kindText, kindEnum:
-		s, err := v.AsText()
+		// The text may share the record's bytes: a row lives only until
+		// its batch is written (see AsTextShared).
+		s, err := v.AsTextShared()
 		if err != nil {
 			return nil, err
 		}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // Conversions shared by the sinks: each reads a value as what a column
@@ -110,6 +111,31 @@ func (v Value) AsText() (string, error) {
 	}
 	return "", coerceErr("want a string, got %s", v.Describe())
 }
+
+// AsTextShared is AsText for a caller that keeps the text no longer than
+// the bytes the value was converted from: where AsText copies bytes into
+// a new string (a string held as bytes without escapes, as a schemaless
+// JSON string, a StringConverter or an Avro string; a JSON number as
+// written), the text shares their memory instead. It is as valid as
+// those bytes are unchanged. Converters hand out only the record's bytes
+// or bytes of their own allocation, never a buffer they reuse (see
+// convert.Converter), and a Kafka record's bytes are never rewritten
+// while the record is held, so a row that is written before its record
+// is released may hold such text.
+func (v Value) AsTextShared() (string, error) {
+	switch {
+	case v.kind == KindString && v.flags&flagJSON == 0 && v.x == nil:
+		return sharedString(v.b), nil
+	case v.kind == KindString && v.flags&flagJSON != 0 && bytes.IndexByte(v.b, '\\') < 0:
+		return sharedString(v.b[1 : len(v.b)-1]), nil
+	case v.kind == KindNumber:
+		return sharedString(v.b), nil
+	}
+	return v.AsText()
+}
+
+// sharedString is b's text without a copy (see AsTextShared).
+func sharedString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 func (v Value) float() float64 { return math.Float64frombits(v.n) }
 

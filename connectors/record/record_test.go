@@ -244,8 +244,11 @@ func FuzzJSONValue(f *testing.F) {
 				t.Fatalf("%s: error %v", b, err)
 			}
 		}
-		_, err = v.AsText()
+		text, err := v.AsText()
 		check(err)
+		if shared, serr := v.AsTextShared(); shared != text || (serr == nil) != (err == nil) {
+			t.Fatalf("%s: AsTextShared %q, %v; AsText %q, %v", b, shared, serr, text, err)
+		}
 		_, err = v.AsInt64()
 		check(err)
 		_, err = v.AsUint64()
@@ -268,6 +271,20 @@ func FuzzJSONValue(f *testing.F) {
 		check(err)
 		_ = v.Len()
 	})
+}
+
+// TestAsTextShared: the shared text is AsText's, for every kind of
+// value that holds its text as bytes and for those that do not.
+func TestAsTextShared(t *testing.T) {
+	d := Decimal(big.NewInt(-12345), 2)
+	for _, v := range []Value{StringBytes([]byte("héllo")), StringBytes(nil), String("s"), JSON([]byte(`"a\"b"`)), JSON([]byte(`"plain"`)),
+		JSON([]byte(`""`)), JSON([]byte(`-1.5e3`)), Int(-7), Uint(7), Bool(true), d, Float32(1.5), Date(19000), Bytes([]byte("x")), Null(nil)} {
+		text, err := v.AsText()
+		shared, serr := v.AsTextShared()
+		if shared != text || (serr == nil) != (err == nil) {
+			t.Errorf("%s: AsTextShared %q, %v; AsText %q, %v", v.GoString(), shared, serr, text, err)
+		}
+	}
 }
 
 func TestObject(t *testing.T) {
