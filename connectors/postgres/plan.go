@@ -240,11 +240,14 @@ func (w *Writer) planOne(cat *catalog, p *batchPlan, rec *record.Record, ddl boo
 		p.changes = append(p.changes, tp.change)
 		return nil
 	}
-	ops, err := w.prepareOne(e, rec, ddl)
+	o, moved, err := w.prepareOne(e, rec, ddl)
 	if err != nil {
 		return w.planFailed(p, tp, err, ddl)
 	}
-	tp.ops = append(tp.ops, ops...)
+	if moved != nil {
+		tp.ops = append(tp.ops, moved)
+	}
+	tp.ops = append(tp.ops, o)
 	return nil
 }
 
@@ -421,6 +424,7 @@ type scratch struct {
 	cols         []*column
 	shapes       map[string]shape // interned shapes: most batches have one
 	vals         []any            // carved into ops' vals
+	ops          []op             // carved into ops
 }
 
 func newScratch(t *table) *scratch {
@@ -442,6 +446,17 @@ func (sc *scratch) valSlice(n int) []any {
 	v := sc.vals[:0:n]
 	sc.vals = sc.vals[n:]
 	return v
+}
+
+// newOp returns a zero op carved from a larger allocation: ops live as
+// long as their plan, and a slot is handed out once.
+func (sc *scratch) newOp() *op {
+	if len(sc.ops) == 0 {
+		sc.ops = make([]op, 256)
+	}
+	o := &sc.ops[0]
+	sc.ops = sc.ops[1:]
+	return o
 }
 
 // intern returns the shape of sc.shape and sc.cols, allocating once per
@@ -502,48 +517,50 @@ func keyColumns(pk []*column, key record.Value) (map[string]record.Value, error)
 	return out, nil
 }
 
-// prepareOne maps a converted record to its ops in e's table: usually
-// one; two for an update that moved its key (a delete of the old key
-// first). It reads nothing but e: a value with fields e's table has no
-// column for is a *newFields error, which plan resolves (the table read
-// again, auto.evolve, or the record refused).
-func (w *Writer) prepareOne(e *catEntry, rec *record.Record, ddl bool) ([]*op, error) {
+// prepareOne maps a converted record to its op in e's table, and for an
+// update that moved its key to the delete of the old key (moved, applied
+// before o; nil otherwise). It reads nothing but e: a value with fields
+// e's table has no column for is a *newFields error, which plan resolves
+// (the table read again, auto.evolve, or the record refused).
+func (w *Writer) prepareOne(e *catEntry, rec *record.Record, ddl bool) (o, moved *op, err error) {
 	p, sc, r := e.m, e.sc, rec.Raw
 	t := p.t
 	if rec.Op == record.OpTruncate {
 		if !ddl {
-			return nil, schemaChangeNeeded(e.name, "a TRUNCATE")
+			return nil, nil, schemaChangeNeeded(e.name, "a TRUNCATE")
 		}
-		return []*op{{rec: r, trunc: true}}, nil
+		o = sc.newOp()
+		o.rec, o.trunc = r, true
+		return o, nil, nil
 	}
-	o := &op{rec: r, keyed: w.cfg.InsertMode == InsertModeUpsert}
+	o = sc.newOp()
+	o.rec, o.keyed = r, w.cfg.InsertMode == InsertModeUpsert
 
 	// The key columns and the values that come from the key.
 	var fromKey map[string]record.Value
-	var err error
 	switch {
 	case rec.Change != nil && rec.Key.IsNull():
 		if rec.Op == record.OpDelete || rec.Change.Op == 'u' {
-			return nil, record.Errorf(record.ErrMissingKey, "a change event with op %q and a null key: the source table has no primary key (Debezium sends a null key); give it one, or set the source connector's message.key.columns", rec.Change.OpText())
+			return nil, nil, record.Errorf(record.ErrMissingKey, "a change event with op %q and a null key: the source table has no primary key (Debezium sends a null key); give it one, or set the source connector's message.key.columns", rec.Change.OpText())
 		}
 		o.keyed = false // a keyless source table: inserts only
 	case rec.Change != nil:
 		if o.pk, err = p.cdcKey(rec.Key); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if fromKey, err = keyColumns(o.pk, rec.Key); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		o.keyed = true
 	default:
 		if p.pkErr != nil {
-			return nil, p.pkErr
+			return nil, nil, p.pkErr
 		}
 		o.pk = p.pkCols
 		switch w.cfg.PKMode {
 		case PKModeRecordKey:
 			if fromKey, err = keyColumns(o.pk, rec.Key); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		case PKModeKafka:
 			fromKey = map[string]record.Value{
@@ -557,22 +574,22 @@ func (w *Writer) prepareOne(e *catEntry, rec *record.Record, ddl bool) ([]*op, e
 	value := rec.Value
 	if rec.Op == record.OpDelete || value.IsNull() {
 		if rec.Op != record.OpDelete && !w.cfg.DeleteEnabled {
-			return nil, record.ErrTombstone
+			return nil, nil, record.ErrTombstone
 		}
 		if err := o.setKey(fromKey); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		o.del = true
-		return []*op{o}, nil
+		return o, nil, nil
 	}
 	if value.Kind() != record.KindStruct {
-		return nil, record.Errorf(record.ErrDecode, "value must be a struct (a JSON object), got %s", value.Describe())
+		return nil, nil, record.Errorf(record.ErrDecode, "value must be a struct (a JSON object), got %s", value.Describe())
 	}
 	if err := sc.fill(t, value); err != nil {
 		if errors.Is(err, record.ErrUnknownField) {
-			return nil, &newFields{err: err, value: value, names: sc.Unknown}
+			return nil, nil, &newFields{err: err, value: value, names: sc.Unknown}
 		}
-		return nil, err
+		return nil, nil, err
 	}
 	if w.cfg.AutoEvolve {
 		if s := value.Schema(); s != nil {
@@ -585,7 +602,7 @@ func (w *Writer) prepareOne(e *catEntry, rec *record.Record, ddl bool) ([]*op, e
 				p.checked[s] = cerr
 			}
 			if cerr != nil {
-				return nil, cerr
+				return nil, nil, cerr
 			}
 		}
 	}
@@ -621,16 +638,16 @@ func (w *Writer) prepareOne(e *catEntry, rec *record.Record, ddl bool) ([]*op, e
 		}
 		if v == nil {
 			if c.NotNull && !c.HasDef && !slices.Contains(o.keep, c) {
-				return nil, record.FieldErrorf(c.Name, record.ErrCoerce, "no value for NOT NULL column %q, which has no default", c.Name)
+				return nil, nil, record.FieldErrorf(c.Name, record.ErrCoerce, "no value for NOT NULL column %q, which has no default", c.Name)
 			}
 			continue
 		}
 		if c.Generated {
-			return nil, record.FieldErrorf(c.Name, record.ErrCoerce, "column %q is generated and cannot be written", c.Name)
+			return nil, nil, record.FieldErrorf(c.Name, record.ErrCoerce, "column %q is generated and cannot be written", c.Name)
 		}
 		x, err := coerce(c, v)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		sc.cols = append(sc.cols, c)
 		o.vals = append(o.vals, x)
@@ -638,7 +655,7 @@ func (w *Writer) prepareOne(e *catEntry, rec *record.Record, ddl bool) ([]*op, e
 		sc.shape = append(sc.shape, ',')
 	}
 	if len(sc.cols) == 0 {
-		return nil, record.Errorf(record.ErrDecode, "the value sets no column")
+		return nil, nil, record.Errorf(record.ErrDecode, "the value sets no column")
 	}
 	if len(o.keep) > 0 {
 		slices.SortFunc(o.keep, func(a, b *column) int { return a.Index - b.Index })
@@ -657,25 +674,26 @@ func (w *Writer) prepareOne(e *catEntry, rec *record.Record, ddl bool) ([]*op, e
 		for _, c := range o.pk {
 			i := slices.Index(o.cols, c)
 			if i < 0 || o.vals[i] == nil {
-				return nil, record.FieldErrorf(c.Name, record.ErrMissingKey, "no value for pk column %q", c.Name)
+				return nil, nil, record.FieldErrorf(c.Name, record.ErrMissingKey, "no value for pk column %q", c.Name)
 			}
 			keyVals = append(keyVals, o.vals[i])
 		}
 		o.key = keySignature(o.pk) + keyString(keyVals)
 	}
 	if rec.OldKey.IsNull() || !o.keyed {
-		return []*op{o}, nil
+		return o, nil, nil
 	}
 	// An update that moved its row to another key: delete the old one.
 	oldKey, err := keyColumns(o.pk, rec.OldKey)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	moved := &op{rec: r, del: true, keyed: true, extra: true, pk: o.pk}
+	moved = sc.newOp()
+	moved.rec, moved.del, moved.keyed, moved.extra, moved.pk = r, true, true, true, o.pk
 	if err := moved.setKey(oldKey); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return []*op{moved, o}, nil
+	return o, moved, nil
 }
 
 // setKey makes o a delete of the row whose key columns hold fromKey.
