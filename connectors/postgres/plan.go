@@ -425,6 +425,7 @@ type scratch struct {
 	shapes       map[string]shape // interned shapes: most batches have one
 	vals         []any            // carved into ops' vals
 	ops          []op             // carved into ops
+	boxes                         // the boxes of ops' text and bigint values
 }
 
 func newScratch(t *table) *scratch {
@@ -645,7 +646,7 @@ func (w *Writer) prepareOne(e *catEntry, rec *record.Record, ddl bool) (o, moved
 		if c.Generated {
 			return nil, nil, record.FieldErrorf(c.Name, record.ErrCoerce, "column %q is generated and cannot be written", c.Name)
 		}
-		x, err := coerce(c, v)
+		x, err := coerce(c, v, &sc.boxes)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -700,7 +701,7 @@ func (w *Writer) prepareOne(e *catEntry, rec *record.Record, ddl bool) (o, moved
 func (o *op) setKey(fromKey map[string]record.Value) error {
 	for _, c := range o.pk {
 		kv := fromKey[c.Name]
-		v, err := coerce(c, &kv)
+		v, err := coerce(c, &kv, nil)
 		if err != nil {
 			return err
 		}
