@@ -215,12 +215,39 @@ func (v Value) AsInt64() (int64, error) {
 			return 0, coerceErr("duration %s has a fraction of a millisecond: it does not fit an integer column of milliseconds", v.durationText())
 		}
 		return int64(d / time.Millisecond), nil
+	case KindNumber:
+		if n, ok := smallInteger(v.b); ok {
+			return n, nil
+		}
 	}
 	s, err := v.numberText()
 	if err != nil {
 		return 0, err
 	}
 	return ParseInteger(s)
+}
+
+// smallInteger parses an optional minus sign and 1 to 18 decimal digits
+// (which cannot overflow an int64), the common case of AsInt64, without
+// copying b into a string; ok is false for anything else.
+func smallInteger(b []byte) (n int64, ok bool) {
+	digits := b
+	if len(digits) > 0 && digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || len(digits) > 18 {
+		return 0, false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if len(digits) < len(b) {
+		n = -n
+	}
+	return n, true
 }
 
 // AsUint64 returns a non-negative integral value as a uint64.

@@ -228,7 +228,7 @@ func TestError(t *testing.T) {
 // failing only with ErrCoerce, and renders back to text that is valid JSON
 // of the same value.
 func FuzzJSONValue(f *testing.F) {
-	for _, s := range []string{`1`, `-0.0e-0`, `"x"`, `"\u0000"`, `{"a":[1,{"b":null}]}`, `1e999999999`, `"2024-02-29T10:00:00Z"`, `true`, `"NaN"`, `"AAEC"`} {
+	for _, s := range []string{`1`, `-0`, `-123456789012345678`, `1234567890123456789`, `-9223372036854775808`, `-0.0e-0`, `"x"`, `"\u0000"`, `{"a":[1,{"b":null}]}`, `1e999999999`, `"2024-02-29T10:00:00Z"`, `true`, `"NaN"`, `"AAEC"`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -249,8 +249,14 @@ func FuzzJSONValue(f *testing.F) {
 		if shared, serr := v.AsTextShared(); shared != text || (serr == nil) != (err == nil) {
 			t.Fatalf("%s: AsTextShared %q, %v; AsText %q, %v", b, shared, serr, text, err)
 		}
-		_, err = v.AsInt64()
+		n, err := v.AsInt64()
 		check(err)
+		if v.Kind() == KindNumber {
+			// The small-integer fast path agrees with the general parse.
+			if want, werr := ParseInteger(string(TrimJSONSpace(b))); n != want || (err == nil) != (werr == nil) {
+				t.Fatalf("%s: AsInt64 %d, %v; ParseInteger %d, %v", b, n, err, want, werr)
+			}
+		}
 		_, err = v.AsUint64()
 		check(err)
 		_, err = v.AsFloat(32)
