@@ -423,9 +423,13 @@ type scratch struct {
 	shape        []byte
 	cols         []*column
 	shapes       map[string]shape // interned shapes: most batches have one
-	vals         []any            // carved into ops' vals
-	ops          []op             // carved into ops
-	boxes                         // the boxes of ops' text and bigint values
+	last         shape            // the shape of the last op without kept columns ("": none yet)
+	lastKeyed    bool             // whether that op was keyed, on lastPK
+	lastPK       []*column
+	order        []*column // the column of each field position of the last value (nil: none)
+	vals         []any     // carved into ops' vals
+	ops          []op      // carved into ops
+	boxes                  // the boxes of ops' text and bigint values
 }
 
 func newScratch(t *table) *scratch {
@@ -460,15 +464,48 @@ func (sc *scratch) newOp() *op {
 	return o
 }
 
+// shapeOf returns the shape of o: its columns sc.cols, its kept columns
+// (sorted here) and, when keyed, its key columns; allocating once per
+// distinct shape. An op without kept columns whose columns and key are
+// those of the last such op (most are) takes its shape without building
+// the key again.
+func (sc *scratch) shapeOf(o *op) (string, []*column) {
+	if len(o.keep) == 0 && sc.last.key != "" && sc.lastKeyed == o.keyed && slices.Equal(sc.last.cols, sc.cols) &&
+		(!o.keyed || slices.Equal(sc.lastPK, o.pk)) {
+		return sc.last.key, sc.last.cols
+	}
+	sc.shape = sc.shape[:0]
+	for _, c := range sc.cols {
+		sc.shape = strconv.AppendInt(sc.shape, int64(c.Index), 10)
+		sc.shape = append(sc.shape, ',')
+	}
+	if len(o.keep) > 0 {
+		slices.SortFunc(o.keep, func(a, b *column) int { return a.Index - b.Index })
+		sc.shape = appendKeep(sc.shape, o.keep)
+	}
+	if o.keyed {
+		sc.shape = append(sc.shape, '|')
+		for _, c := range o.pk {
+			sc.shape = strconv.AppendInt(sc.shape, int64(c.Index), 10)
+			sc.shape = append(sc.shape, ',')
+		}
+	}
+	s := sc.intern()
+	if len(o.keep) == 0 {
+		sc.last, sc.lastKeyed, sc.lastPK = s, o.keyed, o.pk
+	}
+	return s.key, s.cols
+}
+
 // intern returns the shape of sc.shape and sc.cols, allocating once per
 // distinct shape.
-func (sc *scratch) intern() (string, []*column) {
+func (sc *scratch) intern() shape {
 	if s, ok := sc.shapes[string(sc.shape)]; ok {
-		return s.key, s.cols
+		return s
 	}
 	s := shape{key: string(sc.shape), cols: slices.Clone(sc.cols)}
 	sc.shapes[s.key] = s
-	return s.key, s.cols
+	return s
 }
 
 // fill maps the fields of a struct value onto sc's slots by column name,
@@ -477,8 +514,23 @@ func (sc *scratch) intern() (string, []*column) {
 // them all).
 func (sc *scratch) fill(t *table, value record.Value) error {
 	clear(sc.Set)
+	pos := 0
 	err := sc.Fill(value, nil, func(name []byte) (int, bool) {
-		if c := t.byName[string(name)]; c != nil {
+		// Most values name their fields in the same order: the column
+		// of the last value's field at this position is tried first.
+		p := pos
+		pos++
+		if p < len(sc.order) && sc.order[p] != nil && sc.order[p].Name == string(name) {
+			return sc.order[p].Index, true
+		}
+		c := t.byName[string(name)]
+		switch {
+		case p < len(sc.order):
+			sc.order[p] = c
+		case p < 2*len(t.Columns):
+			sc.order = append(sc.order, c)
+		}
+		if c != nil {
 			return c.Index, true
 		}
 		return 0, false
@@ -619,7 +671,6 @@ func (w *Writer) prepareOne(e *catEntry, rec *record.Record, ddl bool) (o, moved
 		}
 	}
 
-	sc.shape = sc.shape[:0]
 	sc.cols = sc.cols[:0]
 	o.vals = sc.valSlice(len(t.Columns))
 	for _, c := range t.Columns {
@@ -652,24 +703,11 @@ func (w *Writer) prepareOne(e *catEntry, rec *record.Record, ddl bool) (o, moved
 		}
 		sc.cols = append(sc.cols, c)
 		o.vals = append(o.vals, x)
-		sc.shape = strconv.AppendInt(sc.shape, int64(c.Index), 10)
-		sc.shape = append(sc.shape, ',')
 	}
 	if len(sc.cols) == 0 {
 		return nil, nil, record.Errorf(record.ErrDecode, "the value sets no column")
 	}
-	if len(o.keep) > 0 {
-		slices.SortFunc(o.keep, func(a, b *column) int { return a.Index - b.Index })
-		sc.shape = appendKeep(sc.shape, o.keep)
-	}
-	if o.keyed {
-		sc.shape = append(sc.shape, '|')
-		for _, c := range o.pk {
-			sc.shape = strconv.AppendInt(sc.shape, int64(c.Index), 10)
-			sc.shape = append(sc.shape, ',')
-		}
-	}
-	o.shape, o.cols = sc.intern()
+	o.shape, o.cols = sc.shapeOf(o)
 	if o.keyed {
 		keyVals := make([]any, 0, len(o.pk))
 		for _, c := range o.pk {

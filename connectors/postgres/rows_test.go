@@ -4,10 +4,14 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/txsink/txsink/connectors/record"
 )
 
 // mainTable is the benchmark's main workload table:
@@ -144,4 +148,66 @@ func BenchmarkCopyRows(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(recs)), "ns/record")
+}
+
+// TestShapeAndOrderReuse: planning reuses the last record's shape and
+// field order; each op must get the shape and values a fresh scratch
+// gives it, whatever the mix of column sets, field orders, unknown-free
+// reorderings and keyed (upsert) writes.
+func TestShapeAndOrderReuse(t *testing.T) {
+	values := []string{
+		`{"id":"a","seq":1,"body":"x"}`,
+		`{"id":"b","seq":2,"body":"y"}`,
+		`{"id":"c","seq":3}`,
+		`{"seq":4,"id":"d"}`,
+		`{"body":"z","id":"e","seq":5}`,
+		`{"id":"f","body":null,"seq":6}`,
+		`{"id":"g","seq":7,"body":"w","seq":8}`,
+		`{"id":"h"}`,
+		`{"id":"i","seq":9,"body":"v"}`,
+		`{"id":"j","seq":10,"body":"u","id":"k"}`,
+	}
+	for _, mode := range []string{InsertModeInsert, InsertModeUpsert} {
+		cfg := WriterConfig{Connector: "rows", TableNameFormat: "t", InsertMode: mode}
+		if mode == InsertModeUpsert {
+			cfg.PKMode, cfg.PKFields = PKModeRecordValue, []string{"id"}
+		}
+		w, err := NewWriter(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tbl := mainTable()
+		tbl.PrimaryKey, tbl.Unique = []string{"id"}, [][]string{{"id"}}
+		m := w.newMapping(tbl)
+		shared := &catEntry{name: "t", m: m, sc: newScratch(tbl), fresh: true}
+		var recs []*kgo.Record
+		for i := range 3 {
+			for j, v := range values {
+				recs = append(recs, &kgo.Record{Topic: "t", Offset: int64(i*len(values) + j), Value: []byte(v)})
+			}
+		}
+		ctx := context.Background()
+		c, err := w.records.Convert(ctx, recs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = c.Each(ctx, func(rec *record.Record) error {
+			got, _, err := w.prepareOne(shared, rec, true)
+			if err != nil {
+				return err
+			}
+			want, _, err := w.prepareOne(&catEntry{name: "t", m: m, sc: newScratch(tbl), fresh: true}, rec, true)
+			if err != nil {
+				return err
+			}
+			if got.shape != want.shape || !slices.Equal(got.cols, want.cols) || !reflect.DeepEqual(got.vals, want.vals) || got.key != want.key {
+				t.Errorf("%s, record %s: shape %q cols %v vals %v key %q; want %q %v %v %q", mode, rec.Raw.Value,
+					got.shape, got.cols, got.vals, got.key, want.shape, want.cols, want.vals, want.key)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 }
