@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -154,7 +155,11 @@ func coerceType(t *pgType, maxLen int, v *record.Value) (any, error) {
 		if t.Kind == kindJSONB && jsonHasNul(b) {
 			return nil, coerceErr("jsonb cannot store \\u0000")
 		}
-		return string(b), nil
+		// b is the record's bytes (a schemaless value's JSON text) or a
+		// buffer made for this value and referenced nowhere else: the
+		// row may share it, as text columns share the record's bytes
+		// (see record.Value.AsTextShared).
+		return unsafe.String(unsafe.SliceData(b), len(b)), nil
 	case kindBytea:
 		return v.AsBytes()
 	case kindOther:

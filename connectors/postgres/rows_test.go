@@ -211,3 +211,44 @@ func TestShapeAndOrderReuse(t *testing.T) {
 		}
 	}
 }
+
+// TestJSONColumnsOutliveConverterBuffers: json and jsonb columns share
+// the record's bytes (or a buffer made for the value); read after the
+// whole batch was converted, each row still holds its own record's text.
+func TestJSONColumnsOutliveConverterBuffers(t *testing.T) {
+	tbl := &table{Schema: "public", Name: "t", Ident: `"public"."t"`, byName: map[string]*column{}}
+	for _, c := range []column{
+		{Name: "id", Type: pgType{OID: pgtype.TextOID, Kind: kindText}, MaxLen: -1},
+		{Name: "doc", Type: pgType{OID: pgtype.JSONBOID, Kind: kindJSONB}, MaxLen: -1},
+		{Name: "raw", Type: pgType{OID: pgtype.JSONOID, Kind: kindJSON}, MaxLen: -1},
+	} {
+		c.Index = len(tbl.Columns)
+		tbl.Columns = append(tbl.Columns, &c)
+		tbl.byName[c.Name] = &c
+	}
+	w, err := NewWriter(WriterConfig{Connector: "rows", TableNameFormat: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := make([]*kgo.Record, 2000)
+	for i := range recs {
+		recs[i] = &kgo.Record{Topic: "t", Offset: int64(i), Value: fmt.Appendf(nil, `{"id":"k%d","doc":{"n":%d,"s":"x%d"},"raw":[%d,"y"]}`, i, i, i, i)}
+	}
+	ctx := context.Background()
+	cat := newCatalog("public", nil)
+	cat.set(w, "t", tbl, true)
+	c, err := w.records.Convert(ctx, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := w.plan(ctx, cat, c, true)
+	if err != nil || len(p.tables) != 1 || len(p.bad) != 0 || len(p.tables[0].ops) != len(recs) {
+		t.Fatalf("plan: %v, bad %v", err, p.bad)
+	}
+	for i, o := range p.tables[0].ops {
+		want := []any{fmt.Sprintf("k%d", i), fmt.Sprintf(`{"n":%d,"s":"x%d"}`, i, i), fmt.Sprintf(`[%d,"y"]`, i)}
+		if !reflect.DeepEqual(o.vals, want) {
+			t.Fatalf("op %d: %#v, want %#v", i, o.vals, want)
+		}
+	}
+}
