@@ -30,7 +30,11 @@ import (
 type Converter interface {
 	// Convert decodes data, nil for a null key or value, of a record of
 	// topic. A schemaless result may refer to data and to buf; it is
-	// valid until buf's next use. Bad data returns an error wrapping
+	// valid until buf's next use. The bytes of its strings and bytes
+	// values are data's or of the converter's own allocation, never
+	// memory that buf (or anything else) reuses: a sink's rows may
+	// refer to them for as long as the record is held
+	// (record.Value.AsTextShared, AsBytes). Bad data returns an error wrapping
 	// record.ErrDecode; a failure of the environment (a registry that
 	// does not answer) one wrapping record.ErrUnavailable. Cancelling ctx
 	// stops a registry request in flight; the error then wraps

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -38,15 +39,31 @@ import (
 //
 // Null is NULL, refused for NOT NULL columns.
 
-// coerce converts v to the column's type.
-func coerce(c *column, v *record.Value) (any, error) {
+// coerce converts v to the column's type. With bx, text and bigint
+// values are boxed in bx's chunks instead of one allocation each.
+func coerce(c *column, v *record.Value, bx *boxes) (any, error) {
 	if v.IsNull() {
 		if c.NotNull {
 			return nil, record.FieldErrorf(c.Name, record.ErrCoerce, "null in NOT NULL column")
 		}
 		return nil, nil
 	}
-	x, err := coerceType(&c.Type, c.MaxLen, v)
+	var x any
+	var err error
+	switch k := c.Type.Kind; {
+	case bx != nil && (k == kindText || k == kindEnum):
+		var s string
+		if s, err = coerceText(c.MaxLen, v); err == nil {
+			x = bx.string(s)
+		}
+	case bx != nil && k == kindInt8:
+		var n int64
+		if n, err = v.AsInt64(); err == nil {
+			x = bx.int64(n)
+		}
+	default:
+		x, err = coerceType(&c.Type, c.MaxLen, v)
+	}
 	if err != nil {
 		return nil, record.InField(c.Name, err)
 	}
@@ -60,18 +77,9 @@ func coerceErr(format string, args ...any) error {
 func coerceType(t *pgType, maxLen int, v *record.Value) (any, error) {
 	switch t.Kind {
 	case kindText, kindEnum:
-		s, err := v.AsText()
+		s, err := coerceText(maxLen, v)
 		if err != nil {
 			return nil, err
-		}
-		if strings.IndexByte(s, 0) >= 0 {
-			return nil, coerceErr("text contains a NUL byte (\\u0000), which PostgreSQL text cannot store")
-		}
-		if maxLen >= 0 && len(s) > maxLen {
-			n := utf8.RuneCountInString(strings.TrimRight(s, " "))
-			if n > maxLen {
-				return nil, coerceErr("value of %d characters is too long for the column (max %d)", utf8.RuneCountInString(s), maxLen)
-			}
 		}
 		return s, nil
 	case kindInt2, kindInt4, kindInt8:
@@ -147,7 +155,11 @@ func coerceType(t *pgType, maxLen int, v *record.Value) (any, error) {
 		if t.Kind == kindJSONB && jsonHasNul(b) {
 			return nil, coerceErr("jsonb cannot store \\u0000")
 		}
-		return string(b), nil
+		// b is the record's bytes (a schemaless value's JSON text) or a
+		// buffer made for this value and referenced nowhere else: the
+		// row may share it, as text columns share the record's bytes
+		// (see record.Value.AsTextShared).
+		return unsafe.String(unsafe.SliceData(b), len(b)), nil
 	case kindBytea:
 		return v.AsBytes()
 	case kindOther:
@@ -189,6 +201,26 @@ func coerceType(t *pgType, maxLen int, v *record.Value) (any, error) {
 		return out, nil
 	}
 	return nil, ErrUnsupportedColumn
+}
+
+// coerceText converts v for a text, varchar(maxLen), char(maxLen) or
+// enum column. The text may share the record's bytes: a row lives only
+// until its batch is written (see record.Value.AsTextShared).
+func coerceText(maxLen int, v *record.Value) (string, error) {
+	s, err := v.AsTextShared()
+	if err != nil {
+		return "", err
+	}
+	if strings.IndexByte(s, 0) >= 0 {
+		return "", coerceErr("text contains a NUL byte (\\u0000), which PostgreSQL text cannot store")
+	}
+	if maxLen >= 0 && len(s) > maxLen {
+		n := utf8.RuneCountInString(strings.TrimRight(s, " "))
+		if n > maxLen {
+			return "", coerceErr("value of %d characters is too long for the column (max %d)", utf8.RuneCountInString(s), maxLen)
+		}
+	}
+	return s, nil
 }
 
 // jsonText is a value's JSON text for a json or jsonb column. A string

@@ -240,11 +240,14 @@ func (w *Writer) planOne(cat *catalog, p *batchPlan, rec *record.Record, ddl boo
 		p.changes = append(p.changes, tp.change)
 		return nil
 	}
-	ops, err := w.prepareOne(e, rec, ddl)
+	o, moved, err := w.prepareOne(e, rec, ddl)
 	if err != nil {
 		return w.planFailed(p, tp, err, ddl)
 	}
-	tp.ops = append(tp.ops, ops...)
+	if moved != nil {
+		tp.ops = append(tp.ops, moved)
+	}
+	tp.ops = append(tp.ops, o)
 	return nil
 }
 
@@ -420,7 +423,13 @@ type scratch struct {
 	shape        []byte
 	cols         []*column
 	shapes       map[string]shape // interned shapes: most batches have one
-	vals         []any            // carved into ops' vals
+	last         shape            // the shape of the last op without kept columns ("": none yet)
+	lastKeyed    bool             // whether that op was keyed, on lastPK
+	lastPK       []*column
+	order        []*column // the column of each field position of the last value (nil: none)
+	vals         []any     // carved into ops' vals
+	ops          []op      // carved into ops
+	boxes                  // the boxes of ops' text and bigint values
 }
 
 func newScratch(t *table) *scratch {
@@ -444,15 +453,59 @@ func (sc *scratch) valSlice(n int) []any {
 	return v
 }
 
+// newOp returns a zero op carved from a larger allocation: ops live as
+// long as their plan, and a slot is handed out once.
+func (sc *scratch) newOp() *op {
+	if len(sc.ops) == 0 {
+		sc.ops = make([]op, 256)
+	}
+	o := &sc.ops[0]
+	sc.ops = sc.ops[1:]
+	return o
+}
+
+// shapeOf returns the shape of o: its columns sc.cols, its kept columns
+// (sorted here) and, when keyed, its key columns; allocating once per
+// distinct shape. An op without kept columns whose columns and key are
+// those of the last such op (most are) takes its shape without building
+// the key again.
+func (sc *scratch) shapeOf(o *op) (string, []*column) {
+	if len(o.keep) == 0 && sc.last.key != "" && sc.lastKeyed == o.keyed && slices.Equal(sc.last.cols, sc.cols) &&
+		(!o.keyed || slices.Equal(sc.lastPK, o.pk)) {
+		return sc.last.key, sc.last.cols
+	}
+	sc.shape = sc.shape[:0]
+	for _, c := range sc.cols {
+		sc.shape = strconv.AppendInt(sc.shape, int64(c.Index), 10)
+		sc.shape = append(sc.shape, ',')
+	}
+	if len(o.keep) > 0 {
+		slices.SortFunc(o.keep, func(a, b *column) int { return a.Index - b.Index })
+		sc.shape = appendKeep(sc.shape, o.keep)
+	}
+	if o.keyed {
+		sc.shape = append(sc.shape, '|')
+		for _, c := range o.pk {
+			sc.shape = strconv.AppendInt(sc.shape, int64(c.Index), 10)
+			sc.shape = append(sc.shape, ',')
+		}
+	}
+	s := sc.intern()
+	if len(o.keep) == 0 {
+		sc.last, sc.lastKeyed, sc.lastPK = s, o.keyed, o.pk
+	}
+	return s.key, s.cols
+}
+
 // intern returns the shape of sc.shape and sc.cols, allocating once per
 // distinct shape.
-func (sc *scratch) intern() (string, []*column) {
+func (sc *scratch) intern() shape {
 	if s, ok := sc.shapes[string(sc.shape)]; ok {
-		return s.key, s.cols
+		return s
 	}
 	s := shape{key: string(sc.shape), cols: slices.Clone(sc.cols)}
 	sc.shapes[s.key] = s
-	return s.key, s.cols
+	return s
 }
 
 // fill maps the fields of a struct value onto sc's slots by column name,
@@ -461,8 +514,23 @@ func (sc *scratch) intern() (string, []*column) {
 // them all).
 func (sc *scratch) fill(t *table, value record.Value) error {
 	clear(sc.Set)
+	pos := 0
 	err := sc.Fill(value, nil, func(name []byte) (int, bool) {
-		if c := t.byName[string(name)]; c != nil {
+		// Most values name their fields in the same order: the column
+		// of the last value's field at this position is tried first.
+		p := pos
+		pos++
+		if p < len(sc.order) && sc.order[p] != nil && sc.order[p].Name == string(name) {
+			return sc.order[p].Index, true
+		}
+		c := t.byName[string(name)]
+		switch {
+		case p < len(sc.order):
+			sc.order[p] = c
+		case p < 2*len(t.Columns):
+			sc.order = append(sc.order, c)
+		}
+		if c != nil {
 			return c.Index, true
 		}
 		return 0, false
@@ -502,48 +570,50 @@ func keyColumns(pk []*column, key record.Value) (map[string]record.Value, error)
 	return out, nil
 }
 
-// prepareOne maps a converted record to its ops in e's table: usually
-// one; two for an update that moved its key (a delete of the old key
-// first). It reads nothing but e: a value with fields e's table has no
-// column for is a *newFields error, which plan resolves (the table read
-// again, auto.evolve, or the record refused).
-func (w *Writer) prepareOne(e *catEntry, rec *record.Record, ddl bool) ([]*op, error) {
+// prepareOne maps a converted record to its op in e's table, and for an
+// update that moved its key to the delete of the old key (moved, applied
+// before o; nil otherwise). It reads nothing but e: a value with fields
+// e's table has no column for is a *newFields error, which plan resolves
+// (the table read again, auto.evolve, or the record refused).
+func (w *Writer) prepareOne(e *catEntry, rec *record.Record, ddl bool) (o, moved *op, err error) {
 	p, sc, r := e.m, e.sc, rec.Raw
 	t := p.t
 	if rec.Op == record.OpTruncate {
 		if !ddl {
-			return nil, schemaChangeNeeded(e.name, "a TRUNCATE")
+			return nil, nil, schemaChangeNeeded(e.name, "a TRUNCATE")
 		}
-		return []*op{{rec: r, trunc: true}}, nil
+		o = sc.newOp()
+		o.rec, o.trunc = r, true
+		return o, nil, nil
 	}
-	o := &op{rec: r, keyed: w.cfg.InsertMode == InsertModeUpsert}
+	o = sc.newOp()
+	o.rec, o.keyed = r, w.cfg.InsertMode == InsertModeUpsert
 
 	// The key columns and the values that come from the key.
 	var fromKey map[string]record.Value
-	var err error
 	switch {
 	case rec.Change != nil && rec.Key.IsNull():
 		if rec.Op == record.OpDelete || rec.Change.Op == 'u' {
-			return nil, record.Errorf(record.ErrMissingKey, "a change event with op %q and a null key: the source table has no primary key (Debezium sends a null key); give it one, or set the source connector's message.key.columns", rec.Change.OpText())
+			return nil, nil, record.Errorf(record.ErrMissingKey, "a change event with op %q and a null key: the source table has no primary key (Debezium sends a null key); give it one, or set the source connector's message.key.columns", rec.Change.OpText())
 		}
 		o.keyed = false // a keyless source table: inserts only
 	case rec.Change != nil:
 		if o.pk, err = p.cdcKey(rec.Key); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if fromKey, err = keyColumns(o.pk, rec.Key); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		o.keyed = true
 	default:
 		if p.pkErr != nil {
-			return nil, p.pkErr
+			return nil, nil, p.pkErr
 		}
 		o.pk = p.pkCols
 		switch w.cfg.PKMode {
 		case PKModeRecordKey:
 			if fromKey, err = keyColumns(o.pk, rec.Key); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		case PKModeKafka:
 			fromKey = map[string]record.Value{
@@ -557,22 +627,22 @@ func (w *Writer) prepareOne(e *catEntry, rec *record.Record, ddl bool) ([]*op, e
 	value := rec.Value
 	if rec.Op == record.OpDelete || value.IsNull() {
 		if rec.Op != record.OpDelete && !w.cfg.DeleteEnabled {
-			return nil, record.ErrTombstone
+			return nil, nil, record.ErrTombstone
 		}
 		if err := o.setKey(fromKey); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		o.del = true
-		return []*op{o}, nil
+		return o, nil, nil
 	}
 	if value.Kind() != record.KindStruct {
-		return nil, record.Errorf(record.ErrDecode, "value must be a struct (a JSON object), got %s", value.Describe())
+		return nil, nil, record.Errorf(record.ErrDecode, "value must be a struct (a JSON object), got %s", value.Describe())
 	}
 	if err := sc.fill(t, value); err != nil {
 		if errors.Is(err, record.ErrUnknownField) {
-			return nil, &newFields{err: err, value: value, names: sc.Unknown}
+			return nil, nil, &newFields{err: err, value: value, names: sc.Unknown}
 		}
-		return nil, err
+		return nil, nil, err
 	}
 	if w.cfg.AutoEvolve {
 		if s := value.Schema(); s != nil {
@@ -585,7 +655,7 @@ func (w *Writer) prepareOne(e *catEntry, rec *record.Record, ddl bool) ([]*op, e
 				p.checked[s] = cerr
 			}
 			if cerr != nil {
-				return nil, cerr
+				return nil, nil, cerr
 			}
 		}
 	}
@@ -601,7 +671,6 @@ func (w *Writer) prepareOne(e *catEntry, rec *record.Record, ddl bool) ([]*op, e
 		}
 	}
 
-	sc.shape = sc.shape[:0]
 	sc.cols = sc.cols[:0]
 	o.vals = sc.valSlice(len(t.Columns))
 	for _, c := range t.Columns {
@@ -621,68 +690,56 @@ func (w *Writer) prepareOne(e *catEntry, rec *record.Record, ddl bool) ([]*op, e
 		}
 		if v == nil {
 			if c.NotNull && !c.HasDef && !slices.Contains(o.keep, c) {
-				return nil, record.FieldErrorf(c.Name, record.ErrCoerce, "no value for NOT NULL column %q, which has no default", c.Name)
+				return nil, nil, record.FieldErrorf(c.Name, record.ErrCoerce, "no value for NOT NULL column %q, which has no default", c.Name)
 			}
 			continue
 		}
 		if c.Generated {
-			return nil, record.FieldErrorf(c.Name, record.ErrCoerce, "column %q is generated and cannot be written", c.Name)
+			return nil, nil, record.FieldErrorf(c.Name, record.ErrCoerce, "column %q is generated and cannot be written", c.Name)
 		}
-		x, err := coerce(c, v)
+		x, err := coerce(c, v, &sc.boxes)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		sc.cols = append(sc.cols, c)
 		o.vals = append(o.vals, x)
-		sc.shape = strconv.AppendInt(sc.shape, int64(c.Index), 10)
-		sc.shape = append(sc.shape, ',')
 	}
 	if len(sc.cols) == 0 {
-		return nil, record.Errorf(record.ErrDecode, "the value sets no column")
+		return nil, nil, record.Errorf(record.ErrDecode, "the value sets no column")
 	}
-	if len(o.keep) > 0 {
-		slices.SortFunc(o.keep, func(a, b *column) int { return a.Index - b.Index })
-		sc.shape = appendKeep(sc.shape, o.keep)
-	}
-	if o.keyed {
-		sc.shape = append(sc.shape, '|')
-		for _, c := range o.pk {
-			sc.shape = strconv.AppendInt(sc.shape, int64(c.Index), 10)
-			sc.shape = append(sc.shape, ',')
-		}
-	}
-	o.shape, o.cols = sc.intern()
+	o.shape, o.cols = sc.shapeOf(o)
 	if o.keyed {
 		keyVals := make([]any, 0, len(o.pk))
 		for _, c := range o.pk {
 			i := slices.Index(o.cols, c)
 			if i < 0 || o.vals[i] == nil {
-				return nil, record.FieldErrorf(c.Name, record.ErrMissingKey, "no value for pk column %q", c.Name)
+				return nil, nil, record.FieldErrorf(c.Name, record.ErrMissingKey, "no value for pk column %q", c.Name)
 			}
 			keyVals = append(keyVals, o.vals[i])
 		}
 		o.key = keySignature(o.pk) + keyString(keyVals)
 	}
 	if rec.OldKey.IsNull() || !o.keyed {
-		return []*op{o}, nil
+		return o, nil, nil
 	}
 	// An update that moved its row to another key: delete the old one.
 	oldKey, err := keyColumns(o.pk, rec.OldKey)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	moved := &op{rec: r, del: true, keyed: true, extra: true, pk: o.pk}
+	moved = sc.newOp()
+	moved.rec, moved.del, moved.keyed, moved.extra, moved.pk = r, true, true, true, o.pk
 	if err := moved.setKey(oldKey); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return []*op{moved, o}, nil
+	return o, moved, nil
 }
 
 // setKey makes o a delete of the row whose key columns hold fromKey.
 func (o *op) setKey(fromKey map[string]record.Value) error {
 	for _, c := range o.pk {
 		kv := fromKey[c.Name]
-		v, err := coerce(c, &kv)
+		v, err := coerce(c, &kv, nil)
 		if err != nil {
 			return err
 		}

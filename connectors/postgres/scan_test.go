@@ -27,10 +27,8 @@ func prepareRecord(ctx context.Context, w *Writer, p *mapping, r *kgo.Record) (*
 	}
 	var o *op
 	err = c.Each(ctx, func(rec *record.Record) error {
-		ops, err := w.prepareOne(&catEntry{name: p.t.Name, m: p, sc: newScratch(p.t), fresh: true}, rec, true)
-		if err == nil {
-			o = ops[len(ops)-1]
-		}
+		var err error
+		o, _, err = w.prepareOne(&catEntry{name: p.t.Name, m: p, sc: newScratch(p.t), fresh: true}, rec, true)
 		return err
 	})
 	return o, err
@@ -230,7 +228,7 @@ func BenchmarkPrepare(b *testing.B) {
 			b.Fatal(err)
 		}
 		if err := c.Each(ctx, func(rec *record.Record) error {
-			_, err := w.prepareOne(e, rec, true)
+			_, _, err := w.prepareOne(e, rec, true)
 			return err
 		}); err != nil {
 			b.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // Conversions shared by the sinks: each reads a value as what a column
@@ -111,6 +112,31 @@ func (v Value) AsText() (string, error) {
 	return "", coerceErr("want a string, got %s", v.Describe())
 }
 
+// AsTextShared is AsText for a caller that keeps the text no longer than
+// the bytes the value was converted from: where AsText copies bytes into
+// a new string (a string held as bytes without escapes, as a schemaless
+// JSON string, a StringConverter or an Avro string; a JSON number as
+// written), the text shares their memory instead. It is as valid as
+// those bytes are unchanged. Converters hand out only the record's bytes
+// or bytes of their own allocation, never a buffer they reuse (see
+// convert.Converter), and a Kafka record's bytes are never rewritten
+// while the record is held, so a row that is written before its record
+// is released may hold such text.
+func (v Value) AsTextShared() (string, error) {
+	switch {
+	case v.kind == KindString && v.flags&flagJSON == 0 && v.x == nil:
+		return sharedString(v.b), nil
+	case v.kind == KindString && v.flags&flagJSON != 0 && bytes.IndexByte(v.b, '\\') < 0:
+		return sharedString(v.b[1 : len(v.b)-1]), nil
+	case v.kind == KindNumber:
+		return sharedString(v.b), nil
+	}
+	return v.AsText()
+}
+
+// sharedString is b's text without a copy (see AsTextShared).
+func sharedString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
 func (v Value) float() float64 { return math.Float64frombits(v.n) }
 
 func formatFloat(f float64, f32 bool) string {
@@ -189,12 +215,39 @@ func (v Value) AsInt64() (int64, error) {
 			return 0, coerceErr("duration %s has a fraction of a millisecond: it does not fit an integer column of milliseconds", v.durationText())
 		}
 		return int64(d / time.Millisecond), nil
+	case KindNumber:
+		if n, ok := smallInteger(v.b); ok {
+			return n, nil
+		}
 	}
 	s, err := v.numberText()
 	if err != nil {
 		return 0, err
 	}
 	return ParseInteger(s)
+}
+
+// smallInteger parses an optional minus sign and 1 to 18 decimal digits
+// (which cannot overflow an int64), the common case of AsInt64, without
+// copying b into a string; ok is false for anything else.
+func smallInteger(b []byte) (n int64, ok bool) {
+	digits := b
+	if len(digits) > 0 && digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || len(digits) > 18 {
+		return 0, false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if len(digits) < len(b) {
+		n = -n
+	}
+	return n, true
 }
 
 // AsUint64 returns a non-negative integral value as a uint64.

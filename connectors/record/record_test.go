@@ -228,7 +228,7 @@ func TestError(t *testing.T) {
 // failing only with ErrCoerce, and renders back to text that is valid JSON
 // of the same value.
 func FuzzJSONValue(f *testing.F) {
-	for _, s := range []string{`1`, `-0.0e-0`, `"x"`, `"\u0000"`, `{"a":[1,{"b":null}]}`, `1e999999999`, `"2024-02-29T10:00:00Z"`, `true`, `"NaN"`, `"AAEC"`} {
+	for _, s := range []string{`1`, `-0`, `-123456789012345678`, `1234567890123456789`, `-9223372036854775808`, `-0.0e-0`, `"x"`, `"\u0000"`, `{"a":[1,{"b":null}]}`, `1e999999999`, `"2024-02-29T10:00:00Z"`, `true`, `"NaN"`, `"AAEC"`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -244,10 +244,19 @@ func FuzzJSONValue(f *testing.F) {
 				t.Fatalf("%s: error %v", b, err)
 			}
 		}
-		_, err = v.AsText()
+		text, err := v.AsText()
 		check(err)
-		_, err = v.AsInt64()
+		if shared, serr := v.AsTextShared(); shared != text || (serr == nil) != (err == nil) {
+			t.Fatalf("%s: AsTextShared %q, %v; AsText %q, %v", b, shared, serr, text, err)
+		}
+		n, err := v.AsInt64()
 		check(err)
+		if v.Kind() == KindNumber {
+			// The small-integer fast path agrees with the general parse.
+			if want, werr := ParseInteger(string(TrimJSONSpace(b))); n != want || (err == nil) != (werr == nil) {
+				t.Fatalf("%s: AsInt64 %d, %v; ParseInteger %d, %v", b, n, err, want, werr)
+			}
+		}
 		_, err = v.AsUint64()
 		check(err)
 		_, err = v.AsFloat(32)
@@ -268,6 +277,20 @@ func FuzzJSONValue(f *testing.F) {
 		check(err)
 		_ = v.Len()
 	})
+}
+
+// TestAsTextShared: the shared text is AsText's, for every kind of
+// value that holds its text as bytes and for those that do not.
+func TestAsTextShared(t *testing.T) {
+	d := Decimal(big.NewInt(-12345), 2)
+	for _, v := range []Value{StringBytes([]byte("héllo")), StringBytes(nil), String("s"), JSON([]byte(`"a\"b"`)), JSON([]byte(`"plain"`)),
+		JSON([]byte(`""`)), JSON([]byte(`-1.5e3`)), Int(-7), Uint(7), Bool(true), d, Float32(1.5), Date(19000), Bytes([]byte("x")), Null(nil)} {
+		text, err := v.AsText()
+		shared, serr := v.AsTextShared()
+		if shared != text || (serr == nil) != (err == nil) {
+			t.Errorf("%s: AsTextShared %q, %v; AsText %q, %v", v.GoString(), shared, serr, text, err)
+		}
+	}
 }
 
 func TestObject(t *testing.T) {
