@@ -36,9 +36,17 @@ type Memory struct {
 	budget int64
 	tasks  atomic.Int64
 	cut    atomic.Int64 // rounds cut short under pressure
-	// live returns the heap bytes that survived the last collection
-	// (a test replaces it).
-	live func() uint64
+	// live returns the heap bytes that survived the last collection,
+	// and setLimit sets Go's soft memory limit (a test replaces them).
+	live     func() uint64
+	setLimit func(int64) int64
+	log      *slog.Logger
+
+	// base is Go's soft limit the budget sets (0: GOMEMLIMIT rules);
+	// limit is the one set now (observe).
+	base  int64
+	mu    sync.Mutex
+	limit atomic.Int64
 }
 
 // Fractions of the budget (measured on the benchmark's main workload:
@@ -82,14 +90,51 @@ func NewMemory(budget int64, log *slog.Logger) *Memory {
 	if log == nil {
 		log = slog.Default()
 	}
+	m := &Memory{budget: budget, live: liveHeap, log: log, setLimit: debug.SetMemoryLimit}
 	if env := os.Getenv("GOMEMLIMIT"); env != "" {
 		log.Info("memory budget", "budget_bytes", budget, "go_memory_limit", env, "note", "GOMEMLIMIT is set: Go's soft memory limit stays as it says")
-	} else {
-		limit := budget - min(budget/8, nonGoReserve)
-		debug.SetMemoryLimit(limit)
-		log.Info("memory budget", "budget_bytes", budget, "go_memory_limit_bytes", limit)
+		return m
 	}
-	return &Memory{budget: budget, live: liveHeap}
+	m.base = budget - min(budget/8, nonGoReserve)
+	m.limit.Store(m.base)
+	m.setLimit(m.base)
+	log.Info("memory budget", "budget_bytes", budget, "go_memory_limit_bytes", m.base)
+	return m
+}
+
+// observe reads the heap live after the last collection and keeps Go's
+// soft limit above it. A limit below what is live only burns CPU: the
+// collector runs back to back and frees nothing (it gives up at half the
+// CPU). When the live heap passes three quarters of the limit, even with
+// rounds cut short (the connectors' live memory does not fit the
+// budget), the limit rises to twice the live heap and a warning says so;
+// it comes back down, to the budget's at least, once the live heap falls
+// under a quarter of it. With GOMEMLIMIT set it does nothing but read.
+func (m *Memory) observe() (live uint64) {
+	if m == nil {
+		return 0
+	}
+	live = m.live()
+	if m.base == 0 {
+		return live
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cur := m.limit.Load()
+	switch l := int64(live); {
+	case l > cur/4*3:
+		next := 2 * l
+		m.limit.Store(next)
+		m.setLimit(next)
+		m.log.Warn("the heap live after a collection outgrew the memory budget: Go's soft memory limit rises to twice it rather than the collector running back to back (raise memory.budget.bytes, or run fewer connectors on this worker)",
+			"live_heap_bytes", live, "budget_bytes", m.budget, "go_memory_limit_bytes", next)
+	case l < cur/4 && cur > m.base:
+		next := max(2*l, m.base)
+		m.limit.Store(next)
+		m.setLimit(next)
+		m.log.Info("the live heap fits the memory budget again: Go's soft memory limit comes back down", "live_heap_bytes", live, "go_memory_limit_bytes", next)
+	}
+	return live
 }
 
 // Budget returns the budget in bytes (0: none).
@@ -138,7 +183,7 @@ func (m *Memory) pressed() (live uint64, ok bool) {
 	if m == nil {
 		return 0, false
 	}
-	live = m.live()
+	live = m.observe()
 	return live, int64(live) > m.budget*pressureNum/pressureDen
 }
 
@@ -160,18 +205,21 @@ type memoryMetrics struct{ m *Memory }
 var (
 	memoryBudgetDesc = prometheus.NewDesc("txsink_memory_budget_bytes", "The worker's memory budget (memory.budget.bytes; 0: none).", nil, nil)
 	memoryCutDesc    = prometheus.NewDesc("txsink_memory_rounds_cut_total", "Rounds that stopped polling early because the heap live after the last collection held more than half the memory budget.", nil, nil)
+	memoryLimitDesc  = prometheus.NewDesc("txsink_memory_go_limit_bytes", "Go's soft memory limit the budget set (above the budget's while the live heap outgrows it; 0: none, or GOMEMLIMIT rules).", nil, nil)
 )
 
 func (memoryMetrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- memoryBudgetDesc
 	ch <- memoryCutDesc
+	ch <- memoryLimitDesc
 }
 
 func (mm memoryMetrics) Collect(ch chan<- prometheus.Metric) {
-	var cut int64
+	var cut, limit int64
 	if mm.m != nil {
-		cut = mm.m.cut.Load()
+		cut, limit = mm.m.cut.Load(), mm.m.limit.Load()
 	}
+	ch <- prometheus.MustNewConstMetric(memoryLimitDesc, prometheus.GaugeValue, float64(limit))
 	ch <- prometheus.MustNewConstMetric(memoryBudgetDesc, prometheus.GaugeValue, float64(mm.m.Budget()))
 	ch <- prometheus.MustNewConstMetric(memoryCutDesc, prometheus.CounterValue, float64(cut))
 }

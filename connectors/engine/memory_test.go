@@ -7,6 +7,7 @@ import (
 	"math"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -188,5 +189,50 @@ func TestFetchSizer(t *testing.T) {
 		if got := f.limit(); got != c.want {
 			t.Errorf("%s: limit %d, want %d", c.name, got, c.want)
 		}
+	}
+}
+
+// TestMemoryLimitFollowsLiveHeap: Go's soft limit stays the budget's
+// while the live heap fits under three quarters of it; a live heap that
+// outgrows that raises the limit to twice the live heap (instead of the
+// collector running back to back) and says so; once the live heap falls
+// under a quarter of the raised limit, the limit comes back down, never
+// under the budget's.
+func TestMemoryLimitFollowsLiveHeap(t *testing.T) {
+	var logged bytes.Buffer
+	var live uint64
+	var set []int64
+	m := &Memory{budget: 128 << 20, live: func() uint64 { return live }, log: slog.New(slog.NewTextHandler(&logged, nil)),
+		setLimit: func(n int64) int64 { set = append(set, n); return 0 }}
+	m.base = 112 << 20
+	m.limit.Store(m.base)
+	for _, c := range []struct {
+		live uint64
+		want int64
+	}{
+		{60 << 20, 112 << 20},  // fits
+		{84 << 20, 112 << 20},  // three quarters exactly: fits
+		{100 << 20, 200 << 20}, // outgrew: twice the live heap
+		{120 << 20, 200 << 20}, // under three quarters of the raised limit
+		{160 << 20, 320 << 20}, // outgrew again
+		{90 << 20, 320 << 20},  // under three quarters, over a quarter
+		{40 << 20, 112 << 20},  // under a quarter: down, to the budget's at least
+	} {
+		live = c.live
+		m.observe()
+		if got := m.limit.Load(); got != c.want {
+			t.Errorf("live %d MiB: limit %d MiB, want %d MiB", c.live>>20, got>>20, c.want>>20)
+		}
+	}
+	if want := []int64{200 << 20, 320 << 20, 112 << 20}; !slices.Equal(set, want) {
+		t.Errorf("limits set %v, want %v", set, want)
+	}
+	if n := strings.Count(logged.String(), "level=WARN msg=\"the heap live after a collection outgrew the memory budget"); n != 2 {
+		t.Errorf("%d warnings of a raised limit, want 2:\n%s", n, logged.String())
+	}
+	// GOMEMLIMIT rules: observe only reads.
+	g := &Memory{budget: 128 << 20, live: func() uint64 { return 1 << 30 }, setLimit: func(int64) int64 { t.Error("set a limit though GOMEMLIMIT rules"); return 0 }}
+	if g.observe() != 1<<30 {
+		t.Error("observe did not return the live heap")
 	}
 }
