@@ -155,7 +155,7 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	scaleParts := fs.String("scale-partitions", joinInts(o.ScalePartitions), "scale rows: partition counts of one connector (empty: none)")
 	scaleConns := fs.String("scale-connectors", joinInts(o.ScaleConnectors), "scale rows: connectors of 6 partitions on one worker, with start-up, SIGKILL and recovery (empty: none)")
 	scaleWorkers := fs.String("scale-workers", joinInts(o.ScaleWorkers), "scale rows: workers of a cluster sharing one connector of 6 tasks (empty: none)")
-	fs.IntVar(&o.ScaleRecords, "scale-records", o.ScaleRecords, "scale rows: records of a partition or cluster row, and of each of a connector row's two batches (split over its connectors)")
+	fs.IntVar(&o.ScaleRecords, "scale-records", o.ScaleRecords, "scale rows: records of a partition row, of each of a connector row's two batches (split over its connectors), and a quarter of a cluster row's")
 	fs.StringVar(&o.ScaleMode, "scale-mode", o.ScaleMode, "scale rows: delivery guarantee (exactly_once needs max_prepared_transactions ≥ the partitions of one worker; rows that need more are skipped with the reason)")
 	fs.BoolVar(&o.ScaleOnly, "scale-only", false, "run only the scale rows (skip throughput, formats, CDC, profile, latency, ClickHouse and growth)")
 	fs.StringVar(&o.Out, "out", "", "output directory (default bench/results/<profile>)")

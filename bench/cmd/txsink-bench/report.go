@@ -418,7 +418,7 @@ func (sc *Scale) markdown(b *strings.Builder) {
 	}
 	if len(sc.Workers) > 0 {
 		fmt.Fprintf(b, "\n### Workers of a cluster sharing one connector (`txsink serve`, distributed mode, on this one machine)\n\n")
-		b.WriteString("One connector of 6 tasks on a 6-partition topic, created paused and resumed once its tasks are spread over the workers and every partition is fenced; records/s over the drain (median of the runs); CPU is the workers' together, from start to stop; peak RSS the largest worker's.\n\n")
+		b.WriteString("One connector of 6 tasks on a 6-partition topic, created paused and resumed once its tasks are spread over the workers and every partition is fenced; records/s from the resume to the last committed round (median of the runs); CPU is the workers' together, from start to stop; peak RSS the largest worker's.\n\n")
 		b.WriteString("| workers | tasks per worker | records | runs | records/s | vs 1 worker | workers' CPU s / M rec | machine CPU s / M rec | peak RSS MB per worker | limit hit |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, r := range sc.Workers {
 			if r.Skipped != "" {

@@ -141,6 +141,9 @@ func (b *bench) scale(ctx context.Context) error {
 	for _, r := range sc.Partitions {
 		if six != nil && r.MedianRPS > 0 {
 			r.RatioCeiling = r.MedianRPS / six.MedianRPS
+			if r != six && six.MachineCPUSecPerM > 0 && r.MachineCPUSecPerM > 0 {
+				r.Note += fmt.Sprintf("; machine CPU per record %.2f× the 6-partition row's", r.MachineCPUSecPerM/six.MachineCPUSecPerM)
+			}
 		}
 	}
 	for _, k := range o.ScaleConnectors {
@@ -255,6 +258,13 @@ func (b *bench) scalePartitions(ctx context.Context, partitions int) (*Row, erro
 	}
 	p50, mx := quantilesOf(fence)
 	r.Note = limitOf(median(busy), r.InRoundShare, r.Phases)
+	var batches []float64
+	for _, rl := range rounds {
+		if rl.Outcome == "committed" {
+			batches = append(batches, float64(rl.Batches))
+		}
+	}
+	r.Note += fmt.Sprintf("; %.0f partition batches per round (median)", median(batches))
 	if p50 > 0 {
 		r.Note += fmt.Sprintf("; fence bump %.0f ms (max %.0f)", p50, mx)
 	}
@@ -653,7 +663,9 @@ func (b *bench) offsetsAtEnds(ctx context.Context, conns, topics []string, ends 
 // -runs times on the same workers, a fresh connector each time.
 func (b *bench) scaleCluster(ctx context.Context, workers int) (*ScaleClusterR, error) {
 	const parts, tasks = 6, 6
-	n := b.o.ScaleRecords
+	// Six tasks drain in parallel: four times the records keep the drain
+	// long enough to time.
+	n := 4 * b.o.ScaleRecords
 	r := &ScaleClusterR{Workers: workers, Tasks: tasks, Records: n}
 	if why := b.preparedFits(parts); why != "" {
 		r.Skipped = why
@@ -881,7 +893,14 @@ func (b *bench) clusterDrain(ctx context.Context, procs []*serveProc, w *workloa
 	if err != nil || code >= 300 {
 		return Run{}, rounds, nil, fmt.Errorf("delete %s: %d %s %v", name, code, out, err)
 	}
+	// The drain from the resume to the last committed round: with six
+	// tasks each may drain its share in one round, and a window of
+	// rounds alone would leave their first fetches out.
 	run := drainRun(w.Records, rounds, usage{})
+	if lastAt.After(resumed) {
+		run.Seconds = lastAt.Sub(resumed).Seconds()
+		run.RPS = float64(w.Records) / run.Seconds
+	}
 	if busyLast > busy0 {
 		run.MachineCPUSeconds = busyLast - busy0
 		run.BusyShare = busyShare(run.MachineCPUSeconds, lastAt.Sub(resumed).Seconds())
@@ -918,6 +937,10 @@ func preloadTopics(ctx context.Context, bootstrap string, topics []string, from,
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(bootstrap),
 		kgo.TransactionalID(fmt.Sprintf("bench-preload-%s-%d", topics[0], from)),
+		// A topic created a moment ago may have no leader at the first
+		// metadata request; the default minimum age (5 s) would wait
+		// that long before asking again.
+		kgo.MetadataMinAge(100*time.Millisecond),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerLinger(5*time.Millisecond),
 		kgo.ProducerBatchMaxBytes(4<<20),
