@@ -18,6 +18,7 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -401,4 +402,23 @@ func quantilesOf(xs []float64) (p50, maxv float64) {
 	s := append([]float64(nil), xs...)
 	sort.Float64s(s)
 	return median(s), s[len(s)-1]
+}
+
+// counter returns the value of a Prometheus counter of the connector from
+// GET /metrics (0 when the worker has none).
+func (p *serveProc) counter(ctx context.Context, metric, connector string) (float64, error) {
+	code, out, err := p.do(ctx, http.MethodGet, "/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	if code != http.StatusOK {
+		return 0, fmt.Errorf("GET /metrics: %d", code)
+	}
+	prefix := metric + `{connector="` + connector + `"} `
+	for _, l := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(l, prefix); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, nil
 }
