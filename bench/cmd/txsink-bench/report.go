@@ -387,7 +387,11 @@ func (rep *Report) write(dir string) error {
 // markdown renders the scale rows.
 func (sc *Scale) markdown(b *strings.Builder) {
 	fmt.Fprintf(b, "\n## How cost grows (txsink %s; 100-byte JSON values)\n\n", sc.Mode)
-	fmt.Fprintf(b, "On a PostgreSQL of their own: the harness's image with max_connections=%d and max_prepared_transactions=%d (the harness's 200 and 64 refuse 100 connectors at the default connection.pool.size and exactly_once on more than 64 partitions of one worker).\n", sc.MaxConnections, sc.MaxPrepared)
+	if sc.Server != "" {
+		fmt.Fprintf(b, "On %s, max_connections=%d and max_prepared_transactions=%d.\n", sc.Server, sc.MaxConnections, sc.MaxPrepared)
+	} else {
+		fmt.Fprintf(b, "On a PostgreSQL of their own: the harness's image with max_connections=%d and max_prepared_transactions=%d (the harness's 200 and 64 refuse 100 connectors at the default connection.pool.size and exactly_once on more than 64 partitions of one worker).\n", sc.MaxConnections, sc.MaxPrepared)
+	}
 	if len(sc.Partitions) > 0 {
 		fmt.Fprintf(b, "\n### One connector (`txsink run`, one task), by partitions of its topic\n\n")
 		b.WriteString("records/s over the drain (median of the runs); \"vs 6 partitions\" divides by the 6-partition row; machine busy is the machine's busy CPU over the drain over its cores; fence bump: from the first partition's fence bump in the offsets table to the task's \"partitions assigned and fenced\".\n\n")
