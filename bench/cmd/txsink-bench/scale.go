@@ -242,8 +242,13 @@ func (b *bench) scalePartitions(ctx context.Context, partitions int) (*Row, erro
 		r.Skipped = why
 		return r, nil
 	}
-	// Pre-load at ~100k/s, then per run start-up and a drain at ≥ 20k/s.
-	need := time.Duration((float64(n)/100_000+float64(b.o.Runs)*(float64(n)/20_000+8))*float64(time.Second)) + 20*time.Second
+	// Pre-load at ~100k/s (~15k/s over hundreds of partitions), then per
+	// run start-up and a drain at ~100k/s.
+	load := 100_000.0
+	if partitions >= 500 {
+		load = 15_000
+	}
+	need := time.Duration((float64(n)/load+float64(b.o.Runs)*(float64(n)/100_000+8))*float64(time.Second)) + 20*time.Second
 	if reason := b.budgetLeft(need); reason != "" {
 		r.Skipped = reason
 		return r, nil
@@ -349,9 +354,9 @@ func (b *bench) scaleConnectors(ctx context.Context, k int) (*ScaleConnRow, erro
 		r.Skipped = why
 		return r, nil
 	}
-	// Two batches pre-loaded at ~100k/s and drained at ≥ 20k/s, creating
-	// the connectors, and a recovery of at least the session timeout.
-	need := time.Duration((2*float64(r.Records)/100_000+2*float64(r.Records)/20_000+float64(k)*0.3+40)*float64(time.Second)) + 20*time.Second
+	// Two batches pre-loaded and drained at ~100k/s, creating the
+	// connectors, and a recovery of at least the session timeout.
+	need := time.Duration((4*float64(r.Records)/100_000+float64(k)*0.3+40)*float64(time.Second)) + 20*time.Second
 	if reason := b.budgetLeft(need); reason != "" {
 		r.Skipped = reason
 		return r, nil
@@ -688,7 +693,7 @@ func (b *bench) scaleCluster(ctx context.Context, workers int) (*ScaleClusterR, 
 		r.Skipped = why
 		return r, nil
 	}
-	need := time.Duration((float64(n)/100_000+float64(workers)*5+float64(b.o.Runs)*(float64(n)/20_000+15))*float64(time.Second)) + 20*time.Second
+	need := time.Duration((float64(n)/100_000+float64(workers)*5+float64(b.o.Runs)*(float64(n)/100_000+15))*float64(time.Second)) + 20*time.Second
 	if reason := b.budgetLeft(need); reason != "" {
 		r.Skipped = reason
 		return r, nil
