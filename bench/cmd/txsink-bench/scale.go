@@ -889,7 +889,7 @@ func (b *bench) clusterDrain(ctx context.Context, procs []*serveProc, w *workloa
 		return Run{}, nil, nil, fmt.Errorf("connector %s polled %.0f records while paused", name, polled)
 	}
 	busy0, resumed := machineBusy(), time.Now()
-	code, out, err := procs[0].do(ctx, http.MethodPut, "/connectors/"+name+"/resume", nil)
+	code, out, err := procs[0].doRetry(ctx, http.MethodPut, "/connectors/"+name+"/resume", nil)
 	if err != nil || code != http.StatusAccepted {
 		return Run{}, nil, nil, fmt.Errorf("resume %s: %d %s %v", name, code, out, err)
 	}
@@ -935,7 +935,7 @@ func (b *bench) clusterDrain(ctx context.Context, procs []*serveProc, w *workloa
 	if err := checkRows(ctx, b.sdb.pool, table, w.Records); err != nil {
 		return Run{}, rounds, nil, err
 	}
-	code, out, err = procs[0].do(ctx, http.MethodDelete, "/connectors/"+name, nil)
+	code, out, err = procs[0].doRetry(ctx, http.MethodDelete, "/connectors/"+name, nil)
 	if err != nil || code >= 300 {
 		return Run{}, rounds, nil, fmt.Errorf("delete %s: %d %s %v", name, code, out, err)
 	}

@@ -327,19 +327,29 @@ func (p *serveProc) createConnector(ctx context.Context, name string, cfg map[st
 	if initial != "" {
 		body["initial_state"] = initial
 	}
-	for attempt := 0; ; attempt++ {
-		code, out, err := p.do(ctx, http.MethodPost, "/connectors", body)
-		if err != nil {
-			return err
-		}
-		switch {
-		case code == http.StatusCreated:
-			return nil
-		case code == http.StatusConflict && attempt < 100:
-			time.Sleep(200 * time.Millisecond)
-			continue
-		}
+	code, out, err := p.doRetry(ctx, http.MethodPost, "/connectors", body)
+	if err != nil {
+		return err
+	}
+	if code != http.StatusCreated {
 		return fmt.Errorf("POST /connectors %s: %d %s", name, code, out)
+	}
+	return nil
+}
+
+// doRetry is do, retrying for up to 20 s the 409 a worker answers while
+// the cluster rebalances (as Kafka Connect's clients do).
+func (p *serveProc) doRetry(ctx context.Context, method, path string, body any) (int, []byte, error) {
+	for attempt := 0; ; attempt++ {
+		code, out, err := p.do(ctx, method, path, body)
+		if err != nil || code != http.StatusConflict || attempt >= 100 {
+			return code, out, err
+		}
+		select {
+		case <-ctx.Done():
+			return 0, nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 }
 
