@@ -28,10 +28,10 @@ type Scale struct {
 	// Records is the records of a partition row, of a cluster row, and
 	// of each batch of a connector row (split evenly over its
 	// connectors).
-	Records    int              `json:"records"`
-	Partitions []*Row           `json:"partitions"`
-	Connectors []*ScaleConnRow  `json:"connectors"`
-	Workers    []*ScaleClusterR `json:"workers"`
+	Records    int                   `json:"records"`
+	Partitions []*Row                `json:"partitions"`
+	Connectors []*ScaleConnectorsRow `json:"connectors"`
+	Workers    []*ScaleWorkersRow    `json:"workers"`
 	// MaxPrepared and MaxConnections are the scale rows' PostgreSQL's
 	// max_prepared_transactions and max_connections (scalepg.go).
 	MaxPrepared    int `json:"max_prepared_transactions,omitempty"`
@@ -40,10 +40,10 @@ type Scale struct {
 	Server string `json:"server,omitempty"`
 }
 
-// ScaleConnRow is one worker ("txsink serve", standalone) running
+// ScaleConnectorsRow is one worker ("txsink serve", standalone) running
 // Connectors connectors of 6 partitions each, created through the REST
 // API, each on a topic and a table of its own.
-type ScaleConnRow struct {
+type ScaleConnectorsRow struct {
 	Connectors int `json:"connectors"`
 	Partitions int `json:"partitions_each"`
 	// Records is each batch's records over all connectors: batch A before
@@ -93,9 +93,9 @@ type ScaleConnRow struct {
 	Skipped           string `json:"skipped,omitempty"`
 }
 
-// ScaleClusterR is Workers "txsink serve" workers in distributed mode
+// ScaleWorkersRow is Workers "txsink serve" workers in distributed mode
 // sharing one connector of Tasks tasks on a topic of 6 partitions.
-type ScaleClusterR struct {
+type ScaleWorkersRow struct {
 	Workers int   `json:"workers"`
 	Tasks   int   `json:"tasks"`
 	Records int   `json:"records"`
@@ -346,10 +346,10 @@ func (b *bench) scaleNames(kind string, k int) (topics, tables, conns []string) 
 
 // scaleConnectors runs k connectors of 6 partitions on one standalone
 // worker: start-up to steady state, a drain, SIGKILL and recovery.
-func (b *bench) scaleConnectors(ctx context.Context, k int) (*ScaleConnRow, error) {
+func (b *bench) scaleConnectors(ctx context.Context, k int) (*ScaleConnectorsRow, error) {
 	const parts = 6
 	per := max(b.o.ScaleRecords/k, 1)
-	r := &ScaleConnRow{Connectors: k, Partitions: parts, Records: per * k}
+	r := &ScaleConnectorsRow{Connectors: k, Partitions: parts, Records: per * k}
 	if why := b.preparedFits(k * parts); why != "" {
 		r.Skipped = why
 		return r, nil
@@ -361,7 +361,7 @@ func (b *bench) scaleConnectors(ctx context.Context, k int) (*ScaleConnRow, erro
 		r.Skipped = reason
 		return r, nil
 	}
-	fail := func(err error) (*ScaleConnRow, error) {
+	fail := func(err error) (*ScaleConnectorsRow, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -683,12 +683,12 @@ func (b *bench) offsetsAtEnds(ctx context.Context, conns, topics []string, ends 
 // one connector of 6 tasks on a 6-partition topic: created paused, resumed
 // once its tasks are spread and their partitions fenced, then drained;
 // -runs times on the same workers, a fresh connector each time.
-func (b *bench) scaleCluster(ctx context.Context, workers int) (*ScaleClusterR, error) {
+func (b *bench) scaleCluster(ctx context.Context, workers int) (*ScaleWorkersRow, error) {
 	const parts, tasks = 6, 6
 	// Six tasks drain in parallel: four times the records keep the drain
 	// long enough to time.
 	n := 4 * b.o.ScaleRecords
-	r := &ScaleClusterR{Workers: workers, Tasks: tasks, Records: n}
+	r := &ScaleWorkersRow{Workers: workers, Tasks: tasks, Records: n}
 	if why := b.preparedFits(parts); why != "" {
 		r.Skipped = why
 		return r, nil
@@ -698,7 +698,7 @@ func (b *bench) scaleCluster(ctx context.Context, workers int) (*ScaleClusterR, 
 		r.Skipped = reason
 		return r, nil
 	}
-	fail := func(err error) (*ScaleClusterR, error) {
+	fail := func(err error) (*ScaleWorkersRow, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
