@@ -39,6 +39,8 @@ type bench struct {
 	// formatTargets are the Avro-vs-JSON and Protobuf-vs-JSON targets,
 	// when -formats measured them.
 	formatTargets []Target
+	// sdb is the scale rows' PostgreSQL (scalepg.go).
+	sdb *scaleDB
 }
 
 func (b *bench) logf(format string, args ...any) {
@@ -85,7 +87,7 @@ func runBench(ctx context.Context, o options, log io.Writer) (*Report, error) {
 
 	// The peer's class path resolves (Maven) while the containers start.
 	peerDone := make(chan struct{})
-	if o.Peer {
+	if o.Peer && !o.ScaleOnly {
 		go func() {
 			defer close(peerDone)
 			b.peer, b.peerErr = preparePeer(ctx, o.Repo)
@@ -127,9 +129,24 @@ func runBench(ctx context.Context, o options, log io.Writer) (*Report, error) {
 	}
 	b.logf("services up (Kafka %s), txsink built", b.bootstrap)
 
+	if !o.ScaleOnly {
+		if err := b.steps(ctx, peerDone); err != nil {
+			return rep, err
+		}
+	}
+	if err := b.scale(ctx); err != nil {
+		return rep, err
+	}
+	b.targets()
+	return rep, nil
+}
+
+// steps runs every step but the scale rows.
+func (b *bench) steps(ctx context.Context, peerDone <-chan struct{}) error {
+	o, rep := b.o, b.rep
 	specs := o.workloadSpecs()
 	if err := b.throughput(ctx, specs[0], peerDone); err != nil {
-		return rep, err
+		return err
 	}
 	for _, r := range rep.Rows {
 		if r.System == "txsink" && r.MedianRPS > 0 && (b.slowest == 0 || r.MedianRPS < b.slowest) {
@@ -137,34 +154,33 @@ func runBench(ctx context.Context, o options, log io.Writer) (*Report, error) {
 		}
 	}
 	if err := b.formats(ctx); err != nil {
-		return rep, err
+		return err
 	}
 	if err := b.cdc(ctx); err != nil {
-		return rep, err
+		return err
 	}
 	if o.Pprof {
 		if err := b.profileInProcess(ctx, "exactly_once"); err != nil {
-			return rep, err
+			return err
 		}
 	}
 	if err := b.latency(ctx); err != nil {
-		return rep, err
+		return err
 	}
 	if o.ClickHouse {
 		if err := b.clickhouse(ctx); err != nil {
-			return rep, err
+			return err
 		}
 	}
 	for _, sp := range specs[1:] {
 		if err := b.throughput(ctx, sp, peerDone); err != nil {
-			return rep, err
+			return err
 		}
 	}
 	if err := b.growth(ctx); err != nil {
-		return rep, err
+		return err
 	}
-	b.targets()
-	return rep, nil
+	return nil
 }
 
 func envOr(k, def string) string {
@@ -278,6 +294,12 @@ func splitWorkerSettings(cfg map[string]string) []string {
 // -set's, then extra's, until all of w's records are committed; it returns
 // the run's figures and round lines.
 func (b *bench) drain(ctx context.Context, w *workload, name string, settings, extra map[string]string) (Run, []roundLine, error) {
+	return b.drainWith(ctx, w, name, settings, extra, nil)
+}
+
+// drainWith is drain, calling seen (when not nil) with the process once
+// the records are committed, before it stops.
+func (b *bench) drainWith(ctx context.Context, w *workload, name string, settings, extra map[string]string, seen func(*process)) (Run, []roundLine, error) {
 	cfg := map[string]string{
 		"name":              strings.ReplaceAll(name, "_", "-"),
 		"topics":            w.Topic,
@@ -298,6 +320,9 @@ func (b *bench) drain(ctx context.Context, w *workload, name string, settings, e
 		return Run{}, nil, err
 	}
 	err = p.waitFor(ctx, b.drainTimeout(w.Records, 2000), func() bool { return p.committedRecords() >= w.Records })
+	if err == nil && seen != nil {
+		seen(p)
+	}
 	u := p.stop()
 	rounds := p.roundsSnapshot()
 	if err != nil {

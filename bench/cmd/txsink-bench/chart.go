@@ -20,7 +20,9 @@ var palette = []color.Color{
 }
 
 // writeCharts writes throughput.png (records/s by system and workload),
-// latency_cdf.png and growth.png into dir, for what the report holds.
+// latency_cdf.png, growth.png and the scale rows' scale_partitions.png,
+// scale_connectors.png and scale_workers.png into dir, for what the report
+// holds.
 func writeCharts(rep *Report, dir string) error {
 	if err := throughputChart(rep, filepath.Join(dir, "throughput.png")); err != nil {
 		return err
@@ -28,7 +30,10 @@ func writeCharts(rep *Report, dir string) error {
 	if err := latencyChart(rep, filepath.Join(dir, "latency_cdf.png")); err != nil {
 		return err
 	}
-	return growthChart(rep, filepath.Join(dir, "growth.png"))
+	if err := growthChart(rep, filepath.Join(dir, "growth.png")); err != nil {
+		return err
+	}
+	return scaleCharts(rep.Scale, dir)
 }
 
 func throughputChart(rep *Report, path string) error {
@@ -173,4 +178,101 @@ func growthChart(rep *Report, path string) error {
 	p.Add(rl)
 	p.Add(plotter.NewGrid())
 	return p.Save(6*vg.Inch, 4.5*vg.Inch, path)
+}
+
+// barSeries is one colour of a bar chart: a value per category (0: none).
+type barSeries struct {
+	label  string
+	values []float64
+}
+
+// barChart draws grouped bars of series over categories, with a dashed
+// horizontal reference line at ref (when > 0) labelled refLabel.
+func barChart(path, title, ylabel string, categories []string, series []barSeries, ref float64, refLabel string) error {
+	p := plot.New()
+	p.Title.Text = title
+	p.Y.Label.Text = ylabel
+	p.Legend.Top = true
+	w := vg.Points(14)
+	top := ref
+	for i, s := range series {
+		bars, err := plotter.NewBarChart(plotter.Values(s.values), w)
+		if err != nil {
+			return err
+		}
+		bars.LineStyle.Width = 0
+		bars.Color = palette[(i+1)%len(palette)]
+		bars.Offset = w * vg.Length(float64(i)-float64(len(series)-1)/2)
+		p.Add(bars)
+		p.Legend.Add(s.label, bars)
+		for _, v := range s.values {
+			top = max(top, v)
+		}
+	}
+	if ref > 0 {
+		l, err := plotter.NewLine(plotter.XYs{{X: -0.5, Y: ref}, {X: float64(len(categories)) - 0.5, Y: ref}})
+		if err != nil {
+			return err
+		}
+		l.Dashes = []vg.Length{vg.Points(4), vg.Points(4)}
+		l.Color = palette[0]
+		p.Add(l)
+		p.Legend.Add(refLabel, l)
+	}
+	p.NominalX(categories...)
+	p.Y.Min, p.Y.Max = 0, top*1.35
+	return p.Save(vg.Length(max(6, 1.6*float64(len(categories))))*vg.Inch, 4.5*vg.Inch, path)
+}
+
+// scaleCharts draws the scale rows: records/s by partitions (with 80 % of
+// the 6-partition rate), seconds to up and to recovered and RSS per
+// connector by connectors (with the 30 s target), records/s by workers.
+func scaleCharts(sc *Scale, dir string) error {
+	if sc == nil {
+		return nil
+	}
+	var cats []string
+	var rps []float64
+	var six float64
+	for _, r := range sc.Partitions {
+		if r.Skipped == "" && r.MedianRPS > 0 {
+			cats = append(cats, fmt.Sprint(r.Partitions))
+			rps = append(rps, r.MedianRPS/1000)
+			if r.Partitions == 6 {
+				six = r.MedianRPS / 1000
+			}
+		}
+	}
+	if len(cats) > 0 {
+		if err := barChart(filepath.Join(dir, "scale_partitions.png"), "One connector: records/s by partitions ("+sc.Mode+")", "thousand records/s",
+			cats, []barSeries{{"records/s", rps}}, 0.8*six, "80 % of 6 partitions (target)"); err != nil {
+			return err
+		}
+	}
+	cats = nil
+	var up, rec, rss []float64
+	for _, r := range sc.Connectors {
+		if r.Skipped == "" && r.UpSeconds > 0 {
+			cats = append(cats, fmt.Sprintf("%d × 6p", r.Connectors))
+			up, rec, rss = append(up, r.UpSeconds), append(rec, r.RecoveredSeconds), append(rss, r.PeakRSSMB/100)
+		}
+	}
+	if len(cats) > 0 {
+		if err := barChart(filepath.Join(dir, "scale_connectors.png"), "Connectors on one worker ("+sc.Mode+")", "seconds; peak RSS in 100 MiB",
+			cats, []barSeries{{"first create → up and steady (s)", up}, {"SIGKILL → recovered (s)", rec}, {"peak RSS (100 MiB)", rss}}, 30, "30 s target"); err != nil {
+			return err
+		}
+	}
+	cats, rps = nil, nil
+	for _, r := range sc.Workers {
+		if r.Skipped == "" && r.MedianRPS > 0 {
+			cats = append(cats, fmt.Sprintf("%d worker(s)", r.Workers))
+			rps = append(rps, r.MedianRPS/1000)
+		}
+	}
+	if len(cats) > 0 {
+		return barChart(filepath.Join(dir, "scale_workers.png"), "Cluster on one machine: one connector of 6 tasks ("+sc.Mode+")", "thousand records/s",
+			cats, []barSeries{{"records/s", rps}}, 0, "")
+	}
+	return nil
 }

@@ -2,8 +2,8 @@
 // and the Kafka Connect + Debezium JDBC sink peer, in one run, on the same
 // data and the same servers. See bench/README.md.
 //
-//	go run ./bench/cmd/txsink-bench -profile smoke   # ≤ 3 minutes, CI
-//	go run ./bench/cmd/txsink-bench -profile full    # ≤ 30 minutes
+//	go run ./bench/cmd/txsink-bench -profile smoke   # ≤ 4 minutes, CI
+//	go run ./bench/cmd/txsink-bench -profile full    # ≤ 38 minutes
 package main
 
 import (
@@ -49,23 +49,34 @@ type options struct {
 	Formats []string
 	// CDCTxns is the source transactions of the CDC rows (0: none).
 	CDCTxns int
-	Out     string
-	Repo    string
-	Timeout time.Duration
-	Charts  bool
-	Pprof   bool
-	Command string
+	// The scale rows (scale.go): partition counts of one connector,
+	// connector counts of one worker, worker counts of a cluster (empty:
+	// none), their records and delivery guarantee. ScaleOnly skips every
+	// other step.
+	ScalePartitions []int
+	ScaleConnectors []int
+	ScaleWorkers    []int
+	ScaleRecords    int
+	ScaleMode       string
+	ScaleOnly       bool
+	Out             string
+	Repo            string
+	Timeout         time.Duration
+	Charts          bool
+	Pprof           bool
+	Command         string
 	// Settings are connector settings added to every txsink run (-set).
 	Settings map[string]string
 }
 
 func profileOptions(name string) (options, error) {
 	o := options{
-		Profile:  name,
-		Modes:    []string{"exactly_once", "exactly_once_sink", "at_least_once"},
-		LatModes: []string{"exactly_once", "exactly_once_sink"},
-		Formats:  []string{"avro", "protobuf"},
-		Charts:   true,
+		Profile:   name,
+		Modes:     []string{"exactly_once", "exactly_once_sink", "at_least_once"},
+		LatModes:  []string{"exactly_once", "exactly_once_sink"},
+		Formats:   []string{"avro", "protobuf"},
+		Charts:    true,
+		ScaleMode: "exactly_once",
 	}
 	switch name {
 	case "smoke":
@@ -78,7 +89,11 @@ func profileOptions(name string) (options, error) {
 		o.Growth = []int{10_000, 40_000}
 		o.ClickHouse = false
 		o.CDCTxns = 300
-		o.Timeout = 3 * time.Minute
+		o.ScalePartitions = []int{1, 100}
+		o.ScaleConnectors = []int{3}
+		o.ScaleWorkers = []int{2}
+		o.ScaleRecords = 10_000
+		o.Timeout = 4 * time.Minute
 	case "full":
 		// The path before pipelined rounds, beside the default.
 		o.Modes = []string{"exactly_once", "exactly_once_serial", "exactly_once_sink", "exactly_once_sink_serial", "exactly_once_nobudget", "exactly_once_sink_nobudget", "at_least_once"}
@@ -94,7 +109,11 @@ func profileOptions(name string) (options, error) {
 		o.ClickHouse = true
 		o.Pprof = true
 		o.CDCTxns = 30_000
-		o.Timeout = 30 * time.Minute
+		o.ScalePartitions = []int{1, 6, 100, 1000}
+		o.ScaleConnectors = []int{1, 10, 100}
+		o.ScaleWorkers = []int{1, 2, 3}
+		o.ScaleRecords = 500_000
+		o.Timeout = 38 * time.Minute
 	default:
 		return o, fmt.Errorf("-profile: must be smoke or full, got %q", name)
 	}
@@ -117,7 +136,7 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	}
 	fs := flag.NewFlagSet("txsink-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.Profile, "profile", o.Profile, "smoke (≤ 3 min, CI) or full (≤ 30 min); sets the defaults below")
+	fs.StringVar(&o.Profile, "profile", o.Profile, "smoke (≤ 4 min, CI) or full (≤ 38 min); sets the defaults below")
 	fs.IntVar(&o.Records, "records", o.Records, "records of the main workload (100-byte JSON values, 6 partitions)")
 	parts := fs.String("partitions", joinInts(o.Partitions), "partition counts of the 100-byte workloads (the main one is 6 when listed, else the first)")
 	fs.Float64Var(&o.SweepFactor, "sweep-factor", o.SweepFactor, "records of the other partition counts as a fraction of -records (0: same)")
@@ -133,6 +152,12 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	growth := fs.String("growth", joinInts(o.Growth), "record counts of the growth curve (empty: none)")
 	fs.BoolVar(&o.ClickHouse, "clickhouse", o.ClickHouse, "measure ClickHouse (raw insert, and txsink's sink if registered)")
 	formats := fs.String("formats", strings.Join(o.Formats, ","), "Schema Registry formats (avro, protobuf) whose converters are measured on the main workload's rows beside JSON; empty: none")
+	scaleParts := fs.String("scale-partitions", joinInts(o.ScalePartitions), "scale rows: partition counts of one connector (empty: none)")
+	scaleConns := fs.String("scale-connectors", joinInts(o.ScaleConnectors), "scale rows: connectors of 6 partitions on one worker, with start-up, SIGKILL and recovery (empty: none)")
+	scaleWorkers := fs.String("scale-workers", joinInts(o.ScaleWorkers), "scale rows: workers of a cluster sharing one connector of 6 tasks (empty: none)")
+	fs.IntVar(&o.ScaleRecords, "scale-records", o.ScaleRecords, "scale rows: records of a partition row, of each of a connector row's two batches (split over its connectors), and a quarter of a cluster row's")
+	fs.StringVar(&o.ScaleMode, "scale-mode", o.ScaleMode, "scale rows: delivery guarantee (exactly_once needs max_prepared_transactions ≥ the partitions of one worker; rows that need more are skipped with the reason)")
+	fs.BoolVar(&o.ScaleOnly, "scale-only", false, "run only the scale rows (skip throughput, formats, CDC, profile, latency, ClickHouse and growth)")
 	fs.StringVar(&o.Out, "out", "", "output directory (default bench/results/<profile>)")
 	fs.StringVar(&o.Repo, "repo", "", "repository root (default: found from the working directory)")
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "overall budget; remaining steps are skipped with the reason once it is spent")
@@ -153,7 +178,7 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	for _, p := range []struct {
 		s   string
 		dst *[]int
-	}{{*parts, &o.Partitions}, {*growth, &o.Growth}} {
+	}{{*parts, &o.Partitions}, {*growth, &o.Growth}, {*scaleParts, &o.ScalePartitions}, {*scaleConns, &o.ScaleConnectors}, {*scaleWorkers, &o.ScaleWorkers}} {
 		v, err := parseInts(p.s)
 		if err != nil {
 			fmt.Fprintln(stderr, "txsink-bench:", err)
@@ -248,7 +273,15 @@ func (o options) validate() error {
 	case o.SweepFactor < 0 || o.SweepFactor > 1:
 		return fmt.Errorf("-sweep-factor: must be between 0 and 1, got %g", o.SweepFactor)
 	}
-	for _, m := range append(append([]string{}, o.Modes...), o.LatModes...) {
+	if len(o.ScalePartitions)+len(o.ScaleConnectors)+len(o.ScaleWorkers) > 0 && o.ScaleRecords < 1 {
+		return fmt.Errorf("-scale-records: must be at least 1, got %d", o.ScaleRecords)
+	}
+	for _, p := range o.ScalePartitions {
+		if p > 10000 {
+			return fmt.Errorf("-scale-partitions: must be at most 10000, got %d", p)
+		}
+	}
+	for _, m := range append(append([]string{o.ScaleMode}, o.Modes...), o.LatModes...) {
 		g, _ := strings.CutSuffix(m, "_serial")
 		g, _ = strings.CutSuffix(g, "_nobudget")
 		switch g {

@@ -23,8 +23,10 @@ type Report struct {
 	Rows    []*Row     `json:"rows"`
 	Latency []*Latency `json:"latency"`
 	Growth  []*Growth  `json:"growth"`
-	Targets []Target   `json:"targets"`
-	Notes   []string   `json:"notes"`
+	// Scale is the scale rows (how cost grows), when run.
+	Scale   *Scale   `json:"scale,omitempty"`
+	Targets []Target `json:"targets"`
+	Notes   []string `json:"notes"`
 	// CPUProfile is the CPU profile of an in-process drain.
 	CPUProfile *ProfileSummary `json:"cpu_profile,omitempty"`
 	Workloads  []*workload     `json:"workloads"`
@@ -97,6 +99,9 @@ type Run struct {
 	// (prepare/decide/commit or the local write); the rest is polling and
 	// linger between rounds.
 	InRoundShare float64 `json:"in_round_share,omitempty"`
+	// BusyShare is the machine's busy CPU over the span it was sampled
+	// over, divided by that span and the cores (scale rows).
+	BusyShare float64 `json:"machine_busy_share,omitempty"`
 }
 
 // Quantiles are in milliseconds.
@@ -322,6 +327,9 @@ func (rep *Report) markdown() string {
 			fmt.Fprintf(&b, "| %d | %.1f | %s | %.1f | %s | %s |\n", g.Records, g.Seconds, fmtNum(g.RPS), g.SecondsPerM, fmtNum(g.CPUSecPerM), fmtNum(g.PeakRSSMB))
 		}
 	}
+	if rep.Scale != nil {
+		rep.Scale.markdown(&b)
+	}
 	if len(rep.Targets) > 0 {
 		b.WriteString("\n## Targets\n\n| target | want | got | met |\n|---|---|---|---|\n")
 		for _, t := range rep.Targets {
@@ -374,4 +382,55 @@ func (rep *Report) write(dir string) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, "results.md"), []byte(rep.markdown()), 0o644)
+}
+
+// markdown renders the scale rows.
+func (sc *Scale) markdown(b *strings.Builder) {
+	fmt.Fprintf(b, "\n## How cost grows (txsink %s; 100-byte JSON values)\n\n", sc.Mode)
+	if sc.Server != "" {
+		fmt.Fprintf(b, "On %s, max_connections=%d and max_prepared_transactions=%d.\n", sc.Server, sc.MaxConnections, sc.MaxPrepared)
+	} else {
+		fmt.Fprintf(b, "On a PostgreSQL of their own: the harness's image with max_connections=%d and max_prepared_transactions=%d (the harness's 200 and 64 refuse 100 connectors at the default connection.pool.size and exactly_once on more than 64 partitions of one worker).\n", sc.MaxConnections, sc.MaxPrepared)
+	}
+	if len(sc.Partitions) > 0 {
+		fmt.Fprintf(b, "\n### One connector (`txsink run`, one task), by partitions of its topic\n\n")
+		b.WriteString("records/s over the drain (median of the runs); \"vs 6 partitions\" divides by the 6-partition row; machine busy is the machine's busy CPU over the drain over its cores; fence bump: from the first partition's fence bump in the offsets table to the task's \"partitions assigned and fenced\".\n\n")
+		b.WriteString("| partitions | records | runs | records/s | vs 6 partitions | CPU s / M rec | machine CPU s / M rec | peak RSS MB | round phases p50/p99 ms | limit hit |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, r := range sc.Partitions {
+			if r.Skipped != "" {
+				fmt.Fprintf(b, "| %d | %d | 0 | — | | | | | | %s |\n", r.Partitions, r.Records, r.Skipped)
+				continue
+			}
+			fmt.Fprintf(b, "| %d | %d | %d | %s | %s | %s | %s | %s | %s | %s |\n", r.Partitions, r.Records, len(r.Runs), fmtNum(r.MedianRPS),
+				fmtRatio(r.RatioCeiling), fmtNum(r.CPUSecPerM), fmtNum(r.MachineCPUSecPerM), fmtNum(r.PeakRSSMB), fmtPhases(r.Phases), r.Note)
+		}
+	}
+	if len(sc.Connectors) > 0 {
+		fmt.Fprintf(b, "\n### Connectors of 6 partitions on one worker (`txsink serve`, created through the REST API, 10 requests at a time)\n\n")
+		b.WriteString("up and steady: from the first create request to every connector's task RUNNING and its first committed round; records/s over the drain of the first batch (first committed round's start to the last's end), machine CPU from the first create request to the drain's end (start-up included). Assignment: per connector, from \"connector running\" to \"partitions assigned and fenced\" (group join, recovery of in-doubt batches, fence bump); fence bump: from the first partition's bump in the offsets table to that line; p50/max over the connectors. Recovery: the worker is SIGKILLed at the first committed round of a second batch and started again at once; recovered is every connector's first committed round after the restart, caught up every partition's stored offset at its end (a third batch of a tenth, produced after the restart, gives every connector records to write; then each table is checked exact). RSS: the larger VmHWM of the two incarnations.\n\n")
+		b.WriteString("| connectors | records per batch | up and steady s | all RUNNING s | records/s | machine CPU s / M rec | assignment p50/max ms | fence bump p50/max ms | SIGKILL → recovered s | SIGKILL → caught up s | after restart: assignment p50/max ms, fence bump p50/max ms | peak RSS MB | RSS per connector MB | peak DB connections | limit hit |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, r := range sc.Connectors {
+			if r.Skipped != "" {
+				fmt.Fprintf(b, "| %d | %d | %s | | | | | | | | | | | | |\n", r.Connectors, r.Records, r.Skipped)
+				continue
+			}
+			fmt.Fprintf(b, "| %d | %d | %.1f | %.1f | %s | %s | %.0f/%.0f | %.0f/%.0f | %.1f | %.1f | %.0f/%.0f, %.0f/%.0f | %s | %.1f | %d | %s |\n",
+				r.Connectors, r.Records, r.UpSeconds, r.RunningSeconds, fmtNum(r.RPS), fmtNum(r.MachineCPUSecPerM),
+				r.AssignP50Ms, r.AssignMaxMs, r.FenceBumpP50Ms, r.FenceBumpMaxMs, r.RecoveredSeconds, r.CaughtUpSeconds,
+				r.RecAssignP50Ms, r.RecAssignMaxMs, r.RecFenceBumpP50Ms, r.RecFenceBumpMaxMs, fmtNum(r.PeakRSSMB), r.RSSPerConnectorMB, r.PeakDBConnections, r.Limit)
+		}
+	}
+	if len(sc.Workers) > 0 {
+		fmt.Fprintf(b, "\n### Workers of a cluster sharing one connector (`txsink serve`, distributed mode, on this one machine)\n\n")
+		b.WriteString("One connector of 6 tasks on a 6-partition topic, created paused and resumed once its tasks are spread over the workers and every partition is fenced; records/s from the resume to the last committed round (median of the runs); CPU is the workers' together, from start to stop; peak RSS the largest worker's.\n\n")
+		b.WriteString("| workers | tasks per worker | records | runs | records/s | vs 1 worker | workers' CPU s / M rec | machine CPU s / M rec | peak RSS MB per worker | limit hit |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, r := range sc.Workers {
+			if r.Skipped != "" {
+				fmt.Fprintf(b, "| %d | | %d | 0 | — | | | | | %s |\n", r.Workers, r.Records, r.Skipped)
+				continue
+			}
+			fmt.Fprintf(b, "| %d | %s | %d | %d | %s | %s | %s | %s | %s | %s |\n", r.Workers, joinInts(r.TasksPerWorker), r.Records, len(r.Runs),
+				fmtNum(r.MedianRPS), fmtRatio(r.RatioOne), fmtNum(r.CPUSecPerM), fmtNum(r.MachineCPUSecPerM), fmtNum(r.PeakRSSMB), r.Limit)
+		}
+	}
 }

@@ -34,7 +34,7 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	o.Command = "go test -tags bench ./bench/..."
-	o.Timeout = 5 * time.Minute // the profile's own budget is 3 min; leave slack on a loaded machine
+	o.Timeout = 6 * time.Minute // the profile's own budget is 4 min; leave slack on a loaded machine
 	var log bytes.Buffer
 	rep, err := runBench(context.Background(), o, &log)
 	t.Logf("bench log:\n%s", log.String())
@@ -90,9 +90,41 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("growth %d: %+v", g.Records, g)
 		}
 	}
-	for _, f := range []string{"results.json", "results.md", "throughput.png", "latency_cdf.png", "growth.png"} {
+	checkScale(t, o, rep.Scale)
+	for _, f := range []string{"results.json", "results.md", "throughput.png", "latency_cdf.png", "growth.png",
+		"scale_partitions.png", "scale_connectors.png", "scale_workers.png"} {
 		if st, err := os.Stat(filepath.Join(o.Out, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s not written: %v", f, err)
+		}
+	}
+}
+
+// checkScale checks that every scale row of the profile was measured and
+// carries its figures.
+func checkScale(t *testing.T, o options, sc *Scale) {
+	t.Helper()
+	if sc == nil {
+		t.Error("no scale rows")
+		return
+	}
+	if len(sc.Partitions) != len(o.ScalePartitions) || len(sc.Connectors) != len(o.ScaleConnectors) || len(sc.Workers) != len(o.ScaleWorkers) {
+		t.Errorf("scale rows: %d/%d/%d, want %d/%d/%d", len(sc.Partitions), len(sc.Connectors), len(sc.Workers),
+			len(o.ScalePartitions), len(o.ScaleConnectors), len(o.ScaleWorkers))
+	}
+	for _, r := range sc.Partitions {
+		if r.Skipped != "" || len(r.Runs) != o.Runs || r.MedianRPS <= 0 || r.PeakRSSMB <= 0 || r.Note == "" {
+			t.Errorf("scale row of %d partitions: %+v", r.Partitions, r)
+		}
+	}
+	for _, r := range sc.Connectors {
+		if r.Skipped != "" || r.UpSeconds <= 0 || r.RPS <= 0 || r.RecoveredSeconds <= 0 || r.CaughtUpSeconds < r.RecoveredSeconds ||
+			r.PeakRSSMB <= 0 || r.AssignMaxMs <= 0 || r.FenceBumpMaxMs <= 0 || r.RecAssignMaxMs <= 0 || r.PeakDBConnections <= 0 {
+			t.Errorf("scale row of %d connectors: %+v", r.Connectors, r)
+		}
+	}
+	for _, r := range sc.Workers {
+		if r.Skipped != "" || len(r.Runs) != o.Runs || r.MedianRPS <= 0 || len(r.TasksPerWorker) != r.Workers || r.Limit == "" {
+			t.Errorf("scale row of %d workers: %+v", r.Workers, r)
 		}
 	}
 }

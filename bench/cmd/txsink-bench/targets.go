@@ -1,6 +1,9 @@
 package main
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // targets evaluates the issue's targets on the main workload. A target
 // whose inputs were not measured is reported as not measured.
@@ -111,9 +114,62 @@ func (b *bench) targets() {
 		b.rep.Targets = append(b.rep.Targets, Target{Name: "ClickHouse exactly-once vs raw batch insert", Want: "≥ 50 %"})
 	}
 	b.rep.Targets = append(b.rep.Targets, b.formatTargets...)
+	b.rep.Targets = append(b.rep.Targets, scaleTargets(b.rep.Scale)...)
 	for i := range b.rep.Targets {
 		if b.rep.Targets[i].Got == "" {
 			b.rep.Targets[i].Got = "not measured in this run"
 		}
 	}
+}
+
+// scaleTargets evaluates the scale rows' targets (issue 29): 1,000
+// partitions at ≥ 80 % of the 6-partition rate; 100 connectors up and
+// steady within 30 s, at most 1 GB resident, recovered within 30 s of a
+// SIGKILL. A row that failed misses its targets, with its reason.
+func scaleTargets(sc *Scale) []Target {
+	met := func(ok bool) *bool { return &ok }
+	parts := Target{Name: "1,000 partitions vs 6 partitions, one connector (scale rows)", Want: "≥ 80 %"}
+	up := Target{Name: "100 connectors on one worker: up and steady", Want: "≤ 30 s"}
+	rss := Target{Name: "100 connectors on one worker: peak RSS", Want: "≤ 1 GB (954 MiB)"}
+	rec := Target{Name: "100 connectors on one worker: recovered after a SIGKILL", Want: "≤ 30 s"}
+	if sc == nil {
+		return []Target{parts, up, rss, rec}
+	}
+	var six, thousand *Row
+	for _, r := range sc.Partitions {
+		switch r.Partitions {
+		case 6:
+			six = r
+		case 1000:
+			thousand = r
+		}
+	}
+	switch {
+	case thousand != nil && thousand.Skipped != "" && !strings.HasPrefix(thousand.Skipped, "skipped:"):
+		parts.Got, parts.Met, parts.Evidence = "1,000-partition row "+thousand.Skipped, met(false), thousand.Skipped
+	case thousand != nil && six != nil && thousand.MedianRPS > 0 && six.MedianRPS > 0:
+		parts.Value = thousand.MedianRPS / six.MedianRPS
+		parts.Got = fmt.Sprintf("%.0f %% (%s of %s rec/s); limit: %s", parts.Value*100, fmtNum(thousand.MedianRPS), fmtNum(six.MedianRPS), thousand.Note)
+		parts.Met, parts.Evidence = met(parts.Value >= 0.80), thousand.Note
+	}
+	for _, r := range sc.Connectors {
+		if r.Connectors != 100 {
+			continue
+		}
+		if r.Skipped != "" {
+			if !strings.HasPrefix(r.Skipped, "skipped:") {
+				for _, t := range []*Target{&up, &rss, &rec} {
+					t.Got, t.Met, t.Evidence = "the row "+r.Skipped, met(false), r.Skipped
+				}
+			}
+			break
+		}
+		up.Value, up.Met = r.UpSeconds, met(r.UpSeconds <= 30)
+		up.Got = fmt.Sprintf("%.1f s (all RUNNING %.1f s; assignment p50/max %.0f/%.0f ms; %s)", r.UpSeconds, r.RunningSeconds, r.AssignP50Ms, r.AssignMaxMs, r.Limit)
+		rss.Value, rss.Met = r.PeakRSSMB, met(r.PeakRSSMB*1024*1024 <= 1e9)
+		rss.Got = fmt.Sprintf("%.0f MiB (%.1f MiB per connector)", r.PeakRSSMB, r.RSSPerConnectorMB)
+		rec.Value, rec.Met = r.RecoveredSeconds, met(r.RecoveredSeconds <= 30)
+		rec.Got = fmt.Sprintf("%.1f s (assignment after the restart p50/max %.0f/%.0f ms: the dead worker's members leave the groups after session.timeout.ms)", r.RecoveredSeconds, r.RecAssignP50Ms, r.RecAssignMaxMs)
+	}
+	return []Target{parts, up, rss, rec}
 }

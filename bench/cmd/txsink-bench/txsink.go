@@ -41,6 +41,8 @@ type roundLine struct {
 	Decide  time.Duration `json:"decide"`
 	Commit  time.Duration `json:"commit"`
 	Total   time.Duration `json:"total"`
+	// Positions is the "partitions assigned and fenced" line's.
+	Positions string `json:"positions"`
 }
 
 // process is a running "txsink run" (or any child whose stderr carries
@@ -57,8 +59,10 @@ type process struct {
 	// the assignment and at the latest committed round: the drain's
 	// whole-machine cost.
 	busy0, busyLast float64
-	tail            []string // last log lines, for errors
-	notify          chan struct{}
+	// fenced is the first "partitions assigned and fenced" line.
+	fenced fenceLine
+	tail   []string // last log lines, for errors
+	notify chan struct{}
 }
 
 // startTxsink runs "txsink run" with the connector file at debug level and
@@ -124,6 +128,7 @@ func (p *process) line(b []byte) {
 	case "partitions assigned and fenced":
 		if !p.assigned {
 			p.busy0 = machineBusy()
+			p.fenced = parseFence(r.Time, r.Positions)
 		}
 		p.assigned = true
 		p.poke()
@@ -134,6 +139,13 @@ func (p *process) committedRecords() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.committed
+}
+
+// fence returns the first "partitions assigned and fenced" line.
+func (p *process) fence() fenceLine {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.fenced
 }
 
 func (p *process) isAssigned() bool {

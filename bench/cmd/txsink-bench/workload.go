@@ -124,6 +124,10 @@ func preloadValues(ctx context.Context, bootstrap, topic string, n, valueBytes, 
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(bootstrap),
 		kgo.TransactionalID("bench-preload-"+topic),
+		// A topic created a moment ago may have no leader at the first
+		// metadata request; the default minimum age (5 s) would wait
+		// that long before asking again.
+		kgo.MetadataMinAge(100*time.Millisecond),
 		kgo.DefaultProduceTopic(topic),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerLinger(5*time.Millisecond),
