@@ -50,8 +50,8 @@ func TestPostgresMemoryBudget(t *testing.T) {
 	}
 
 	budgeted, out := drain("membudget-16m", "16777216")
-	if !strings.Contains(out, `budget_bytes=16777216`) || !strings.Contains(out, `go_memory_limit_bytes=16777216`) {
-		t.Errorf("the worker did not log its 16 MiB budget and Go's memory limit")
+	if !strings.Contains(out, `msg="memory budget" budget_bytes=16777216 go_memory_limit_bytes=`) {
+		t.Errorf("the worker did not log its 16 MiB budget and the Go memory limit it set")
 	}
 	cuts := strings.Count(out, "round cut short: memory pressure")
 	unbudgeted, out0 := drain("membudget-none", "0")
