@@ -187,11 +187,9 @@ func (m *Memory) pressed() (live uint64, ok bool) {
 	return live, int64(live) > m.budget*pressureNum/pressureDen
 }
 
-var liveHeapSample = []rtmetrics.Sample{{Name: "/gc/heap/live:bytes"}}
-
 // liveHeap reads the heap bytes marked live by the last collection.
 func liveHeap() uint64 {
-	s := []rtmetrics.Sample{liveHeapSample[0]}
+	s := []rtmetrics.Sample{{Name: "/gc/heap/live:bytes"}}
 	rtmetrics.Read(s)
 	if s[0].Value.Kind() != rtmetrics.KindUint64 {
 		return 0

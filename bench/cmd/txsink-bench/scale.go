@@ -460,16 +460,7 @@ func (b *bench) scaleConnectors(ctx context.Context, k int) (*ScaleConnectorsRow
 		if runningAt.IsZero() {
 			return false
 		}
-		all := true
-		w1.view(func(m map[string]*connLog) {
-			for _, n := range conns {
-				if c := m[n]; c == nil || c.firstCommit.IsZero() {
-					all = false
-					return
-				}
-			}
-		})
-		return all
+		return w1.allCommitted(conns)
 	})
 	if err != nil {
 		return fail(fmt.Errorf("%w (last status: %s)", err, lastState))
@@ -562,16 +553,7 @@ func (b *bench) scaleConnectors(ctx context.Context, k int) (*ScaleConnectorsRow
 		return nil, err
 	}
 	err = w2.waitFor(ctx, 3*time.Minute+time.Duration(k)*time.Second, "recovery", func() bool {
-		all := true
-		w2.view(func(m map[string]*connLog) {
-			for _, n := range conns {
-				if c := m[n]; c == nil || c.firstCommit.IsZero() {
-					all = false
-					return
-				}
-			}
-		})
-		return all
+		return w2.allCommitted(conns)
 	})
 	if err != nil {
 		return fail(err)
@@ -981,19 +963,7 @@ func createTopics(ctx context.Context, bootstrap string, topics []string, partit
 // (seq-1) % partitions, the topics interleaved so that every topic grows
 // in every transaction. It returns the end offsets.
 func preloadTopics(ctx context.Context, bootstrap string, topics []string, from, to, partitions int) (map[string]map[int32]int64, error) {
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(bootstrap),
-		kgo.TransactionalID(fmt.Sprintf("bench-preload-%s-%d", topics[0], from)),
-		// A topic created a moment ago may have no leader at the first
-		// metadata request; the default minimum age (5 s) would wait
-		// that long before asking again.
-		kgo.MetadataMinAge(100*time.Millisecond),
-		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerLinger(5*time.Millisecond),
-		kgo.ProducerBatchMaxBytes(4<<20),
-		kgo.MaxBufferedRecords(200_000),
-		kgo.ProducerBatchCompression(kgo.NoCompression()),
-	)
+	cl, err := preloadClient(bootstrap, fmt.Sprintf("bench-preload-%s-%d", topics[0], from))
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,6 @@ package main
 // come, per connector.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -106,32 +105,26 @@ type serveProc struct {
 func startServe(bin, url string, args, env []string) (*serveProc, error) {
 	cmd := exec.Command(bin, append([]string{"serve", "-log-level", "debug", "-log-format", "json"}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return nil, err
-	}
-	cmd.Stdout = io.Discard
 	p := &serveProc{cmd: cmd, done: make(chan struct{}), url: url, conns: map[string]*connLog{}, notify: make(chan struct{}, 1)}
 	p.started = time.Now()
-	if err := cmd.Start(); err != nil {
+	if err := startScanned(cmd, 4<<20, p.line, func() { close(p.done); p.poke() }); err != nil {
 		return nil, err
 	}
-	scanDone := make(chan struct{})
-	go func() {
-		defer close(scanDone)
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 4<<20), 4<<20)
-		for sc.Scan() {
-			p.line(sc.Bytes())
-		}
-	}()
-	go func() {
-		<-scanDone
-		_ = cmd.Wait()
-		close(p.done)
-		p.poke()
-	}()
 	return p, nil
+}
+
+// allCommitted reports whether every one of conns has committed a round.
+func (p *serveProc) allCommitted(conns []string) bool {
+	all := true
+	p.view(func(m map[string]*connLog) {
+		for _, n := range conns {
+			if c := m[n]; c == nil || c.firstCommit.IsZero() {
+				all = false
+				return
+			}
+		}
+	})
+	return all
 }
 
 func (p *serveProc) poke() {

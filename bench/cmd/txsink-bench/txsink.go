@@ -72,31 +72,35 @@ func startTxsink(bin, bootstrap, cfgPath, workerID string, env ...string) (*proc
 	cmd := exec.Command(bin, "run", "-bootstrap", bootstrap, "-config", cfgPath,
 		"-worker-id", workerID, "-log-level", "debug", "-log-format", "json")
 	cmd.Env = append(os.Environ(), env...)
+	p := &process{cmd: cmd, done: make(chan struct{}), notify: make(chan struct{}, 1)}
+	if err := startScanned(cmd, 1<<20, p.line, func() { close(p.done); p.poke() }); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// startScanned starts cmd, hands each line of its stderr (up to max
+// bytes) to line, and calls exited once the output ended and the process
+// was waited for. Its stdout is discarded.
+func startScanned(cmd *exec.Cmd, max int, line func([]byte), exited func()) error {
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	cmd.Stdout = io.Discard
-	p := &process{cmd: cmd, done: make(chan struct{}), notify: make(chan struct{}, 1)}
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return err
 	}
-	scanDone := make(chan struct{})
 	go func() {
-		defer close(scanDone)
 		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		sc.Buffer(make([]byte, max), max)
 		for sc.Scan() {
-			p.line(sc.Bytes())
+			line(sc.Bytes())
 		}
-	}()
-	go func() {
-		<-scanDone
 		_ = cmd.Wait()
-		close(p.done)
-		p.poke()
+		exited()
 	}()
-	return p, nil
+	return nil
 }
 
 func (p *process) poke() {

@@ -119,22 +119,27 @@ func preload(ctx context.Context, bootstrap, topic string, n, valueBytes, partit
 	return preloadValues(ctx, bootstrap, topic, n, valueBytes, partitions, value)
 }
 
-// preloadValues is preload with each row's value made by value.
-func preloadValues(ctx context.Context, bootstrap, topic string, n, valueBytes, partitions int, value func(row) []byte) (map[int32]int64, error) {
-	cl, err := kgo.NewClient(
+// preloadClient is the transactional producer of the pre-loads: records
+// partitioned by hand, uncompressed, in large batches.
+func preloadClient(bootstrap, txnID string, opts ...kgo.Opt) (*kgo.Client, error) {
+	return kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(bootstrap),
-		kgo.TransactionalID("bench-preload-"+topic),
+		kgo.TransactionalID(txnID),
 		// A topic created a moment ago may have no leader at the first
 		// metadata request; the default minimum age (5 s) would wait
 		// that long before asking again.
-		kgo.MetadataMinAge(100*time.Millisecond),
-		kgo.DefaultProduceTopic(topic),
+		kgo.MetadataMinAge(100 * time.Millisecond),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerLinger(5*time.Millisecond),
-		kgo.ProducerBatchMaxBytes(4<<20),
+		kgo.ProducerLinger(5 * time.Millisecond),
+		kgo.ProducerBatchMaxBytes(4 << 20),
 		kgo.MaxBufferedRecords(200_000),
 		kgo.ProducerBatchCompression(kgo.NoCompression()),
-	)
+	}, opts...)...)
+}
+
+// preloadValues is preload with each row's value made by value.
+func preloadValues(ctx context.Context, bootstrap, topic string, n, valueBytes, partitions int, value func(row) []byte) (map[int32]int64, error) {
+	cl, err := preloadClient(bootstrap, "bench-preload-"+topic, kgo.DefaultProduceTopic(topic))
 	if err != nil {
 		return nil, err
 	}
