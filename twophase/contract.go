@@ -139,6 +139,30 @@ type Stager interface {
 	Discard(ids []BatchID)
 }
 
+// RoundParticipant is a [Participant] that prepares the batches of a round
+// in one call and commits them in one call, so that it can write them as
+// one unit: the ClickHouse sink inserts one block per table per round
+// instead of one per partition. The [Machine] is the same for every
+// participant; only the driver groups the calls it asks for.
+//
+// The batches of one PrepareRound are one round: their decision is one
+// (one Kafka transaction commits all their offsets or none), and the
+// participant may rely on that. A Commit of any one of them (CommitRound
+// with a subset, in recovery by a process that owns only some of the
+// round's partitions) makes the whole round visible, and an Abort of one
+// is only ever asked for when the decision aborted all of them.
+type RoundParticipant interface {
+	Participant
+	// PrepareRound prepares batches as one round and returns one error per
+	// batch, in order (nil: prepared), with the meanings of Prepare's. A
+	// batch that is not prepared because another batch of the round
+	// failed gets an error wrapping ErrNothingPrepared.
+	PrepareRound(ctx context.Context, batches []*Batch) []error
+	// CommitRound commits the rounds the batches ids belong to and returns
+	// one error per id, in order, with the meanings of Commit's.
+	CommitRound(ctx context.Context, ids []BatchID) []error
+}
+
 // Decider records and reads the decision of a round. In exactly_once mode it
 // is a Kafka transaction that commits the consumer group's offsets (KIP-447:
 // fenced by the group generation).

@@ -389,31 +389,35 @@ func (dr *driver) single(a Action) []Action {
 
 // fanOut performs participant calls on a bounded pool, feeding each result
 // to the machine as it arrives, and returns the actions the results called
-// for once every call has returned.
+// for once every call has returned. With a [RoundParticipant], the group's
+// prepares are one PrepareRound call and its commits one CommitRound call.
 func (dr *driver) fanOut(group []Action) []Action {
 	conc := dr.commitConc
 	prepare := group[0].Type == ActionPrepare
 	if prepare {
 		conc = dr.prepareConc
 	}
-	conc = min(conc, len(group))
+	jobs := dr.jobs(group)
+	conc = min(conc, len(jobs))
 	start := time.Now()
 
-	jobs := make(chan Action)
+	queue := make(chan []Action)
 	results := make(chan result, len(group))
 	var wg sync.WaitGroup
 	for range conc {
 		wg.Go(func() {
-			for a := range jobs {
-				results <- dr.call(a)
+			for job := range queue {
+				for _, r := range dr.callJob(job) {
+					results <- r
+				}
 			}
 		})
 	}
 	go func() {
-		for _, a := range group {
-			jobs <- a
+		for _, job := range jobs {
+			queue <- job
 		}
-		close(jobs)
+		close(queue)
 	}()
 
 	var next []Action
@@ -444,6 +448,71 @@ func (dr *driver) fanOut(group []Action) []Action {
 	return next
 }
 
+// jobs splits a group of actions into pool jobs: one action each, except
+// that a RoundParticipant gets the group's prepares as one job and its
+// commits as another.
+func (dr *driver) jobs(group []Action) [][]Action {
+	_, rounds := dr.p.(RoundParticipant)
+	var jobs [][]Action
+	var prepares, commits []Action
+	for _, a := range group {
+		switch {
+		case rounds && a.Type == ActionPrepare:
+			prepares = append(prepares, a)
+		case rounds && a.Type == ActionCommit:
+			commits = append(commits, a)
+		default:
+			jobs = append(jobs, []Action{a})
+		}
+	}
+	for _, g := range [][]Action{prepares, commits} {
+		if len(g) > 0 {
+			jobs = append(jobs, g)
+		}
+	}
+	return jobs
+}
+
+// callJob performs one pool job: a single action, or a RoundParticipant's
+// group of prepares or commits.
+func (dr *driver) callJob(job []Action) []result {
+	rp, ok := dr.p.(RoundParticipant)
+	if !ok || (job[0].Type != ActionPrepare && job[0].Type != ActionCommit) {
+		return []result{dr.call(job[0])}
+	}
+	ctx := dr.ctx
+	if dr.callTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, dr.callTimeout)
+		defer cancel()
+	}
+	var errs []error
+	if job[0].Type == ActionPrepare {
+		batches := make([]*Batch, len(job))
+		for i, a := range job {
+			batches[i] = dr.byID[a.ID]
+		}
+		errs = rp.PrepareRound(ctx, batches)
+	} else {
+		ids := make([]BatchID, len(job))
+		for i, a := range job {
+			ids[i] = a.ID
+		}
+		errs = rp.CommitRound(ctx, ids)
+	}
+	out := make([]result, len(job))
+	for i, a := range job {
+		var err error
+		if i < len(errs) {
+			err = errs[i]
+		} else {
+			err = fmt.Errorf("participant returned %d results for %d batches", len(errs), len(job))
+		}
+		out[i] = dr.outcome(a, err)
+	}
+	return out
+}
+
 // result is what one pool call reports back to the run goroutine.
 type result struct {
 	ev  Event
@@ -453,18 +522,42 @@ type result struct {
 // call performs one participant action. It runs on a pool goroutine and
 // touches neither the machine nor the driver's fields.
 func (dr *driver) call(a Action) result {
-	ev := Event{ID: a.ID}
 	ctx := dr.ctx
 	if dr.callTimeout > 0 && a.Type != ActionQueryOutcome {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, dr.callTimeout)
 		defer cancel()
 	}
-	var err error
 	switch a.Type {
 	case ActionPrepare:
-		b := dr.byID[a.ID]
-		if err = dr.p.Prepare(ctx, b); err != nil {
+		return dr.outcome(a, dr.p.Prepare(ctx, dr.byID[a.ID]))
+	case ActionCommit:
+		return dr.outcome(a, dr.p.Commit(ctx, a.ID))
+	case ActionAbort:
+		return dr.outcome(a, dr.p.Abort(ctx, a.ID))
+	}
+	ev := Event{ID: a.ID}
+	committed, err := dr.o.Outcome(dr.ctx, a.ID)
+	switch {
+	case err != nil:
+		err = fmt.Errorf("twophase: outcome of %s: %w", a.ID, err)
+		ev.Type = EventOutcomeErr
+	case committed:
+		ev.Type = EventOutcomeCommitted
+	default:
+		ev.Type = EventOutcomeAborted
+	}
+	return result{ev: ev, err: err}
+}
+
+// outcome is the event (and error) of a participant's answer err to a
+// Prepare, Commit or Abort action.
+func (dr *driver) outcome(a Action, err error) result {
+	ev := Event{ID: a.ID}
+	switch a.Type {
+	case ActionPrepare:
+		ev.Type = EventPrepareOK
+		if err != nil {
 			err = fmt.Errorf("twophase: prepare %s: %w", a.ID, err)
 			switch {
 			case errors.Is(err, ErrFenced):
@@ -474,32 +567,18 @@ func (dr *driver) call(a Action) result {
 			default:
 				ev.Type = EventPrepareErr
 			}
-		} else {
-			ev.Type = EventPrepareOK
 		}
 	case ActionCommit:
 		ev.Type = EventCommitOK
-		if err = dr.p.Commit(ctx, a.ID); err != nil {
+		if err != nil {
 			err = fmt.Errorf("twophase: commit %s: %w", a.ID, err)
 			ev.Type = EventCommitErr
 		}
 	case ActionAbort:
 		ev.Type = EventAbortOK
-		if err = dr.p.Abort(ctx, a.ID); err != nil {
+		if err != nil {
 			err = fmt.Errorf("twophase: abort %s: %w", a.ID, err)
 			ev.Type = EventAbortErr
-		}
-	case ActionQueryOutcome:
-		var committed bool
-		committed, err = dr.o.Outcome(dr.ctx, a.ID)
-		switch {
-		case err != nil:
-			err = fmt.Errorf("twophase: outcome of %s: %w", a.ID, err)
-			ev.Type = EventOutcomeErr
-		case committed:
-			ev.Type = EventOutcomeCommitted
-		default:
-			ev.Type = EventOutcomeAborted
 		}
 	}
 	return result{ev: ev, err: err}
