@@ -111,8 +111,12 @@ type cacheKey struct {
 
 // prepared is a batch's rows, kept in memory from Prepare to Commit.
 type prepared struct {
-	blocks []*block // each of its table
-	dlq    *block   // nil without a dead-letter table or dead letters
+	groups []*rowGroup // the rows, by table and column list
+	blocks []*block    // the groups cut into blocks
+	dlq    *block      // nil without a dead-letter table or dead letters
+	// members are the intents of the round, once it is prepared (nil for
+	// a batch staged or rebuilt alone).
+	members []intent
 }
 
 // Open connects to ClickHouse, detects the server's features and creates
@@ -520,7 +524,7 @@ func (s *Sink) build(ctx context.Context, c *connectors.Converted, blockRows int
 			return nil, err
 		}
 	}
-	p := &prepared{blocks: blocks(rp.groups, blockRows)}
+	p := &prepared{groups: rp.groups, blocks: blocks(rp.groups, blockRows)}
 	// The records the mapping refused go to the runtime's tolerance
 	// operator: with errors.tolerance=none the lowest fails the batch.
 	if err := c.Reject(rp.bad); err != nil {
@@ -535,95 +539,36 @@ func (s *Sink) build(ctx context.Context, c *connectors.Converted, blockRows int
 	return p, err
 }
 
-// Prepare implements twophase.Participant: it maps every record (a bad
-// record fails the batch here, before the decision), checks that the stored
-// fence and next_offset are still the owner's (without a compare-and-set:
-// see the package documentation), and records the intent. No target row
-// is written. Cancelling ctx before the intent insert returns leaves either
-// nothing or a pending intent that InDoubt lists.
-func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) error {
-	if len(b.Records) == 0 {
-		return fmt.Errorf("clickhouse: prepare %s: empty batch", b.ID)
-	}
-	p := s.takeAhead(b.ID)
-	if p == nil {
-		var err error
-		if p, err = s.buildBatch(ctx, b); err != nil {
-			return nothingPrepared(err)
-		}
-	}
-	mech := MechNone
-	tables := p.tables()
-	mechs := make([]Mechanism, len(tables))
-	for i, t := range tables {
-		m, why := s.mechanismFor(t)
-		if m == MechNone && !s.cfg.UnsafeNoFencing {
-			return fmt.Errorf("clickhouse: prepare %s: table %s cannot de-duplicate a redo: %s", b.ID, t.Ident, why)
-		}
-		if i == 0 {
-			mech = m
-		}
-		mechs[i] = m
-	}
-	if !s.cfg.UnsafeNoFencing {
-		pos, ok, err := s.st.lookup(ctx, b.ID.Connector, b.ID.Topic, b.ID.Partition)
-		if err != nil {
-			return err
-		}
-		if !ok || pos.Fence != b.Fence || pos.Next != b.Prev {
-			return &offsets.FencedError{Connector: b.ID.Connector, Topic: b.ID.Topic, Partition: b.ID.Partition, WantNext: b.Prev, Fence: b.Fence, GotNext: pos.Next, GotFenc: pos.Fence}
-		}
-	}
-	in := intent{ID: b.ID, Fence: b.Fence, Prev: b.Prev, Token: Token(b.ID), Target: p.target(), Records: len(b.Records),
-		Blocks: p.nblocks(), BlockRows: s.cfg.BlockRows, Mechanism: mech}
-	if err := s.nextAttempt(ctx, &in); err != nil {
-		return err
-	}
-	if err := s.st.writeIntent(ctx, in, statusPending, ""); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.cache[cacheKey{b.ID, b.Fence}] = p
-	for i, t := range tables {
-		s.mechs[t.Name] = mechs[i]
-	}
-	s.mu.Unlock()
-	return nil
-}
-
 // nextAttempt sets the attempt of in, a batch about to be prepared under
-// its fence: a new attempt after an aborted one (a round the decision
-// aborted, redone by the same owner under the same fence), else the
-// current one (attempt 0 for a first Prepare; the same attempt, with its
-// prepared_at, for a Prepare repeated before any decision). A later
-// attempt's rows outrank the earlier attempt's abort (see statusCode).
-// Nothing was inserted for an aborted attempt (rows go in only after a
-// committed decision), so the redo's inserts reuse the batch's token.
-func (s *Sink) nextAttempt(ctx context.Context, in *intent) error {
-	ins, err := s.st.intentsOf(ctx, in.ID)
-	if err != nil {
-		return err
-	}
-	for _, old := range ins {
-		if old.Fence != in.Fence {
+// its fence, from the batch's earlier intents old: a new attempt after an
+// aborted one (a round the decision aborted, redone by the same owner
+// under the same fence), else the current one (attempt 0 for a first
+// Prepare; the same attempt, with its prepared_at, for a Prepare repeated
+// before any decision). A later attempt's rows outrank the earlier
+// attempt's abort (see statusCode). Nothing was inserted for an aborted
+// attempt (rows go in only after a committed decision), so the redo's
+// inserts may reuse the batch's token.
+func nextAttempt(in *intent, old []intent) error {
+	for _, o := range old {
+		if o.Fence != in.Fence {
 			continue
 		}
-		switch old.Status {
+		switch o.Status {
 		case statusPending:
-			in.Attempt, in.PreparedAt = old.Attempt, old.PreparedAt
+			in.Attempt, in.PreparedAt = o.Attempt, o.PreparedAt
 		case statusAborted:
-			if old.Attempt >= maxAttempt {
+			if o.Attempt >= maxAttempt {
 				// The stored status has no room for another attempt under
 				// this fence: a restart of the task acquires a new fence,
 				// under which attempts count from 0 again.
 				return fmt.Errorf("clickhouse: prepare %s: %d aborted attempts under fence %d, no room for another; the partition is acquired anew: %w",
-					in.ID, old.Attempt+1, in.Fence, twophase.ErrFenced)
+					in.ID, o.Attempt+1, in.Fence, twophase.ErrFenced)
 			}
-			in.Attempt = old.Attempt + 1
+			in.Attempt = o.Attempt + 1
 		default:
-			// Done or fenced under this fence: the offset checks above
-			// refuse such a batch before it gets here.
-			in.Attempt = old.Attempt
+			// Done or fenced under this fence: the offset checks refuse
+			// such a batch before it gets here.
+			in.Attempt = o.Attempt
 		}
 	}
 	return nil
@@ -736,96 +681,25 @@ func (s *Sink) dropCache(id twophase.BatchID) {
 	}
 }
 
-// Commit implements twophase.Participant: once the decision committed, it
-// inserts the batch's blocks (from memory, or rebuilt from Kafka in
-// another process), advances the stored offset and marks the intent done.
-// It is idempotent: a done intent returns nil at once, and the inserts of
-// a redo are de-duplicated (token or identical block) or skipped when
-// already present. A batch whose stored fence moved (a newer owner, an
-// offsets reset) is not inserted: its intent is marked fenced and the
-// error wraps twophase.ErrFenced. Cancelling ctx in the middle leaves the
-// intent pending; the next Commit (recovery) redoes it.
-func (s *Sink) Commit(ctx context.Context, id twophase.BatchID) error {
-	ins, err := s.st.intentsOf(ctx, id)
-	if err != nil {
-		return err
-	}
-	var pend *intent
-	for i := range ins {
-		switch ins[i].Status {
-		case statusDone:
-			if !s.cfg.UnsafeNoFencing {
-				s.dropCache(id)
-				return nil
-			}
-			// Negative control: commit again as if nothing were done.
-			if pend == nil || ins[i].Fence > pend.Fence {
-				pend = &ins[i]
-			}
-		case statusPending:
-			if pend == nil || ins[i].Fence > pend.Fence {
-				pend = &ins[i]
-			}
-		}
-	}
-	if pend == nil {
-		return fmt.Errorf("clickhouse: commit %s: %w", id, twophase.ErrNotPrepared)
-	}
-	if !s.cfg.UnsafeNoFencing {
-		pos, ok, err := s.st.lookup(ctx, id.Connector, id.Topic, id.Partition)
-		if err != nil {
-			return err
-		}
-		if ok && pos.Fence == pend.Fence && pos.Next >= id.NextOffset() {
-			// Rows and offset went in before; only the done mark is missing.
-			return s.markDone(ctx, *pend, "offset already advanced")
-		}
-		if !ok || pos.Fence != pend.Fence || pos.Next != pend.Prev {
-			s.stats.fenced.Add(1)
-			fe := &offsets.FencedError{Connector: id.Connector, Topic: id.Topic, Partition: id.Partition, WantNext: pend.Prev, Fence: pend.Fence, GotNext: pos.Next, GotFenc: pos.Fence}
-			if err := s.st.writeIntent(ctx, *pend, statusFenced, fe.Error()); err != nil {
-				return err
-			}
-			s.dropCache(id)
-			s.log.Warn("commit of a decided batch refused: the partition's fence or offset moved (newer owner or offsets reset); its rows are not inserted", "batch", id.String(), "err", fe)
-			return fmt.Errorf("clickhouse: commit %s: %w", id, fe)
-		}
-	}
-	p := s.takeCache(id, pend.Fence)
-	redo := p == nil
-	if redo {
-		if p, err = s.rebuild(ctx, *pend); err != nil {
-			return err
-		}
-	}
-	if err := s.insertAll(ctx, *pend, p, redo); err != nil {
-		return err
-	}
-	failpoint.HitIn(id.Connector, PointAfterInsert)
-	if err := s.st.writePositions(ctx, id.Connector, []offsets.Position{{Topic: id.Topic, Partition: id.Partition, Next: id.NextOffset(), Fence: pend.Fence}}); err != nil {
-		return err
-	}
-	return s.markDone(ctx, *pend, "")
-}
-
-func (s *Sink) markDone(ctx context.Context, in intent, note string) error {
-	if err := s.st.writeIntent(ctx, in, statusDone, note); err != nil {
-		return err
-	}
-	s.stats.committed.Add(1)
-	s.dropCache(in.ID)
-	return nil
-}
-
-// insertAll inserts a batch's blocks and dead letters. On a redo it first
-// measures the de-duplication window risk and, for the tables with the
-// coordinate columns, skips blocks already present.
+// insertAll inserts a round's blocks and dead letters (in is one of its
+// intents: the token, the mechanism and the names in logs are the
+// round's). On a redo it first measures the de-duplication window risk
+// and, for the tables with the coordinate columns, skips blocks already
+// present.
 func (s *Sink) insertAll(ctx context.Context, in intent, p *prepared, redo bool) error {
 	checks := redo && s.cfg.RedoSkipPresent && !s.cfg.UnsafeNoFencing
 	check := func(t *table) bool { return checks && t.hasCoordinates() }
-	all := map[*table][]int64{} // the batch's offsets in each table
-	for _, b := range p.blocks {
-		all[b.T] = append(all[b.T], b.Offsets...)
+	all := map[*table]map[partKey][]int64{} // the round's offsets in each table, by partition
+	for _, b := range append(slices.Clone(p.blocks), p.dlq) {
+		if b == nil || !checks {
+			continue
+		}
+		if all[b.T] == nil {
+			all[b.T] = map[partKey][]int64{}
+		}
+		for _, r := range b.runs(in.ID) {
+			all[b.T][r.key] = append(all[b.T][r.key], r.offs...)
+		}
 	}
 	if redo {
 		s.stats.redos.Add(1)
@@ -868,7 +742,7 @@ func (s *Sink) insertAll(ctx context.Context, in intent, p *prepared, redo bool)
 		}
 		dmech, _ := s.mechanismFor(dt)
 		if checks {
-			present, err := s.present(ctx, dt, in.ID, p.dlq, p.dlq.Offsets)
+			present, err := s.present(ctx, dt, in.ID, p.dlq, all[p.dlq.T])
 			if err != nil {
 				return err
 			}
@@ -884,24 +758,60 @@ func (s *Sink) insertAll(ctx context.Context, in intent, p *prepared, redo bool)
 	return nil
 }
 
-// present reports whether every row of b is already in t, by counting the
-// rows with b's coordinates. all lists every offset of the batch in t, so
-// that rows of other blocks inside b's offset range are expected too.
-func (s *Sink) present(ctx context.Context, t *table, id twophase.BatchID, b *block, all []int64) (bool, error) {
-	lo, hi := b.Offsets[0], b.Offsets[len(b.Offsets)-1]
-	want := 0
-	for _, o := range all {
-		if o >= lo && o <= hi {
-			want++
+// partKey is a topic partition.
+type partKey struct {
+	topic     string
+	partition int32
+}
+
+// run is the rows of one partition within a block.
+type run struct {
+	key  partKey
+	offs []int64
+}
+
+// runs splits b's rows by partition: by its spans, or, for a block of a
+// round of one (no spans), as the rows of the batch id.
+func (b *block) runs(id twophase.BatchID) []run {
+	if len(b.Spans) == 0 {
+		return []run{{partKey{id.Topic, id.Partition}, b.Offsets}}
+	}
+	out := make([]run, 0, len(b.Spans))
+	at := 0
+	for _, sp := range b.Spans {
+		out = append(out, run{partKey{sp.topic, sp.partition}, b.Offsets[at : at+sp.n]})
+		at += sp.n
+	}
+	return out
+}
+
+// present reports whether every row of b is already in t, by counting, for
+// each partition of b, the rows with its coordinates. all lists every
+// offset of the round in t by partition, so that rows of other blocks
+// inside a partition's offset range in b are expected too.
+func (s *Sink) present(ctx context.Context, t *table, id twophase.BatchID, b *block, all map[partKey][]int64) (bool, error) {
+	for _, r := range b.runs(id) {
+		if len(r.offs) == 0 {
+			continue
+		}
+		lo, hi := r.offs[0], r.offs[len(r.offs)-1]
+		want := 0
+		for _, o := range all[r.key] {
+			if o >= lo && o <= hi {
+				want++
+			}
+		}
+		var n uint64
+		err := s.conn.QueryRow(ctx, "SELECT count() FROM "+t.Ident+" WHERE "+quoteIdent(ColTopic)+" = ? AND "+quoteIdent(ColPartition)+" = ? AND "+
+			quoteIdent(ColOffset)+" >= ? AND "+quoteIdent(ColOffset)+" <= ?", r.key.topic, r.key.partition, lo, hi).Scan(&n)
+		if err != nil {
+			return false, fmt.Errorf("clickhouse: presence check in %s: %w", t.Ident, err)
+		}
+		if n < uint64(want) {
+			return false, nil
 		}
 	}
-	var n uint64
-	err := s.conn.QueryRow(ctx, "SELECT count() FROM "+t.Ident+" WHERE "+quoteIdent(ColTopic)+" = ? AND "+quoteIdent(ColPartition)+" = ? AND "+
-		quoteIdent(ColOffset)+" >= ? AND "+quoteIdent(ColOffset)+" <= ?", id.Topic, id.Partition, lo, hi).Scan(&n)
-	if err != nil {
-		return false, fmt.Errorf("clickhouse: presence check in %s: %w", t.Ident, err)
-	}
-	return n >= uint64(want), nil
+	return true, nil
 }
 
 // redoRisk estimates whether the de-duplication window of t may have
@@ -968,38 +878,6 @@ func (s *Sink) partsSince(ctx context.Context, t *table, at time.Time) (uint64, 
 	err := s.conn.QueryRow(ctx, "SELECT count() FROM system.part_log WHERE database = ? AND table = ? AND event_type = 'NewPart' AND event_time >= ?",
 		t.DB, t.Name, at).Scan(&n)
 	return n, err
-}
-
-// rebuild re-reads an intent's range from Kafka and maps it again, with the
-// intent's block size, into the same blocks: the records route to the same
-// tables, which exist (created, and evolved with idempotent DDL, before the
-// intent was written).
-func (s *Sink) rebuild(ctx context.Context, in intent) (*prepared, error) {
-	recs, err := readRange(ctx, s.env.Bootstrap, s.env.KafkaOpts, in.ID)
-	if err != nil {
-		return nil, err
-	}
-	if in.Records > 0 && len(recs) != in.Records {
-		return nil, fmt.Errorf("clickhouse: redo %s: re-read %d records, the intent has %d: %w", in.ID, len(recs), in.Records, ErrRangeUnreadable)
-	}
-	blockRows := in.BlockRows
-	if blockRows <= 0 {
-		blockRows = s.cfg.BlockRows
-	}
-	// The runtime's pipeline, with the connector's errors.tolerance,
-	// sets aside the same records as when the batch was prepared.
-	c, err := s.records.Convert(ctx, recs)
-	if err != nil {
-		return nil, fmt.Errorf("clickhouse: redo %s: %w", in.ID, err)
-	}
-	p, err := s.build(ctx, c, blockRows)
-	if err != nil {
-		return nil, fmt.Errorf("clickhouse: redo %s: %w", in.ID, err)
-	}
-	if n := p.nblocks(); in.Blocks > 0 && n != in.Blocks {
-		s.log.Warn("redo builds a different number of blocks than the original insert (the table changed?): de-duplication may miss", "batch", in.ID.String(), "blocks", n, "intent_blocks", in.Blocks)
-	}
-	return p, nil
 }
 
 // Abort implements twophase.Participant: it marks the batch's pending

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -191,24 +193,36 @@ func (s *store) writePositions(ctx context.Context, connector string, ps []offse
 }
 
 // writeIntent inserts an intent row with the given state, in the intent's
-// attempt. Every row of one attempt carries the attempt's prepared_at.
+// attempt.
 func (s *store) writeIntent(ctx context.Context, in intent, status uint8, note string) error {
+	return s.writeIntents(ctx, []intent{in}, status, note)
+}
+
+// writeIntents inserts a row with the given state for each intent, in its
+// attempt, in one block: a round's intents go in together or not at all.
+// Every row of one attempt carries the attempt's prepared_at.
+func (s *store) writeIntents(ctx context.Context, ins []intent, status uint8, note string) error {
+	if len(ins) == 0 {
+		return nil
+	}
 	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO "+s.intents+" (connector, topic, `partition`, first, last, fence, prev, token, target, records, blocks, block_rows, mechanism, status, prepared_at, updated_at, note)")
 	if err != nil {
-		return fmt.Errorf("clickhouse: write intent %s: %w", in.ID, err)
+		return fmt.Errorf("clickhouse: write intent %s: %w", ins[0].ID, err)
 	}
 	now := time.Now().UTC().Truncate(time.Second)
-	prepared := in.PreparedAt
-	if prepared.IsZero() {
-		prepared = now
-	}
-	if err := b.Append(in.ID.Connector, in.ID.Topic, in.ID.Partition, in.ID.First, in.ID.Last, uint64(in.Fence), in.Prev, in.Token, in.Target,
-		uint32(in.Records), uint32(in.Blocks), uint32(in.BlockRows), string(in.Mechanism), statusCode(in.Attempt, status), prepared, now, note); err != nil {
-		_ = b.Abort()
-		return fmt.Errorf("clickhouse: write intent %s: %w", in.ID, err)
+	for _, in := range ins {
+		prepared := in.PreparedAt
+		if prepared.IsZero() {
+			prepared = now
+		}
+		if err := b.Append(in.ID.Connector, in.ID.Topic, in.ID.Partition, in.ID.First, in.ID.Last, uint64(in.Fence), in.Prev, in.Token, in.Target,
+			uint32(in.Records), uint32(in.Blocks), uint32(in.BlockRows), string(in.Mechanism), statusCode(in.Attempt, status), prepared, now, note); err != nil {
+			_ = b.Abort()
+			return fmt.Errorf("clickhouse: write intent %s: %w", in.ID, err)
+		}
 	}
 	if err := b.Send(); err != nil {
-		return fmt.Errorf("clickhouse: write intent %s: %w", in.ID, err)
+		return fmt.Errorf("clickhouse: write intent %s: %w", ins[0].ID, err)
 	}
 	return nil
 }
@@ -248,6 +262,77 @@ func (s *store) intentsOf(ctx context.Context, id twophase.BatchID) ([]intent, e
 	return scanIntents(rows, id.Connector)
 }
 
+// keyOf is the key of a batch identity within its connector.
+func keyOf(id twophase.BatchID) batchKey {
+	return batchKey{Topic: id.Topic, Partition: id.Partition, First: id.First, Last: id.Last}
+}
+
+// byBatch groups intents by batch.
+func byBatch(ins []intent) map[batchKey][]intent {
+	out := make(map[batchKey][]intent, len(ins))
+	for _, in := range ins {
+		k := keyOf(in.ID)
+		out[k] = append(out[k], in)
+	}
+	return out
+}
+
+// intentsOfMany reads every (fence) intent of the batches ids of
+// connector, by batch, in one query.
+func (s *store) intentsOfMany(ctx context.Context, connector string, ids []twophase.BatchID) (map[batchKey][]intent, error) {
+	if len(ids) == 1 {
+		ins, err := s.intentsOf(ctx, ids[0])
+		return byBatch(ins), err
+	}
+	topics, parts, firsts := map[string]bool{}, map[int32]bool{}, map[int64]bool{}
+	for _, id := range ids {
+		topics[id.Topic], parts[id.Partition], firsts[id.First] = true, true, true
+	}
+	var ts, ps, fs []string
+	for t := range topics {
+		ts = append(ts, sqlString(t))
+	}
+	for p := range parts {
+		ps = append(ps, strconv.Itoa(int(p)))
+	}
+	for f := range firsts {
+		fs = append(fs, strconv.FormatInt(f, 10))
+	}
+	rows, err := s.conn.Query(ctx, "SELECT "+intentCols+" FROM "+s.intents+" WHERE connector = ? AND topic IN ("+strings.Join(ts, ", ")+
+		") AND `partition` IN ("+strings.Join(ps, ", ")+") AND first IN ("+strings.Join(fs, ", ")+") GROUP BY topic, `partition`, first, last, fence", connector)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: read intents of %s and %d more: %w", ids[0], len(ids)-1, err)
+	}
+	ins, err := scanIntents(rows, connector)
+	if err != nil {
+		return nil, err
+	}
+	all := byBatch(ins)
+	out := make(map[batchKey][]intent, len(ids))
+	for _, id := range ids {
+		out[keyOf(id)] = all[keyOf(id)]
+	}
+	return out, nil
+}
+
+// intentsOfToken reads the intents of connector written with token (the
+// members of one round), by batch: each (batch, fence) as its latest row
+// with that token.
+func (s *store) intentsOfToken(ctx context.Context, connector, token string) (map[batchKey][]intent, error) {
+	rows, err := s.conn.Query(ctx, "SELECT "+intentCols+" FROM "+s.intents+
+		" WHERE connector = ? AND token = ? GROUP BY topic, `partition`, first, last, fence", connector, token)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: read the intents of round %s: %w", token, err)
+	}
+	ins, err := scanIntents(rows, connector)
+	return byBatch(ins), err
+}
+
+// sqlString is s as a ClickHouse string literal.
+func sqlString(s string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
+}
+
 // pending lists the connector's intents whose batch is neither done nor
 // resolved: for each batch identity with no done intent, its pending
 // intents.
@@ -279,12 +364,13 @@ func (s *store) pending(ctx context.Context, connector string) ([]intent, error)
 }
 
 // blocksSince sums the blocks this connector inserted into target from
-// batches prepared at or after t (an estimate of how far a table's
-// de-duplication window moved; other writers are not counted).
+// rounds prepared at or after t (an estimate of how far a table's
+// de-duplication window moved; other writers are not counted). A round's
+// intents share its token and its block count.
 func (s *store) blocksSince(ctx context.Context, connector, target string, t time.Time) (uint64, error) {
 	var n uint64
 	err := s.conn.QueryRow(ctx, "SELECT toUInt64(sum(blocks)) FROM (SELECT any(blocks) AS blocks FROM "+s.intents+
-		" WHERE connector = ? AND target = ? AND "+sqlState("status")+" = ? AND prepared_at >= ? GROUP BY topic, `partition`, first, last)",
+		" WHERE connector = ? AND target = ? AND "+sqlState("status")+" = ? AND prepared_at >= ? GROUP BY token)",
 		connector, target, statusDone, t).Scan(&n)
 	return n, err
 }

@@ -143,6 +143,9 @@ type block struct {
 	Cols    []*column
 	Rows    [][]any
 	Offsets []int64 // the record offset of each row
+	// Spans are the runs of rows of one partition, in order, in a block
+	// of a round of several batches; nil in a batch's own block.
+	Spans []span
 }
 
 // rowGroup collects rows of one table with the same column set.
@@ -152,6 +155,28 @@ type rowGroup struct {
 	cols  []*column
 	rows  [][]any
 	offs  []int64
+	spans []span // nil in a batch's own group
+}
+
+// span is a run of n rows of one partition.
+type span struct {
+	topic     string
+	partition int32
+	n         int
+}
+
+// cutSpans returns the spans of rows i..j-1 of spans.
+func cutSpans(spans []span, i, j int) []span {
+	var out []span
+	at := 0
+	for _, sp := range spans {
+		lo, hi := max(at, i), min(at+sp.n, j)
+		if lo < hi {
+			out = append(out, span{topic: sp.topic, partition: sp.partition, n: hi - lo})
+		}
+		at += sp.n
+	}
+	return out
 }
 
 // row is one row a record maps to.
@@ -652,7 +677,7 @@ func blocks(groups []*rowGroup, blockRows int) []*block {
 	for _, g := range groups {
 		for i := 0; i < len(g.rows); i += blockRows {
 			j := min(i+blockRows, len(g.rows))
-			out = append(out, &block{T: g.t, Cols: g.cols, Rows: g.rows[i:j], Offsets: g.offs[i:j]})
+			out = append(out, &block{T: g.t, Cols: g.cols, Rows: g.rows[i:j], Offsets: g.offs[i:j], Spans: cutSpans(g.spans, i, j)})
 		}
 	}
 	return out
