@@ -341,6 +341,75 @@ func TestClickHouseCrashWindows(t *testing.T) {
 	}
 }
 
+// TestClickHouseRoundRecoveredByTwoOwners: a round spans every partition
+// and is inserted as one block per table (cut here into blocks of 50
+// rows); the worker is killed between two of its blocks (W2), with a
+// multi-partition round decided and partly inserted. Two workers then
+// share the partitions: each recovers the round from the batches of its
+// own partitions, re-reading every member's range and rebuilding the same
+// blocks, so the round goes in once whichever of them gets there first
+// (the other's redo is de-duplicated). The presence check is off: the
+// server's de-duplication alone keeps the redo exact.
+func TestClickHouseRoundRecoveredByTwoOwners(t *testing.T) {
+	k := harness.Kafka(t)
+	ch := harness.ClickHouse(t)
+	db := ch.NewDatabase(t)
+	conn := ch.Conn(t, db)
+	topic := "chround-" + randSuffix(t)
+	name := topic
+	k.CreateTopic(t, topic, 4)
+	createCHEvents(t, conn, topic, chEngine(ch, db, topic, 100))
+	var u upstream
+	produce(t, k.Bootstrap, topic, produceOpts{Records: 4000, Partitions: 4, AbortRatio: 0.1, MaxTxn: 50, Seed: 81}, &u)
+	cfg := chConnector(name, topic, ch, db, "exactly_once")
+	cfg["batch.max.records"] = "2000"
+	cfg["insert.block.rows"] = "50"
+	cfg["redo.skip.present"] = "false"
+	path := writeConnector(t, cfg)
+
+	a := startTxsink(t, k.Bootstrap, path, "wA", failpoint.Env+"="+chMidInsert+":2")
+	if !a.wait(90 * time.Second) {
+		t.Fatalf("failpoint %s did not fire within 90s", chMidInsert)
+	}
+	if _, code := a.exited(); code != -1 {
+		t.Fatalf("txsink exited with %d instead of being killed at %s:\n%s", code, chMidInsert, tail(a.output(), 3000))
+	}
+	// The killed round is in doubt, spans several partitions, and some of
+	// its rows are in.
+	var members, parts uint64
+	err := conn.QueryRow(context.Background(), "SELECT max(n), max(p) FROM (SELECT count() AS n, uniqExact(`partition`) AS p FROM (SELECT token, `partition`, max(status) AS st FROM txsink_intents WHERE connector = ? GROUP BY token, topic, `partition`, first, last, fence) WHERE (toUInt16(st) + 3) % 4 = 0 GROUP BY token)", name).Scan(&members, &parts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if parts < 2 {
+		t.Fatalf("the round in doubt spans %d partitions (%d intents), want a round of several", parts, members)
+	}
+	if n, _ := chCounts(t, conn, topic, topic); n == 0 || n >= uint64(u.total()) {
+		t.Fatalf("%d rows in after the kill between two blocks, want part of the %d", n, u.total())
+	}
+	t.Logf("killed with a round of %d partitions in doubt", parts)
+
+	b := startTxsink(t, k.Bootstrap, path, "wB")
+	c := startTxsink(t, k.Bootstrap, path, "wC")
+	chWaitDrained(t, conn, name, &u, 3*time.Minute, nil)
+	stopTxsink(t, b)
+	stopTxsink(t, c)
+	chExact(t, conn, &u, topic, topic)
+	if n := chPendingIntents(t, conn, name); n != 0 {
+		t.Errorf("%d intents left pending", n)
+	}
+	redone := 0
+	for _, p := range []*proc{b, c} {
+		if strings.Contains(p.output(), "redo of a decided batch from Kafka") {
+			redone++
+		}
+	}
+	if redone == 0 {
+		t.Errorf("neither new owner logged a redo of the killed round:\n%s\n%s", tail(b.output(), 2000), tail(c.output(), 2000))
+	}
+	t.Logf("%d records exact; %d of the 2 new owners redid the round", u.total(), redone)
+}
+
 // TestClickHouseZombie pauses a worker (SIGSTOP from a failpoint) past the
 // group session timeout; a second worker takes its partitions, recovers
 // and drains; then the first resumes. Paused after PREPARE its decision is

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 
@@ -102,6 +103,7 @@ func Conformance(t *testing.T, open func(t *testing.T) Harness) {
 		{"reset-offsets", testReset},
 		{"write-local", testWriteLocal},
 		{"stager", testStager},
+		{"rounds", testRounds},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -703,5 +705,133 @@ func testStager(t *testing.T, s *suite) {
 		if got := s.h.IDs(t, topic); len(got) != len(before)+len(more) {
 			t.Fatalf("%d rows after the continuing staged batch, want %d", len(got), len(before)+len(more))
 		}
+	})
+}
+
+// testRounds: a twophase.RoundParticipant prepares a round's batches as
+// one unit and commits the whole round when any of its batches is
+// committed, from whichever instance; a fenced batch leaves the whole
+// round unprepared; an aborted round is redone exactly once; two
+// instances that each commit part of a crashed owner's round (two new
+// owners recovering their own partitions) leave every row once.
+func testRounds(t *testing.T, s *suite) {
+	if _, ok := s.h.Open(t).(twophase.RoundParticipant); !ok {
+		t.Skip("sink prepares and commits batch by batch (not a twophase.RoundParticipant)")
+	}
+	// round prepares one batch of n records on each of parts partitions
+	// of a new topic, in instance a.
+	round := func(t *testing.T, a connectors.Sink, parts int32, n int) (string, []*twophase.Batch, [][]*kgo.Record) {
+		t.Helper()
+		topic := s.h.NewTopic(t, parts)
+		var bs []*twophase.Batch
+		var recs [][]*kgo.Record
+		for p := range parts {
+			pos := acquire(t, a, topic, p, 0)
+			r := s.records(t, topic, p, n)
+			recs = append(recs, r)
+			bs = append(bs, s.batch(r, 0, pos.Fence))
+		}
+		for i, err := range a.(twophase.RoundParticipant).PrepareRound(ctxT(t), bs) {
+			if err != nil {
+				t.Fatalf("PrepareRound: batch %s: %v", bs[i].ID, err)
+			}
+		}
+		return topic, bs, recs
+	}
+	idsOf := func(bs []*twophase.Batch) []twophase.BatchID {
+		var out []twophase.BatchID
+		for _, b := range bs {
+			out = append(out, b.ID)
+		}
+		return out
+	}
+	commit := func(t *testing.T, sk connectors.Sink, ids ...twophase.BatchID) {
+		t.Helper()
+		for i, err := range sk.(twophase.RoundParticipant).CommitRound(ctxT(t), ids) {
+			if err != nil {
+				t.Fatalf("CommitRound: batch %s: %v", ids[i], err)
+			}
+		}
+	}
+
+	t.Run("commit-by-one-member", func(t *testing.T) {
+		a := s.h.Open(t)
+		topic, bs, recs := round(t, a, 3, 4)
+		a.Close() // the owner crashes after the decision
+		b := s.h.Open(t)
+		got := s.inDoubt(t, b)
+		slices.SortFunc(got, func(x, y twophase.BatchID) int { return int(x.Partition - y.Partition) })
+		if !slices.Equal(got, idsOf(bs)) {
+			t.Fatalf("InDoubt: %v, want the round's batches %v", got, idsOf(bs))
+		}
+		commit(t, b, bs[1].ID) // a new owner of partition 1 only
+		s.rows(t, topic, ids(recs...), "after one batch of the round was committed")
+		for p, r := range recs {
+			wantNext(t, b, topic, int32(p), r[len(r)-1].Offset+1, "after one batch of the round was committed")
+		}
+		s.noneInDoubt(t, b, "after one batch of the round was committed")
+		commit(t, s.h.Open(t), bs[0].ID, bs[2].ID) // the other owners, later
+		s.rows(t, topic, ids(recs...), "after the other batches were committed again")
+	})
+
+	t.Run("fenced-member", func(t *testing.T) {
+		a := s.h.Open(t)
+		topic := s.h.NewTopic(t, 2)
+		p0, p1 := acquire(t, a, topic, 0, 0), acquire(t, a, topic, 1, 0)
+		acquire(t, s.h.Open(t), topic, 1, 0) // partition 1 has a new owner
+		r0, r1 := s.records(t, topic, 0, 2), s.records(t, topic, 1, 2)
+		errs := a.(twophase.RoundParticipant).PrepareRound(ctxT(t), []*twophase.Batch{s.batch(r0, 0, p0.Fence), s.batch(r1, 0, p1.Fence)})
+		wantFenced(t, errs[1], "PrepareRound: the batch of the partition a new owner took")
+		if !errors.Is(errs[0], twophase.ErrNothingPrepared) || errors.Is(errs[0], twophase.ErrFenced) {
+			t.Fatalf("PrepareRound: the other batch: %v, want an error wrapping ErrNothingPrepared", errs[0])
+		}
+		s.noneInDoubt(t, a, "after a fenced round")
+		s.rows(t, topic, nil, "after a fenced round")
+	})
+
+	t.Run("abort-and-redo", func(t *testing.T) {
+		a := s.h.Open(t)
+		topic, bs, recs := round(t, a, 2, 3)
+		for _, b := range bs {
+			if err := a.Abort(ctxT(t), b.ID); err != nil {
+				t.Fatalf("Abort %s: %v", b.ID, err)
+			}
+		}
+		s.noneInDoubt(t, a, "after the round aborted")
+		for i, err := range a.(twophase.RoundParticipant).PrepareRound(ctxT(t), bs) {
+			if err != nil {
+				t.Fatalf("PrepareRound again after the abort: %s: %v", bs[i].ID, err)
+			}
+		}
+		commit(t, a, idsOf(bs)...)
+		s.rows(t, topic, ids(recs...), "after the aborted round was redone")
+	})
+
+	t.Run("two-owners-recover", func(t *testing.T) {
+		a := s.h.Open(t)
+		topic, bs, recs := round(t, a, 4, 3)
+		a.Close()
+		b, c := s.h.Open(t), s.h.Open(t)
+		var wg sync.WaitGroup
+		errs := make([][]error, 2)
+		wg.Go(func() {
+			errs[0] = b.(twophase.RoundParticipant).CommitRound(ctxT(t), []twophase.BatchID{bs[0].ID, bs[1].ID})
+		})
+		wg.Go(func() {
+			errs[1] = c.(twophase.RoundParticipant).CommitRound(ctxT(t), []twophase.BatchID{bs[2].ID, bs[3].ID})
+		})
+		wg.Wait()
+		for _, es := range errs {
+			for _, err := range es {
+				if err != nil {
+					t.Fatalf("CommitRound by one of two new owners: %v", err)
+				}
+			}
+		}
+		s.rows(t, topic, ids(recs...), "after two owners each committed part of the round")
+		for p, r := range recs {
+			wantNext(t, b, topic, int32(p), r[len(r)-1].Offset+1, "after two owners each committed part of the round")
+		}
+		s.noneInDoubt(t, b, "after two owners each committed part of the round")
 	})
 }
