@@ -3,20 +3,26 @@
 // made safe by deterministic batches and a durable intent log kept in
 // ClickHouse itself.
 //
-// One partition batch goes through these steps (participant.go):
+// A round (one batch per partition) goes through these steps (round.go),
+// as one unit: one block per table per round, however many partitions it
+// spans.
 //
-//  1. Prepare maps every record to a row (bad records are found here, before
-//     the decision), checks the owner's fence, and inserts one intent row
-//     (connector, topic, partition, first, last, prev, fence, de-dup token,
-//     block layout) into the intents table. No target row is written.
+//  1. PrepareRound maps every record to a row (bad records are found here,
+//     before the decision), checks each owner's fence, and inserts one
+//     intent row per batch (connector, topic, partition, first, last,
+//     prev, fence, the round's de-dup token, block layout), all in one
+//     insert. No target row is written.
 //  2. The runtime commits the Kafka transaction: the decision.
-//  3. Commit inserts the rows in deterministic blocks, each carrying
-//     insert_deduplication_token where the server supports it, otherwise as
-//     byte-identical blocks into a Replicated*MergeTree table, which drops a
-//     block whose hash it has seen; then it advances the stored offset and
-//     marks the intent done. A Commit in another process (recovery) re-reads
-//     exactly First..Last of the partition from Kafka with read_committed
-//     and rebuilds the same blocks.
+//  3. CommitRound inserts the round's rows in deterministic blocks (batches
+//     in topic/partition order, rows of one table and column list
+//     together), each carrying insert_deduplication_token where the server
+//     supports it, otherwise as byte-identical blocks into a
+//     Replicated*MergeTree table, which drops a block whose hash it has
+//     seen; then it advances every stored offset and marks the intents
+//     done. A commit in another process (recovery) finds the round's
+//     intents by their token, re-reads exactly First..Last of every
+//     partition from Kafka with read_committed and rebuilds the same
+//     blocks.
 //
 // ClickHouse has no compare-and-set. Zombies are kept out by three layers:
 // the Kafka decision (KIP-447: a fenced group generation cannot commit, so

@@ -306,7 +306,7 @@ func (s *Sink) CommitRound(ctx context.Context, ids []twophase.BatchID) []error 
 	}
 	for _, tok := range tokens {
 		idx := asked[tok]
-		err := s.commitRound(ctx, pend[idx[0]])
+		err := s.commitRound(ctx, pend[idx[0]], all)
 		for _, i := range idx {
 			if err != nil {
 				errs[i] = fmt.Errorf("clickhouse: commit %s: %w", ids[i], err)
@@ -336,10 +336,11 @@ func latest(ins []intent, unsafe bool) (pend *intent, done bool) {
 	return pend, false
 }
 
-// commitRound commits the round of the pending intent lead.
-func (s *Sink) commitRound(ctx context.Context, lead intent) error {
+// commitRound commits the round of the pending intent lead; known are
+// intents already read, by batch.
+func (s *Sink) commitRound(ctx context.Context, lead intent, known map[batchKey][]intent) error {
 	p := s.takeCache(lead.ID, lead.Fence)
-	members, err := s.roundMembers(ctx, lead, p)
+	members, err := s.roundMembers(ctx, lead, p, known)
 	if err != nil {
 		return err
 	}
@@ -428,18 +429,27 @@ func (s *Sink) commitRound(ctx context.Context, lead intent) error {
 }
 
 // roundMembers returns the intents of the round lead belongs to: the
-// members p recorded when this process prepared it, else every batch with
-// lead's token; each as its latest state under the fence it was prepared
-// with (pending, or done once another process committed it).
-func (s *Sink) roundMembers(ctx context.Context, lead intent, p *prepared) ([]intent, error) {
+// members p recorded when this process prepared it (read again unless
+// known has them all), else every batch with lead's token; each as its
+// latest state under the fence it was prepared with (pending, or done once
+// another process committed it).
+func (s *Sink) roundMembers(ctx context.Context, lead intent, p *prepared, known map[batchKey][]intent) ([]intent, error) {
 	var found map[batchKey][]intent
 	var err error
 	if p != nil && p.members != nil {
 		ids := make([]twophase.BatchID, len(p.members))
+		found = map[batchKey][]intent{}
 		for i, m := range p.members {
 			ids[i] = m.ID
+			if ins, ok := known[keyOf(m.ID)]; ok && found != nil {
+				found[keyOf(m.ID)] = ins
+			} else {
+				found = nil
+			}
 		}
-		found, err = s.st.intentsOfMany(ctx, s.cfg.Connector, ids)
+		if found == nil {
+			found, err = s.st.intentsOfMany(ctx, s.cfg.Connector, ids)
+		}
 	} else {
 		found, err = s.st.intentsOfToken(ctx, s.cfg.Connector, lead.Token)
 	}
