@@ -3,6 +3,7 @@ package convert
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"sort"
 	"strconv"
 	"time"
@@ -80,7 +81,9 @@ type protoDecoding struct {
 	fields   []protoField // one per field, oneof members included
 	byNum    []int32      // field number → 1 + index in fields (0: unknown)
 	far      map[protowire.Number]int32
-	defaults []record.Value // each slot's value before any field is read
+	defaults []record.Value // each slot's value if no field sets it
+	prefill  bool           // more than 64 slots: defaults are copied before decoding
+	unseen   uint64         // the bits of the slots (fewer than 65) a message starts with unset
 	more     []int32        // slot → 1 + index of its state in protoMsg.more; 0 for a scalar
 	nMore    int
 	post     []protoPost // the slots finish converts, in slot order
@@ -99,13 +102,17 @@ type protoField struct {
 	packed bool // a list of scalars, which may come packed
 	utf8   bool // a string that must be UTF-8 as it is read (proto3)
 	slot   int32
+	bit    uint64         // the slot's bit in protoMsg.seen (0 beyond 64 slots)
 	member int32          // in a oneof: 1 + the member's index; else 0
 	sch    *record.Schema // the schema of each value read (a list's: its elements')
 	enum   *protoEnum
-	msg    *protoPlan  // message values: their plan
-	key    *protoField // a map's entry fields
-	val    *protoField
-	def    record.Value // a map entry's key or value when the entry has none
+	msg    *protoPlan // message values: their plan
+	// secNanos: a singular Timestamp or Duration, read into its slot's
+	// protoMore without a message of its own.
+	secNanos bool
+	key      *protoField // a map's entry fields
+	val      *protoField
+	def      record.Value // a map entry's key or value when the entry has none
 }
 
 // protoPost is a slot that finish converts.
@@ -215,6 +222,9 @@ func (ps *protoSchema) compileDecoding(p *protoPlan, path []protoreflect.FullNam
 			if f, err = ps.field(fd, s.sch, s.msg, path); err != nil {
 				return err
 			}
+			if m := f.msg; m != nil && (m.wk == wkTimestamp || m.wk == wkDuration) && len(m.fields) == 2 {
+				f.secNanos = true
+			}
 			if f.mode == readScalar && (!s.presence || p.wk != wkNone) {
 				// Unset, it reads as its default (message.Get).
 				d.defaults[i] = protoDefault(fd, &f, true)
@@ -232,6 +242,15 @@ func (ps *protoSchema) compileDecoding(p *protoPlan, path []protoreflect.FullNam
 			d.post = append(d.post, protoPost{slot: int32(i), op: readScalar, field: int32(len(d.fields))})
 		}
 		d.fields = append(d.fields, f)
+	}
+	d.prefill = len(p.slots) > 64
+	for i := range d.fields {
+		if f := &d.fields[i]; f.slot < 64 {
+			f.bit = 1 << f.slot
+		}
+	}
+	if !d.prefill {
+		d.unseen = math.MaxUint64 >> (64 - len(p.slots))
 	}
 	dense := 0
 	for _, f := range d.fields {
@@ -410,6 +429,7 @@ func (d *protoDecoding) field(num protowire.Number) *protoField {
 type protoMsg struct {
 	plan *protoPlan
 	vals []record.Value // one per slot; a struct's fields once finished
+	seen uint64         // the slots (of the first 64) set
 	more []protoMore    // the state of the slots that are not plain scalars
 	dyn  *dynamicpb.Message
 }
@@ -417,6 +437,9 @@ type protoMsg struct {
 // protoMore is the state of a message, list, map or oneof slot.
 type protoMore struct {
 	member  int32          // a oneof's member written last: 1 + its index; 0: none
+	set     bool           // sec and nanos hold a Timestamp or Duration (secNanos)
+	sec     int64          // its seconds
+	nanos   int64          // its nanoseconds
 	kid     *protoMsg      // a message; a oneof's message member
 	elems   []record.Value // a list's scalars; a map's keys and scalar values, interleaved
 	kids    []*protoMsg    // a list's messages; a map's message values, one per entry
@@ -491,7 +514,9 @@ func (d *protoDecoder) newMsg(p *protoPlan) *protoMsg {
 		return m
 	}
 	m.vals = d.arena.alloc(len(p.defaults))
-	copy(m.vals, p.defaults)
+	if p.prefill {
+		copy(m.vals, p.defaults)
+	}
 	if p.nMore > 0 {
 		m.more = d.sc.more.alloc(p.nMore)
 	}
@@ -520,7 +545,14 @@ func (d *protoDecoder) message(m *protoMsg, b []byte, limit int) error {
 		n = -1
 		if f := p.field(num); f != nil {
 			var err error
-			if n, err = d.field(m, f, wt, b, limit-1); err != nil {
+			switch {
+			case f.mode != readScalar || f.member != 0:
+				n, err = d.field(m, f, wt, b, limit-1)
+			case wt == f.wire:
+				n, err = f.read(b, &m.vals[f.slot])
+				m.seen |= f.bit
+			}
+			if err != nil {
 				return err
 			}
 		}
@@ -546,6 +578,7 @@ func (d *protoDecoder) field(m *protoMsg, f *protoField, wt protowire.Type, b []
 		if err != nil {
 			return 0, err
 		}
+		m.seen |= f.bit
 		if f.member != 0 {
 			st := m.state(f)
 			st.member, st.kid = f.member, nil
@@ -560,6 +593,10 @@ func (d *protoDecoder) field(m *protoMsg, f *protoField, wt protowire.Type, b []
 			return 0, err
 		}
 		st := m.state(f)
+		if f.secNanos {
+			st.set = true
+			return n, f.msg.readSecNanos(body, st)
+		}
 		if f.member != 0 && st.member != f.member {
 			st.member, st.kid = f.member, nil
 		}
@@ -613,6 +650,43 @@ func (d *protoDecoder) field(m *protoMsg, f *protoField, wt protowire.Type, b []
 		return -1, nil
 	}
 	return d.mapEntry(m, f, b, limit-1)
+}
+
+// readSecNanos decodes a Timestamp or Duration into st (merging), as
+// message would decode it into a protoMsg of its own.
+func (p *protoPlan) readSecNanos(b []byte, st *protoMore) error {
+	sec, nanos := p.fields[0].num, p.fields[1].num
+	if p.wkA != int(p.fields[0].slot) {
+		sec, nanos = nanos, sec
+	}
+	for len(b) > 0 {
+		num, wt, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("%s: field tag: %w", p.md.FullName(), protowire.ParseError(n))
+		}
+		if num > protowire.MaxValidNumber {
+			return fmt.Errorf("%s: field number %d out of range", p.md.FullName(), num)
+		}
+		b = b[n:]
+		if wt == protowire.VarintType && (num == sec || num == nanos) {
+			u, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return p.field(num).wireErr(n)
+			}
+			if num == sec {
+				st.sec = int64(u)
+			} else {
+				st.nanos = int64(int32(u))
+			}
+			b = b[n:]
+			continue
+		}
+		if n = protowire.ConsumeFieldValue(num, wt, b); n < 0 {
+			return fmt.Errorf("%s: field %d: %w", p.md.FullName(), num, protowire.ParseError(n))
+		}
+		b = b[n:]
+	}
+	return nil
 }
 
 // mapEntry reads one entry of map f.
@@ -788,9 +862,10 @@ func (d *protoDecoder) initialized(m *protoMsg) error {
 	}
 	for _, i := range p.required {
 		f := &p.fields[i]
-		set := !m.vals[f.slot].IsNull()
+		set := m.seen&f.bit != 0 || f.bit == 0 && !m.vals[f.slot].IsNull()
 		if f.mode == readMessage {
-			set = m.state(f).kid != nil
+			st := m.state(f)
+			set = st.kid != nil || st.set
 		}
 		if !set {
 			return fmt.Errorf("required field %s not set", f.fd.FullName())
@@ -888,6 +963,10 @@ func checkString(v record.Value) error {
 // finish converts m; sch is the schema of a well-known type's value.
 func (d *protoDecoder) finish(m *protoMsg, sch *record.Schema) (record.Value, error) {
 	p := m.plan
+	for u := p.unseen &^ m.seen; u != 0; u &= u - 1 {
+		i := bits.TrailingZeros64(u)
+		m.vals[i] = p.defaults[i]
+	}
 	switch p.wk {
 	case wkNone:
 	case wkJSON:
@@ -941,10 +1020,16 @@ func (d *protoDecoder) finishSlot(m *protoMsg, po *protoPost) error {
 		ms[st.member-1] = x
 		*v = record.Struct(s.sch, ms)
 	case po.op == readMessage:
-		if st.kid == nil {
+		var x record.Value
+		var err error
+		switch {
+		case st.set:
+			x, err = secNanosValue(p.fields[po.field].msg.wk, st.sec, st.nanos, s.sch)
+		case st.kid != nil:
+			x, err = d.finish(st.kid, s.sch)
+		default:
 			return nil
 		}
-		x, err := d.finish(st.kid, s.sch)
 		if err != nil {
 			return inPath(string(s.fd.Name()), err)
 		}
@@ -1004,24 +1089,10 @@ func (d *protoDecoder) finishSlot(m *protoMsg, po *protoPost) error {
 // wellKnown converts the fields of a well-known type.
 func (p *protoPlan) wellKnown(vals []record.Value, sch *record.Schema) (record.Value, error) {
 	switch p.wk {
-	case wkTimestamp:
+	case wkTimestamp, wkDuration:
 		sec, _ := vals[p.wkA].AsInt64()
 		nanos, _ := vals[p.wkB].AsInt64()
-		if nanos < 0 || nanos > 999_999_999 {
-			return record.Value{}, outOfDomain("Timestamp nanos %d out of range", nanos)
-		}
-		t := time.Unix(sec, nanos).UTC()
-		if t.Before(record.MinTime) || t.After(record.MaxTime) {
-			return record.Value{}, outOfDomain("Timestamp of %d seconds is out of range", sec)
-		}
-		return record.Timestamp(t).WithSchema(sch), nil
-	case wkDuration:
-		sec, _ := vals[p.wkA].AsInt64()
-		nanos, _ := vals[p.wkB].AsInt64()
-		if nanos <= -1e9 || nanos >= 1e9 || (sec > 0 && nanos < 0) || (sec < 0 && nanos > 0) {
-			return record.Value{}, outOfDomain("Duration of %d s and %d ns is not normalised", sec, nanos)
-		}
-		return record.Duration(sec, int32(nanos)).WithSchema(sch), nil
+		return secNanosValue(p.wk, sec, nanos, sch)
 	case wkDecimal:
 		scale, _ := vals[p.wkB].AsInt64()
 		if scale < -1000 || scale > 1000 {
@@ -1032,4 +1103,22 @@ func (p *protoPlan) wellKnown(vals []record.Value, sch *record.Schema) (record.V
 	}
 	// A wrapper: its value.
 	return vals[p.wkA].WithSchema(sch), nil
+}
+
+// secNanosValue converts a Timestamp or a Duration.
+func secNanosValue(wk protoWK, sec, nanos int64, sch *record.Schema) (record.Value, error) {
+	if wk == wkDuration {
+		if nanos <= -1e9 || nanos >= 1e9 || (sec > 0 && nanos < 0) || (sec < 0 && nanos > 0) {
+			return record.Value{}, outOfDomain("Duration of %d s and %d ns is not normalised", sec, nanos)
+		}
+		return record.Duration(sec, int32(nanos)).WithSchema(sch), nil
+	}
+	if nanos < 0 || nanos > 999_999_999 {
+		return record.Value{}, outOfDomain("Timestamp nanos %d out of range", nanos)
+	}
+	t := time.Unix(sec, nanos).UTC()
+	if t.Before(record.MinTime) || t.After(record.MaxTime) {
+		return record.Value{}, outOfDomain("Timestamp of %d seconds is out of range", sec)
+	}
+	return record.Timestamp(t).WithSchema(sch), nil
 }

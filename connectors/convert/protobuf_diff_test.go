@@ -3,6 +3,7 @@ package convert
 import (
 	"bytes"
 	"errors"
+	"flag"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -578,7 +579,7 @@ func (g *protoGen) corrupt(b []byte) []byte {
 
 func TestProtobufMatchesReference(t *testing.T) {
 	g := &protoGen{r: rand.New(rand.NewPCG(29, 1))}
-	n := 1500
+	n := 1500 * *protoDiffScale
 	if testing.Short() {
 		n = 200
 	}
@@ -685,3 +686,8 @@ func TestProtobufWireRules(t *testing.T) {
 		})
 	}
 }
+
+// protoDiffScale multiplies the differential test's cases:
+//
+//	go test -run TestProtobufMatchesReference ./connectors/convert/ -args -protodiff.scale 50
+var protoDiffScale = flag.Int("protodiff.scale", 1, "multiplies the cases of TestProtobufMatchesReference")
