@@ -88,7 +88,10 @@ type protoDecoding struct {
 	nMore    int
 	post     []protoPost // the slots finish converts, in slot order
 	required []int32     // indexes in fields of the required fields
-	wkA, wkB int         // well-known types: the slots of seconds and nanos, of a Decimal's value and scale, of a wrapper's value
+	// Well-known types: the slots of seconds and nanos, of a Decimal's
+	// value and scale, of a wrapper's value; and their field numbers.
+	wkA, wkB       int
+	wkNumA, wkNumB protowire.Number
 }
 
 // protoField reads one field: a singular value, a list's elements, or a
@@ -401,8 +404,10 @@ func (ps *protoSchema) wkPlan(md protoreflect.MessageDescriptor, path []protoref
 		if p.wkA = slotOf(a); p.wkA < 0 || b.name != "" && slotOf(b) < 0 {
 			return nil, badSchema(ps.id, "Protobuf type %s is not the well-known type of that name", md.FullName())
 		}
+		p.wkNumA = fds.Get(p.wkA).Number()
 		if b.name != "" {
 			p.wkB = slotOf(b)
+			p.wkNumB = fds.Get(p.wkB).Number()
 		}
 		if err := ps.compileDecoding(p, path); err != nil {
 			return nil, err
@@ -655,10 +660,7 @@ func (d *protoDecoder) field(m *protoMsg, f *protoField, wt protowire.Type, b []
 // readSecNanos decodes a Timestamp or Duration into st (merging), as
 // message would decode it into a protoMsg of its own.
 func (p *protoPlan) readSecNanos(b []byte, st *protoMore) error {
-	sec, nanos := p.fields[0].num, p.fields[1].num
-	if p.wkA != int(p.fields[0].slot) {
-		sec, nanos = nanos, sec
-	}
+	sec, nanos := p.wkNumA, p.wkNumB
 	for len(b) > 0 {
 		num, wt, n := protowire.ConsumeTag(b)
 		if n < 0 {

@@ -108,6 +108,26 @@ message Ed {
 }
 `
 
+// protoWide is a message of more than 64 fields, whose slots do not all
+// fit the decoder's bit set.
+var protoWide = func() string {
+	var b strings.Builder
+	b.WriteString("syntax = \"proto2\";\npackage wide;\nmessage In { optional int32 a = 1; required string r = 2; }\nmessage W {\n")
+	kinds := []string{"optional int32", "optional string", "repeated sint64", "optional In", "optional bytes", "map<string, In>", "optional double", "repeated string"}
+	for i := 1; i <= 70; i++ {
+		k := kinds[i%len(kinds)]
+		if i == 66 || i == 3 {
+			k = "required int64"
+		}
+		if strings.HasPrefix(k, "map") {
+			k = strings.TrimPrefix(k, "optional ")
+		}
+		fmt.Fprintf(&b, "  %s f%d = %d;\n", k, i, i)
+	}
+	b.WriteString("}\n")
+	return b.String()
+}()
+
 type diffSchema struct {
 	name string
 	text string
@@ -120,6 +140,7 @@ var diffSchemas = []diffSchema{
 	{"proto3", protoP3, nil},
 	{"editions", protoEd, nil},
 	{"bench", benchProto, nil},
+	{"wide", protoWide, nil},
 }
 
 // diffRoots compiles a schema and returns the plans of its messages that
