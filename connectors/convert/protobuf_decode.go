@@ -465,9 +465,20 @@ type slab[T any] struct {
 	used   int
 }
 
-const slabChunk = 64
+const (
+	slabChunk = 64
+	slabKeep  = 64 // chunks kept from one record to the next
+)
 
-func (s *slab[T]) reset() { s.cur, s.used = 0, 0 }
+// reset makes every chunk reusable, and lets go of those beyond slabKeep
+// that a record with very many messages made.
+func (s *slab[T]) reset() {
+	if len(s.chunks) > slabKeep {
+		clear(s.chunks[slabKeep:])
+		s.chunks = s.chunks[:slabKeep]
+	}
+	s.cur, s.used = 0, 0
+}
 
 func (s *slab[T]) alloc(n int) []T {
 	if n > slabChunk/4 {
