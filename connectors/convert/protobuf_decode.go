@@ -35,12 +35,17 @@ import (
 //   - Repeated scalars are read packed or not, whatever the schema says.
 //   - A map entry without a key or a value takes the default; an entry
 //     whose key is written with a wrong wire type after a good one is
-//     refused (the reference panicked there); a key written twice keeps
-//     its last value; entries are sorted by key.
+//     refused (the reference's decoder panicked there, and the panic was
+//     its error); a key written twice keeps its last value; entries are
+//     sorted by key.
 //   - A proto3 string must be UTF-8 as it is read; a proto2 string only
 //     when it is converted (a later value may replace it).
 //   - Required fields (proto2) are checked after the whole payload, if
 //     the message has any anywhere.
+//   - Groups (proto2 groups, editions' delimited messages) are messages
+//     between a start and an end tag.
+//   - Extensions are unknown fields: the reference looked them up in the
+//     binary's registry of Go types, which never holds a registry's schema.
 //
 // Decoding takes two passes, as the reference's did: the first reads the
 // payload into the state of each message (protoMsg), where the rules
