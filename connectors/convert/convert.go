@@ -47,7 +47,8 @@ type Converter interface {
 type Buffer struct {
 	members []jsonscan.Member
 	object  record.ObjectBuffer
-	arena   valueArena // the fields of records decoded with a schema (Avro)
+	arena   valueArena   // the fields of records decoded with a schema (Avro, Protobuf)
+	proto   protoScratch // the state of the Protobuf messages being decoded
 }
 
 // Scratch holds a Pipeline's buffers for one goroutine: one for keys, one

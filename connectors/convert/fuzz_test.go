@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"math/rand/v2"
 	"reflect"
 	"strconv"
 	"testing"
@@ -391,16 +392,47 @@ func FuzzProtobuf(f *testing.F) {
  "maybeInt":3,"amount":{"value":"MDk=","scale":2},"price":{"cents":"1"},"opt":0}`))
 	f.Add(protoMessage(f, protoAllTypes, deps, []int{0}, `{"points":"9","fl":1.5,"db":-2.5,"by":"AAE=","sf64":"-1"}`))
 	f.Add([]byte{})
+	var arena valueArena
+	var sc protoScratch
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		lib := dynamicpb.NewMessage(plan.md)
 		libErr := unmarshalProto(payload, lib, false) // the library, strict, its panics caught
-		mine := dynamicpb.NewMessage(plan.md)
-		var got record.Value
-		err := unmarshalProto(payload, mine, plan.noRequired)
-		if err == nil {
-			got, err = plan.value(mine.ProtoReflect())
-		}
+		arena.reset()
+		got, err := plan.decode(payload, &arena, &sc)
 		checkAgainstLibrary(t, libErr, func() any { return canonProto(lib.ProtoReflect()) }, got, err)
+		// And exactly what the reference decoder (dynamicpb, then the
+		// walk) made of it.
+		if d := protoDiff(plan, payload, &arena, &sc); d != "" {
+			t.Fatal(d)
+		}
+	})
+}
+
+// FuzzProtobufSchemas holds the decoder to the reference decoder on the
+// messages of the differential test's schemas (proto2, proto3 lists and
+// maps of every kind, editions, the benchmark's row): root picks the
+// message, seeded with random messages rewritten on the wire.
+func FuzzProtobufSchemas(f *testing.F) {
+	var roots []*protoPlan
+	for _, s := range diffSchemas {
+		roots = append(roots, diffRoots(f, s)...)
+	}
+	g := &protoGen{r: rand.New(rand.NewPCG(14, 29))}
+	for i := range 4 * len(roots) {
+		p := roots[i%len(roots)]
+		payload := g.marshal(g.message(p.md, 0))
+		if i%2 == 1 {
+			payload = g.rewrite(p.md, payload, 0)
+		}
+		f.Add(uint16(i%len(roots)), payload)
+	}
+	var arena valueArena
+	var sc protoScratch
+	f.Fuzz(func(t *testing.T, root uint16, payload []byte) {
+		p := roots[int(root)%len(roots)]
+		if d := protoDiff(p, payload, &arena, &sc); d != "" {
+			t.Fatalf("%s: %s", p.md.FullName(), d)
+		}
 	})
 }
 

@@ -247,6 +247,9 @@ message Plain { optional string b = 2; }`
 		}
 		err = unmarshalProto(c.payload, dynamicpb.NewMessage(plan.md), plan.noRequired)
 		if (err != nil) != c.wantErr {
+			t.Errorf("%s % x: reference error %v, want an error %v", plan.md.FullName(), c.payload, err, c.wantErr)
+		}
+		if _, err = plan.decode(c.payload, nil, nil); (err != nil) != c.wantErr {
 			t.Errorf("%s % x: error %v, want an error %v", plan.md.FullName(), c.payload, err, c.wantErr)
 		}
 	}
