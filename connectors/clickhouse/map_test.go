@@ -165,3 +165,46 @@ func mapRaw(ctx context.Context, pipe *convert.Pipeline, m mapping, snap *snapsh
 	sort.SliceStable(bad, func(i, j int) bool { return bad[i].Offset < bad[j].Offset })
 	return groups, bad, nil
 }
+
+// TestRowsKeepTheirValues: rows are built in reused scratch and carved
+// from shared chunks; every row must still hold its own record's values
+// after the whole batch is mapped, rows with the same columns share one
+// column slice, and a row whose columns differ (a field that sets a
+// DEFAULT column) starts a group of its own and does not disturb the
+// others.
+func TestRowsKeepTheirValues(t *testing.T) {
+	tb := benchTable(t)
+	typ, err := parseType("String")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb.add(&column{Name: "note", Type: typ, Insertable: true, HasDefault: true})
+	tb.add(&column{Name: ColTopic, Type: typ, Insertable: true})
+	var recs []*kgo.Record
+	for i := range 5000 {
+		v := fmt.Sprintf(`{"id":"k%d","seq":%d,"body":"b%d"}`, i, i*7, i)
+		if i%1000 == 999 {
+			v = fmt.Sprintf(`{"id":"k%d","seq":%d,"body":"b%d","note":"n%d"}`, i, i*7, i, i)
+		}
+		recs = append(recs, &kgo.Record{Topic: "tp", Partition: 3, Offset: int64(i), Value: []byte(v)})
+	}
+	groups, bad, err := mapRaw(context.Background(), convert.DefaultPipeline(), mapping{}, fixedTable(tb), recs)
+	if err != nil || len(bad) != 0 {
+		t.Fatalf("bad %v err %v", bad, err)
+	}
+	if len(groups) != 2 || len(groups[0].rows) != 4995 || len(groups[1].rows) != 5 {
+		t.Fatalf("%d groups, want 2: the rows without note and the 5 with it", len(groups))
+	}
+	for _, g := range groups {
+		for j, vals := range g.rows {
+			off := g.offs[j]
+			want := []any{fmt.Sprintf("k%d", off), off * 7, fmt.Sprintf("b%d", off)}
+			if fmt.Sprint(vals[:3]) != fmt.Sprint(want) || vals[len(vals)-1] != "tp" {
+				t.Fatalf("row of offset %d holds %v, want %v … tp", off, vals, want)
+			}
+			if len(g.shape) > 0 && vals[3] != fmt.Sprintf("n%d", off) {
+				t.Fatalf("row of offset %d: note %v", off, vals[3])
+			}
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/txsink/txsink/connectors"
 	"github.com/txsink/txsink/connectors/convert"
+	"github.com/txsink/txsink/connectors/internal/box"
 	"github.com/txsink/txsink/connectors/record"
 )
 
@@ -293,6 +294,7 @@ func mapRecords(ctx context.Context, m mapping, snap *snapshot, c *connectors.Co
 	}
 	p := &rowPlan{}
 	byShape := map[gkey]*rowGroup{}
+	var last *rowGroup // the group of the previous row
 	slotsOf := map[*table]*slots{}
 	mapErr := false // Each's error is the mapping's
 	err := c.Each(ctx, func(rec *record.Record) error {
@@ -313,12 +315,16 @@ func mapRecords(ctx context.Context, m mapping, snap *snapshot, c *connectors.Co
 		}
 		for _, rw := range rows {
 			t := rw.t
-			k := gkey{t.Name, rw.shape, colNames(rw.cols)}
-			g := byShape[k]
-			if g == nil {
-				g = &rowGroup{t: t, shape: rw.shape, cols: rw.cols}
-				byShape[k] = g
-				p.groups = append(p.groups, g)
+			g := last
+			if !sameRow(g, rw) {
+				k := gkey{t.Name, rw.shape, colNames(rw.cols)}
+				g = byShape[k]
+				if g == nil {
+					g = &rowGroup{t: t, shape: rw.shape, cols: rw.cols}
+					byShape[k] = g
+					p.groups = append(p.groups, g)
+				}
+				last = g
 			}
 			g.rows = append(g.rows, rw.vals)
 			g.offs = append(g.offs, r.Offset)
@@ -336,6 +342,13 @@ func mapRecords(ctx context.Context, m mapping, snap *snapshot, c *connectors.Co
 		return nil, err
 	}
 	return p, nil
+}
+
+// sameRow reports whether rw goes into g without looking its group up:
+// the same table and shape, and the very column slice g's rows have
+// (slots.row hands out one slice for as long as the columns repeat).
+func sameRow(g *rowGroup, rw row) bool {
+	return g != nil && g.t == rw.t && g.shape == rw.shape && len(rw.cols) > 0 && len(g.cols) == len(rw.cols) && &g.cols[0] == &rw.cols[0]
 }
 
 // colNames joins the names of cols (for grouping rows by column list).
@@ -435,9 +448,56 @@ func mapOne(m mapping, snap *snapshot, rec *record.Record, slotsOf map[*table]*s
 
 // slots hold a record's fields by column position, reused from one record
 // to the next.
-type slots struct{ record.Slots }
+type slots struct {
+	record.Slots
+	// Scratch and carving space for rows, reused from one record to the
+	// next: a row's columns are the previous row's slice when they are
+	// the same, its values are carved from chunk, and rowsOf returns its
+	// rows in out (valid until the next record).
+	cols      []*column
+	vals      []any
+	last      []*column
+	shape     []byte
+	lastShape string
+	chunk     []any
+	out       []row
+	box       box.Boxes // the rows' String and Int64 values
+}
 
-func newSlots(t *table) *slots { return &slots{record.NewSlots(len(t.Columns))} }
+func newSlots(t *table) *slots { return &slots{Slots: record.NewSlots(len(t.Columns))} }
+
+// coerce is coerce, with String and Int64 values boxed in the slots'
+// chunks instead of one allocation each.
+func (sc *slots) coerce(t *chType, v *record.Value) (any, error) {
+	switch {
+	case v.IsNull():
+	case t.Kind == kindString:
+		s, err := stringOf(v)
+		if err != nil {
+			return nil, err
+		}
+		return sc.box.String(s), nil
+	case t.Kind == kindInt && t.Bits == 64:
+		n, err := intOrBool(v)
+		if err != nil {
+			return nil, err
+		}
+		return sc.box.Int64(n), nil
+	}
+	return coerce(t, v)
+}
+
+// rowVals is a slice of n values of its own, carved from a chunk the
+// slots share with the other rows of the batch (one allocation per chunk,
+// not per row).
+func (sc *slots) rowVals(n int) []any {
+	if cap(sc.chunk)-len(sc.chunk) < n {
+		sc.chunk = make([]any, 0, max(4096, n))
+	}
+	at := len(sc.chunk)
+	sc.chunk = sc.chunk[:at+n]
+	return sc.chunk[at : at+n : at+n]
+}
 
 // fill maps the fields of a struct onto the insertable columns of t, the
 // last of duplicate names winning; only names in keep, when set, are
@@ -567,7 +627,8 @@ func rowsOf(t *table, m mapping, rec *record.Record, sc *slots) ([]row, error) {
 	} else {
 		keyFields = m.KeyFields
 	}
-	var out []row
+	out := sc.out[:0]
+	defer func() { sc.out = out[:0] }()
 	if !rec.OldKey.IsNull() {
 		clear(sc.Set)
 		if err := sc.fillKey(t, keyFields, rec.OldKey); err != nil {
@@ -601,7 +662,8 @@ func rowsOf(t *table, m mapping, rec *record.Record, sc *slots) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(out, rw), nil
+	out = append(out, rw)
+	return out, nil
 }
 
 // row builds the row of the filled slots: every insertable column in
@@ -610,10 +672,9 @@ func rowsOf(t *table, m mapping, rec *record.Record, sc *slots) ([]row, error) {
 // columns without a default the record does not set.
 func (sc *slots) row(t *table, m mapping, rec *record.Record, deleted bool) (row, error) {
 	r := rec.Raw
-	var sb strings.Builder
+	sc.shape = sc.shape[:0]
 	var fixed record.Value // a column filled from the record's coordinates
-	cols := make([]*column, 0, len(t.Columns))
-	vals := make([]any, 0, len(t.Columns))
+	cols, vals := sc.cols[:0], sc.vals[:0]
 	for i, c := range t.Columns {
 		if !c.Insertable {
 			continue
@@ -621,10 +682,22 @@ func (sc *slots) row(t *table, m mapping, rec *record.Record, deleted bool) (row
 		var v *record.Value
 		switch c.Name {
 		case ColTopic:
+			if c.Type.Kind == kindString {
+				cols, vals = append(cols, c), append(vals, sc.box.String(r.Topic))
+				continue
+			}
 			fixed, v = record.String(r.Topic), &fixed
 		case ColPartition:
+			if c.Type.Kind == kindInt && c.Type.Bits == 32 {
+				cols, vals = append(cols, c), append(vals, r.Partition)
+				continue
+			}
 			fixed, v = record.Int(int64(r.Partition)), &fixed
 		case ColOffset:
+			if c.Type.Kind == kindInt && c.Type.Bits == 64 {
+				cols, vals = append(cols, c), append(vals, sc.box.Int64(r.Offset))
+				continue
+			}
 			fixed, v = record.Int(r.Offset), &fixed
 		case m.VersionColumn:
 			fixed, v = record.Uint(rec.Position()), &fixed
@@ -657,18 +730,28 @@ func (sc *slots) row(t *table, m mapping, rec *record.Record, deleted bool) (row
 		if !c.Type.supported() {
 			return row{}, fmt.Errorf("column %s %s: %w", c.Name, c.Type.Name, ErrUnsupportedColumn)
 		}
-		x, err := coerce(c.Type, v)
+		x, err := sc.coerce(c.Type, v)
 		if err != nil {
 			return row{}, record.InField(c.Name, err)
 		}
 		cols = append(cols, c)
 		vals = append(vals, x)
 		if c.HasDefault {
-			sb.WriteString(strconv.Itoa(i))
-			sb.WriteByte(',')
+			sc.shape = strconv.AppendInt(sc.shape, int64(i), 10)
+			sc.shape = append(sc.shape, ',')
 		}
 	}
-	return row{t: t, cols: cols, vals: vals, shape: sb.String()}, nil
+	sc.cols, sc.vals = cols, vals
+	if !slices.Equal(cols, sc.last) {
+		sc.last = slices.Clone(cols)
+	}
+	if string(sc.shape) != sc.lastShape {
+		sc.lastShape = string(sc.shape)
+	}
+	own := sc.rowVals(len(vals))
+	copy(own, vals)
+	clear(vals) // the scratch holds no value past its row
+	return row{t: t, cols: sc.last, vals: own, shape: sc.lastShape}, nil
 }
 
 // blocks cuts groups into blocks of at most blockRows rows, in group order.

@@ -533,7 +533,10 @@ func stringOf(v *record.Value) (string, error) {
 		b, err := v.JSONText()
 		return string(b), err
 	}
-	return v.AsText()
+	// A row is inserted before its record is released (the rows of a
+	// round live until its commit, the record's bytes as long as a row
+	// refers to them): the text may share the record's bytes.
+	return v.AsTextShared()
 }
 
 // Ranges of ClickHouse's date and time types.

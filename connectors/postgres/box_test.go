@@ -8,23 +8,22 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/txsink/txsink/connectors/internal/box"
 )
 
-// TestBoxes: a value boxed by boxes is the same interface value as the
-// compiler's boxing of it (type word, ==, type switches, reflect, pgx's
-// binary encoding), and stays so after many more values were boxed and
-// the garbage collector ran.
+// TestBoxes: a value boxed by box.Boxes is the same interface value as
+// the compiler's boxing of it for pgx too (its binary encoding, and the
+// sink's keyString), after many more values were boxed and the garbage
+// collector ran.
 func TestBoxes(t *testing.T) {
-	if typeWord("") != typeWord("x") || typeWord(int64(1)) != typeWord(int64(1000)) || typeWord("") == typeWord(int64(0)) {
-		t.Fatal("type words of the compiler's boxes are not what boxes uses")
-	}
-	var bx boxes
-	const n = 5 * boxChunk
+	var bx box.Boxes
+	const n = 5 * 512
 	got := make([]any, 0, 2*n)
 	want := make([]any, 0, 2*n)
 	for i := range n {
 		s := "v" + strconv.Itoa(i) // a new string each time
-		got = append(got, bx.string(s), bx.int64(int64(i)*1_000_003-7))
+		got = append(got, bx.String(s), bx.Int64(int64(i)*1_000_003-7))
 		want = append(want, any(s), any(int64(i)*1_000_003-7))
 	}
 	runtime.GC()
@@ -60,29 +59,4 @@ func TestBoxes(t *testing.T) {
 	if keyString(got[:4]) != keyString(want[:4]) {
 		t.Fatalf("keyString %q, want %q", keyString(got[:4]), keyString(want[:4]))
 	}
-}
-
-// BenchmarkBoxes compares boxes with the compiler's boxing, for a
-// string and an int64 per op.
-func BenchmarkBoxes(b *testing.B) {
-	strs := make([]string, 1024)
-	for i := range strs {
-		strs[i] = fmt.Sprintf("k%010d", i)
-	}
-	sink := make([]any, 2*len(strs))
-	b.Run("compiler", func(b *testing.B) {
-		b.ReportAllocs()
-		for i := 0; b.Loop(); i++ {
-			j := i % len(strs)
-			sink[2*j], sink[2*j+1] = any(strs[j]), any(int64(i)<<20)
-		}
-	})
-	b.Run("boxes", func(b *testing.B) {
-		var bx boxes
-		b.ReportAllocs()
-		for i := 0; b.Loop(); i++ {
-			j := i % len(strs)
-			sink[2*j], sink[2*j+1] = bx.string(strs[j]), bx.int64(int64(i)<<20)
-		}
-	})
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/txsink/txsink/connectors/internal/box"
 	"github.com/txsink/txsink/connectors/record"
 )
 
@@ -41,7 +42,7 @@ import (
 
 // coerce converts v to the column's type. With bx, text and bigint
 // values are boxed in bx's chunks instead of one allocation each.
-func coerce(c *column, v *record.Value, bx *boxes) (any, error) {
+func coerce(c *column, v *record.Value, bx *box.Boxes) (any, error) {
 	if v.IsNull() {
 		if c.NotNull {
 			return nil, record.FieldErrorf(c.Name, record.ErrCoerce, "null in NOT NULL column")
@@ -54,12 +55,12 @@ func coerce(c *column, v *record.Value, bx *boxes) (any, error) {
 	case bx != nil && (k == kindText || k == kindEnum):
 		var s string
 		if s, err = coerceText(c.MaxLen, v); err == nil {
-			x = bx.string(s)
+			x = bx.String(s)
 		}
 	case bx != nil && k == kindInt8:
 		var n int64
 		if n, err = v.AsInt64(); err == nil {
-			x = bx.int64(n)
+			x = bx.Int64(n)
 		}
 	default:
 		x, err = coerceType(&c.Type, c.MaxLen, v)

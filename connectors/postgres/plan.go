@@ -14,6 +14,7 @@ import (
 
 	"github.com/txsink/txsink/connectors"
 	"github.com/txsink/txsink/connectors/convert"
+	"github.com/txsink/txsink/connectors/internal/box"
 	"github.com/txsink/txsink/connectors/record"
 )
 
@@ -429,7 +430,7 @@ type scratch struct {
 	order        []*column // the column of each field position of the last value (nil: none)
 	vals         []any     // carved into ops' vals
 	ops          []op      // carved into ops
-	boxes                  // the boxes of ops' text and bigint values
+	boxes        box.Boxes // the boxes of ops' text and bigint values
 }
 
 func newScratch(t *table) *scratch {

@@ -1,25 +1,28 @@
-package postgres
+// Package box boxes a row's text and bigint values into interfaces without
+// an allocation per value, for the sinks' row paths.
+package box
 
 import "unsafe"
 
 // Boxing a row's values without an allocation per value. A row is a
-// []any (what pgx's COPY and statement parameters take), and Go boxes a
+// []any (what pgx's COPY and statement parameters and clickhouse-go's
+// batch Append take), and Go boxes a
 // string or an int64 that escapes into an any by allocating a copy of it
 // (integers below 256 excepted): two or three allocations per row of the
-// main workload, most of what planning a row still allocated. boxes
+// main workload, most of what planning a row still allocated. Boxes
 // writes the value into a slot of a chunk allocated for many values and
 // makes an interface whose data word points to that slot, as the runtime
 // itself does (convTstring points an interface at a new copy of the
 // string; convT64 points a small integer into a static table). The
 // result is an ordinary string or int64 interface: type switches, ==,
-// reflect and pgx see no difference.
+// reflect, pgx and clickhouse-go see no difference.
 //
 // Exactness: a slot is written once, before its interface is made, and
 // never again (chunks are never reset or reused), so an interface's value
 // cannot change under it; the chunk stays alive while any interface
 // points into it (interior pointers keep an allocation alive), and the
 // strings in it keep the bytes they refer to alive.
-type boxes struct {
+type Boxes struct {
 	strs []string
 	ints []int64
 }
@@ -42,8 +45,8 @@ var (
 
 func typeWord(x any) unsafe.Pointer { return (*eface)(unsafe.Pointer(&x)).typ }
 
-// string returns s as an any.
-func (b *boxes) string(s string) any {
+// String returns s as an any.
+func (b *Boxes) String(s string) any {
 	if len(b.strs) == 0 {
 		b.strs = make([]string, boxChunk)
 	}
@@ -55,8 +58,8 @@ func (b *boxes) string(s string) any {
 	return x
 }
 
-// int64 returns n as an any.
-func (b *boxes) int64(n int64) any {
+// Int64 returns n as an any.
+func (b *Boxes) Int64(n int64) any {
 	if len(b.ints) == 0 {
 		b.ints = make([]int64, boxChunk)
 	}
