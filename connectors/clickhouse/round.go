@@ -32,9 +32,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/txsink/txsink/internal/failpoint"
 	"github.com/txsink/txsink/offsets"
@@ -116,20 +119,33 @@ func (s *Sink) PrepareRound(ctx context.Context, batches []*twophase.Batch) []er
 	}
 	order := slices.Clone(batches)
 	slices.SortFunc(order, func(a, b *twophase.Batch) int { return compareIDs(a.ID, b.ID) })
+	// Map the batches the runtime did not stage ahead, several at once
+	// (as the Prepare calls of a round of batch participants were).
 	parts := make([]*prepared, len(order))
-	var failed error
+	failed := make([]error, len(order))
+	var g errgroup.Group
+	g.SetLimit(runtime.GOMAXPROCS(0))
 	for i, b := range order {
 		if len(b.Records) == 0 {
-			failed = fmt.Errorf("clickhouse: prepare %s: empty batch", b.ID)
-		} else if parts[i] = s.takeAhead(b.ID); parts[i] == nil {
+			failed[i] = fmt.Errorf("clickhouse: prepare %s: empty batch", b.ID)
+			continue
+		}
+		if parts[i] = s.takeAhead(b.ID); parts[i] != nil {
+			continue
+		}
+		g.Go(func() error {
 			var err error
 			if parts[i], err = s.buildBatch(ctx, b); err != nil {
-				failed = nothingPrepared(err)
+				failed[i] = nothingPrepared(err)
 			}
-		}
-		if failed != nil {
-			errs[slices.Index(batches, b)] = failed
-			return refuse(failed)
+			return nil
+		})
+	}
+	_ = g.Wait()
+	for i, err := range failed {
+		if err != nil {
+			errs[slices.Index(batches, order[i])] = err
+			return refuse(err)
 		}
 	}
 	ids := make([]twophase.BatchID, len(order))
