@@ -13,6 +13,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -185,13 +186,16 @@ func (d *driver) run() error {
 			paused = true
 			d.t.log.Info("task paused: fetching stopped, group membership and partitions kept")
 			if d.s != nil {
-				d.s.cl.PauseFetchTopics(d.t.conn.Topics...)
+				// Every topic the client consumes: with topics.regex the
+				// connector's list is empty (and a source transaction
+				// topic is not in it).
+				d.s.cl.PauseFetchTopics(append(slices.Clone(d.t.conn.Topics), d.s.cl.GetConsumeTopics()...)...)
 			}
 			d.step(task.Event{Type: task.EventPause})
 		case <-resumeCh:
 			paused = false
 			if d.s != nil {
-				d.s.cl.ResumeFetchTopics(d.t.conn.Topics...)
+				d.s.cl.ResumeFetchTopics(d.s.cl.PauseFetchTopics()...)
 			}
 			d.t.log.Info("task resumed: fetching again from the stored offsets")
 			d.step(task.Event{Type: task.EventResume})

@@ -8,6 +8,8 @@ package engine
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -59,6 +61,12 @@ func (d *driver) startSession() error {
 			return nil, actx.Err()
 		}
 		out, ps, err := t.assign(actx, s.outcome, offs)
+		if err == nil && t.gate != nil && t.gate.pausedNow() {
+			// Paused: the assigned topics are not fetched (with
+			// topics.regex the connector's topics list is empty, so
+			// only the assignment names them), before the first fetch.
+			s.cl.PauseFetchTopics(slices.Collect(maps.Keys(offs))...)
+		}
 		if err == nil && len(ps) > 0 {
 			// The observer hears of an assignment and a revocation in
 			// the callbacks themselves, so that a partition moving
