@@ -164,8 +164,8 @@ func (w *world) do(a Action) {
 		// moved the consumer, and its event comes late (and is ignored).
 		if i := slices.IndexFunc(w.polls, func(p *modelPoll) bool { return p.seq == a.Seq }); i >= 0 {
 			w.polls = slices.Delete(w.polls, i, i+1)
-			for k, mp := range w.parts {
-				if w.owned[k] {
+			for _, k := range sortedTPs(w.parts) { // in order: a seed replays
+				if mp := w.parts[k]; w.owned[k] {
 					mp.pos = min(mp.pos+w.rng.IntN(3), len(mp.log))
 				}
 			}
