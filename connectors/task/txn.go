@@ -14,12 +14,12 @@ package task
 // writes a round in one transaction: a reader of the target sees only
 // states the source had.
 //
-// Memory is bounded by MaxRecords: each partition holds at most its share
-// (the transaction topic, the change topics' partitions each a share of
-// the rest); a partition at its share is not held further, and the task
-// seeks it back to read those records again once its head moves, so a
-// partition read far ahead of the others (a backlog drained unevenly)
-// waits for them instead of filling memory. Time is bounded by
+// Memory is bounded by MaxRecords: the transaction topic holds at most
+// MaxRecords, each change topic partition an equal share of it; a
+// partition at its bound is not held further, and the task seeks it back
+// to read those records again once its head moves, so a partition read
+// far ahead of the others (a backlog drained unevenly) waits for them
+// instead of filling memory. Time is bounded by
 // MaxWaitTicks: a transaction still not ready that long after its first
 // record was held (its events do not all arrive, or do not fit) is split
 // (ReportTxnSplit): its events are cut as they come, as without the mode,
@@ -298,7 +298,11 @@ func (m *Machine) polledTxn(recs []*kgo.Record, marks []record.TxnMark, out []Ac
 		if !ok || r.Offset < c.from() {
 			continue // revoked meanwhile, or already held or written
 		}
-		if full[k] || len(m.txn.held[k]) >= share || k.Topic == m.txn.cfg.Topic && len(m.txn.held[k]) >= m.txn.cfg.MaxRecords {
+		limit := share
+		if k.Topic == m.txn.cfg.Topic {
+			limit = m.txn.cfg.MaxRecords
+		}
+		if full[k] || len(m.txn.held[k]) >= limit {
 			full[k] = true // read again from c.from() (the seek below)
 			continue
 		}
