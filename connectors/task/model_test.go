@@ -79,14 +79,6 @@ func TestModel(t *testing.T) {
 		t.Parallel()
 		txn(t, func(*world) {})
 	})
-	t.Run("txn-split-order", func(t *testing.T) {
-		// T2's event is held at tick 0, T1's END and T2's at tick 5,
-		// T1's event has not come: at tick 10 (max-wait 10) bound
-		// splits T2, complete but waiting behind T1, and a round
-		// applies it alone; T1 is applied whole after it.
-		t.Skip("bug: txnHold.bound splits a late transaction that waits only behind an earlier one that is not split, and applies it before that one (source commit order)")
-		txn(t, func(w *world) { w.splitOrder = true })
-	})
 	t.Run("txn-held-after-assign", func(t *testing.T) {
 		// A partition keeps the records it held under the share it had
 		// while fewer were owned: assigned one more during a round, the
@@ -153,15 +145,63 @@ type world struct {
 	txns  []*modelTxn            // in commit order: the order of their ENDs
 	txnAt map[modelRec]*modelTxn // a change event or an END -> its transaction
 	split map[string]bool        // ReportTxnSplit so far
-	// Stricter checks the machine fails (see TestModel). splitOrder: a
-	// split transaction, too, never comes before one that ended earlier
-	// and is not split. heldBound: at most max-records in the
-	// transaction topic and as many in the change partitions together,
-	// also after an assignment.
-	splitOrder, heldBound bool
+	// A stricter check the machine fails (see TestModel). heldBound: at
+	// most max-records in the transaction topic and as many in the
+	// change partitions together, also after an assignment.
+	heldBound bool
 	// maxHeld is the most records the machine held at once; whole counts
 	// the transactions applied whole.
 	maxHeld, whole int
+}
+
+// checkSplit: a transaction is split only if it is not complete in the
+// machine's hold (its END and every event it announces held), or if every
+// earlier transaction that is neither applied nor split is complete (then
+// none could be split to unblock it: records against the commit order).
+// A complete transaction split while an earlier one is incomplete would
+// go before it, a state the source never had: the earlier one is to be
+// split at its own deadline instead, and the complete one then goes whole
+// after it.
+func (w *world) checkSplit(id string) {
+	held := map[modelRec]bool{}
+	for k, recs := range w.m.txn.held {
+		for _, x := range recs {
+			held[modelRec{k, x.r.Offset}] = true
+		}
+	}
+	complete := func(tx *modelTxn) bool {
+		if !held[tx.end] || int64(len(tx.events)) < tx.count {
+			return false
+		}
+		for _, e := range tx.events {
+			if !held[e] {
+				return false
+			}
+		}
+		return true
+	}
+	applied := func(tx *modelTxn) bool {
+		for _, e := range append(slices.Clone(tx.events), tx.end) {
+			if w.parts[e.tp].rows[e.off] == 0 {
+				return false
+			}
+		}
+		return true
+	}
+	var tx *modelTxn
+	for _, t := range w.txns {
+		if t.id == id {
+			tx = t
+		}
+	}
+	if tx == nil || !complete(tx) {
+		return
+	}
+	for _, before := range w.txns[:tx.seq] {
+		if !w.split[before.id] && !applied(before) && !complete(before) {
+			w.fatalf("split: %s is complete and waits behind %s, which ended before it and is not complete; splitting %s applies it first", id, before.id, id)
+		}
+	}
 }
 
 // modelRec names one record of the model's logs.
@@ -396,6 +436,7 @@ func (w *world) do(a Action) {
 		w.exited = true
 	case ActionReport:
 		if a.Report.Type == ReportTxnSplit {
+			w.checkSplit(a.Report.TxnID)
 			w.split[a.Report.TxnID] = true
 		}
 	}
@@ -747,7 +788,7 @@ func (w *world) checkWhole(r *Round) {
 		return true
 	}
 	for _, tx := range touched {
-		if w.split[tx.id] && !w.splitOrder {
+		if w.split[tx.id] {
 			continue
 		}
 		for _, before := range w.txns[:tx.seq] {

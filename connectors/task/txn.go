@@ -263,14 +263,26 @@ func (h *txnHold) release(ids []string, why string, out []Action) []Action {
 	return out
 }
 
-// bound splits what blocks too long.
+// bound splits what blocks too long. A late transaction that is complete
+// (its END and every event it announces are held) and waits only behind
+// an earlier one is not split while a blocker that is not complete
+// remains: that one is split at its own deadline, and the complete one
+// then goes whole and in the source's commit order. Splitting the
+// complete one instead would apply it before the earlier transaction, a
+// state the source never had. Only when every blocker is complete (records
+// of transactions interleaved against commit order) are the late ones
+// split, so that the task always moves.
 func (h *txnHold) bound(m *Machine, out []Action) []Action {
 	_, blockers := h.plan()
 	if len(blockers) == 0 {
 		return out
 	}
+	incomplete := slices.ContainsFunc(blockers, func(id string) bool { return !h.complete(id) })
 	var late []string
 	for _, id := range blockers {
+		if incomplete && h.complete(id) {
+			continue
+		}
 		if at, ok := h.first[id]; ok && m.now-at >= h.cfg.MaxWaitTicks {
 			late = append(late, id)
 		}
@@ -279,6 +291,27 @@ func (h *txnHold) bound(m *Machine, out []Action) []Action {
 		out = h.release(late, fmt.Sprintf("not complete within source.transactions.max.wait.ms=%d (its events did not all arrive, or they do not fit in its partitions' shares of source.transactions.max.records)", h.cfg.MaxWaitTicks*TickMillis), out)
 	}
 	return out
+}
+
+// complete reports whether transaction id's END and every event it
+// announces are held.
+func (h *txnHold) complete(id string) bool {
+	var events, count int64
+	ended := false
+	for tp, recs := range h.held {
+		for _, x := range recs {
+			if x.mark.ID != id {
+				continue
+			}
+			switch {
+			case tp.Topic == h.cfg.Topic && x.mark.Kind == record.TxnEnd:
+				ended, count = true, x.mark.Count
+			case x.mark.Kind == record.TxnEvent:
+				events++
+			}
+		}
+	}
+	return ended && events >= count
 }
 
 // polledTxn holds the records of a poll and cuts a round of what is
