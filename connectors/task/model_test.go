@@ -56,14 +56,14 @@ func TestModel(t *testing.T) {
 			}
 		})
 	}
-	txn := func(t *testing.T, strict func(*world)) {
+	t.Run("txn", func(t *testing.T) {
+		t.Parallel()
 		// A quarter of the seeds: a step that holds transactions costs
 		// the machine several times more (the package's time under
 		// -race stays within twice what it was without this mode).
 		var txns, whole, split, held int
 		for seed := range uint64(seeds / 4) {
 			w := newWorld(t, seed, SinkCAS, 1, true)
-			strict(w)
 			w.run(3000)
 			w.check()
 			txns, whole, split = txns+len(w.txns), whole+w.whole, split+len(w.split)
@@ -74,17 +74,6 @@ func TestModel(t *testing.T) {
 			t.Fatalf("%d of %d source transactions applied whole", whole, txns)
 		}
 		t.Logf("%d source transactions: %d applied whole, %d split; at most %d%% of max-records held", txns, whole, split, held)
-	}
-	t.Run("txn", func(t *testing.T) {
-		t.Parallel()
-		txn(t, func(*world) {})
-	})
-	t.Run("txn-held-after-assign", func(t *testing.T) {
-		// A partition keeps the records it held under the share it had
-		// while fewer were owned: assigned one more during a round, the
-		// task holds them and the new one's share.
-		t.Skip("bug: an assignment during a round does not bring the held change partitions down to their new shares: the task holds more than twice source.transactions.max.records")
-		txn(t, func(w *world) { w.heldBound = true })
 	})
 }
 
@@ -145,10 +134,6 @@ type world struct {
 	txns  []*modelTxn            // in commit order: the order of their ENDs
 	txnAt map[modelRec]*modelTxn // a change event or an END -> its transaction
 	split map[string]bool        // ReportTxnSplit so far
-	// A stricter check the machine fails (see TestModel). heldBound: at
-	// most max-records in the transaction topic and as many in the
-	// change partitions together, also after an assignment.
-	heldBound bool
 	// maxHeld is the most records the machine held at once; whole counts
 	// the transactions applied whole.
 	maxHeld, whole int
@@ -857,13 +842,11 @@ func (w *world) checkHeld() {
 		w.fatalf("holds %d records but counts %d", n, h.n)
 	}
 	w.maxHeld = max(w.maxHeld, n)
-	// The change partitions hold at most what they took under the
-	// shares they had: a partition keeps what it took while fewer were
-	// owned (M/1, M/2) when more are assigned.
-	bound := w.txn.MaxRecords + w.txn.MaxRecords + w.txn.MaxRecords/2 + w.txn.MaxRecords/3
-	if w.heldBound {
-		bound = 2 * w.txn.MaxRecords
-	}
+	// At most max-records in the transaction topic and as many in the
+	// change partitions together, also after an assignment shrank the
+	// shares (a partition gives back what it held beyond its new share;
+	// seed 84 held 26 of 24 before it did).
+	bound := 2 * w.txn.MaxRecords
 	if n > bound {
 		per := map[TP]int{}
 		for k, recs := range h.held {

@@ -325,6 +325,21 @@ func (m *Machine) polledTxn(recs []*kgo.Record, marks []record.TxnMark, out []Ac
 	}
 	share := max(m.txn.cfg.MaxRecords/max(data, 1), 1)
 	full := map[TP]bool{}
+	// Shares shrink when the task is assigned more partitions: a change
+	// partition holding more than its share now gives the excess back
+	// (its last held records, read again later from the first of them),
+	// so the bound holds after an assignment too.
+	for k, held := range m.txn.held {
+		c, ok := m.parts[k]
+		if !ok || k.Topic == m.txn.cfg.Topic || len(held) <= share {
+			continue
+		}
+		m.txn.n -= len(held) - share
+		c.ahead = held[share].r.Offset
+		m.txn.held[k] = slices.Clone(held[:share])
+		full[k] = true
+	}
+	m.txn.prune()
 	for i, r := range recs {
 		k := TP{r.Topic, r.Partition}
 		c, ok := m.parts[k]
