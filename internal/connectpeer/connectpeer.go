@@ -90,7 +90,10 @@ func ResolvePlugin(ctx context.Context, pom, name string) (string, error) {
 
 // resolve copies pom's runtime dependencies into
 // <cache>/<prefix>-<hash of pom>[/sub] once and returns that directory
-// (without sub).
+// (without sub). It is safe to call at once from several goroutines and
+// processes (test binaries of CI lanes share the cache): each fills a
+// directory of its own and renames it into place; the first rename wins
+// and the others use its result.
 func resolve(ctx context.Context, pom, prefix, sub string) (string, error) {
 	b, err := os.ReadFile(pom)
 	if err != nil {
@@ -103,15 +106,22 @@ func resolve(ctx context.Context, pom, prefix, sub string) (string, error) {
 		cache = filepath.Join(home, ".cache", "txsink-bench")
 	}
 	dir := filepath.Join(cache, prefix+"-"+hex.EncodeToString(sum[:6]))
-	if _, err := os.Stat(filepath.Join(dir, ".complete")); err == nil {
+	complete := func() bool { _, err := os.Stat(filepath.Join(dir, ".complete")); return err == nil }
+	if complete() {
 		return dir, nil
 	}
 	mvn, err := exec.LookPath("mvn")
 	if err != nil {
 		return "", fmt.Errorf("%w: no mvn on PATH (needed once to fetch Kafka Connect and Debezium from Maven Central)", ErrUnavailable)
 	}
-	tmp := dir + ".tmp"
-	_ = os.RemoveAll(tmp)
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp(cache, filepath.Base(dir)+".tmp-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp) // gone once renamed; what is left otherwise
 	out := filepath.Join(tmp, sub)
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return "", err
@@ -119,15 +129,16 @@ func resolve(ctx context.Context, pom, prefix, sub string) (string, error) {
 	cmd := exec.CommandContext(ctx, mvn, "-B", "-q", "-Dstyle.color=never", "-f", pom,
 		"dependency:copy-dependencies", "-DincludeScope=runtime", "-DoutputDirectory="+out)
 	if outb, err := cmd.CombinedOutput(); err != nil {
-		_ = os.RemoveAll(tmp)
 		return "", fmt.Errorf("mvn dependency:copy-dependencies on %s failed: %v\n%s", pom, err, LastLines(string(outb), 15))
 	}
 	if err := os.WriteFile(filepath.Join(tmp, ".complete"), nil, 0o644); err != nil {
 		return "", err
 	}
-	_ = os.RemoveAll(dir)
 	if err := os.Rename(tmp, dir); err != nil {
-		return "", err
+		if complete() {
+			return dir, nil // another caller got there first
+		}
+		return "", fmt.Errorf("%w (remove %s to fetch it again)", err, dir)
 	}
 	return dir, nil
 }
