@@ -195,7 +195,12 @@ func (s *Sink) PrepareRound(ctx context.Context, batches []*twophase.Batch) []er
 		ins[i] = intent{ID: b.ID, Fence: b.Fence, Prev: b.Prev, Token: token, Target: p.target(), Records: len(b.Records),
 			Blocks: p.nblocks(), BlockRows: s.cfg.BlockRows, Mechanism: mech}
 	}
-	if err := s.nextAttempts(ctx, ins); err != nil {
+	if i, err := s.nextAttempts(ctx, ins); err != nil {
+		if i >= 0 {
+			// That batch's own: no room for another attempt under its
+			// fence (ErrFenced: the partition is acquired anew).
+			errs[slices.Index(batches, order[i])] = err
+		}
 		return refuse(err)
 	}
 	if err := s.st.writeIntents(ctx, ins, statusPending, ""); err != nil {
@@ -218,22 +223,22 @@ func (s *Sink) PrepareRound(ctx context.Context, batches []*twophase.Batch) []er
 
 // nextAttempts sets the attempt of each intent of a round about to be
 // prepared (see nextAttempt), reading the batches' earlier intents in one
-// query.
-func (s *Sink) nextAttempts(ctx context.Context, ins []intent) error {
+// query. An error of one intent's comes with its index; -1 otherwise.
+func (s *Sink) nextAttempts(ctx context.Context, ins []intent) (int, error) {
 	ids := make([]twophase.BatchID, len(ins))
 	for i, in := range ins {
 		ids[i] = in.ID
 	}
 	old, err := s.st.intentsOfMany(ctx, s.cfg.Connector, ids)
 	if err != nil {
-		return err
+		return -1, err
 	}
 	for i := range ins {
 		if err := nextAttempt(&ins[i], old[keyOf(ins[i].ID)]); err != nil {
-			return err
+			return i, err
 		}
 	}
-	return nil
+	return -1, nil
 }
 
 // merge is the round of the batches ids (in (topic, partition) order) with
