@@ -65,7 +65,15 @@ func (d *driver) startSession() error {
 			// Paused: the assigned topics are not fetched (with
 			// topics.regex the connector's topics list is empty, so
 			// only the assignment names them), before the first fetch.
-			s.cl.PauseFetchTopics(slices.Collect(maps.Keys(offs))...)
+			topics := slices.Collect(maps.Keys(offs))
+			s.cl.PauseFetchTopics(topics...)
+			if !t.gate.pausedNow() {
+				// Resumed meanwhile: the driver's resume may have run
+				// before this pause (the gate flips before the driver
+				// hears of it, so a pause still seen here is resumed
+				// by the driver after it).
+				s.cl.ResumeFetchTopics(topics...)
+			}
 		}
 		if err == nil && len(ps) > 0 {
 			// The observer hears of an assignment and a revocation in
