@@ -249,13 +249,12 @@ func merge(ids []twophase.BatchID, parts []*prepared, blockRows int) *prepared {
 	if len(parts) == 1 {
 		return parts[0]
 	}
-	type gkey struct{ name, shape, cols string }
 	out := &prepared{}
-	byKey := map[gkey]*rowGroup{}
+	byKey := map[groupKey]*rowGroup{}
 	for i, p := range parts {
 		sp := func(n int) span { return span{topic: ids[i].Topic, partition: ids[i].Partition, n: n} }
 		for _, g := range p.groups {
-			k := gkey{g.t.Name, g.shape, colNames(g.cols)}
+			k := groupKey{g.t.Name, g.shape, colNames(g.cols)}
 			m := byKey[k]
 			if m == nil {
 				m = &rowGroup{t: g.t, shape: g.shape, cols: g.cols}

@@ -289,11 +289,8 @@ func mapRecords(ctx context.Context, m mapping, snap *snapshot, c *connectors.Co
 	// Rows group by table name and column list, never by the *table a
 	// lookup returned: a redo must cut the same blocks whatever the
 	// cache held.
-	type gkey struct {
-		name, shape, cols string
-	}
 	p := &rowPlan{}
-	byShape := map[gkey]*rowGroup{}
+	byShape := map[groupKey]*rowGroup{}
 	var last *rowGroup // the group of the previous row
 	slotsOf := map[*table]*slots{}
 	mapErr := false // Each's error is the mapping's
@@ -317,7 +314,7 @@ func mapRecords(ctx context.Context, m mapping, snap *snapshot, c *connectors.Co
 			t := rw.t
 			g := last
 			if !sameRow(g, rw) {
-				k := gkey{t.Name, rw.shape, colNames(rw.cols)}
+				k := groupKey{t.Name, rw.shape, colNames(rw.cols)}
 				g = byShape[k]
 				if g == nil {
 					g = &rowGroup{t: t, shape: rw.shape, cols: rw.cols}
@@ -350,6 +347,11 @@ func mapRecords(ctx context.Context, m mapping, snap *snapshot, c *connectors.Co
 func sameRow(g *rowGroup, rw row) bool {
 	return g != nil && g.t == rw.t && g.shape == rw.shape && len(rw.cols) > 0 && len(g.cols) == len(rw.cols) && &g.cols[0] == &rw.cols[0]
 }
+
+// groupKey is what rows of one group share: the table's name (never the
+// *table a lookup returned: a redo must cut the same blocks whatever the
+// cache held), the DEFAULT columns set, and the column list.
+type groupKey struct{ name, shape, cols string }
 
 // colNames joins the names of cols (for grouping rows by column list).
 func colNames(cols []*column) string {
