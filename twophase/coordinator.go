@@ -480,12 +480,8 @@ func (dr *driver) callJob(job []Action) []result {
 	if !ok || (job[0].Type != ActionPrepare && job[0].Type != ActionCommit) {
 		return []result{dr.call(job[0])}
 	}
-	ctx := dr.ctx
-	if dr.callTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, dr.callTimeout)
-		defer cancel()
-	}
+	ctx, cancel := dr.callCtx()
+	defer cancel()
 	var errs []error
 	if job[0].Type == ActionPrepare {
 		batches := make([]*Batch, len(job))
@@ -522,12 +518,8 @@ type result struct {
 // call performs one participant action. It runs on a pool goroutine and
 // touches neither the machine nor the driver's fields.
 func (dr *driver) call(a Action) result {
-	ctx := dr.ctx
-	if dr.callTimeout > 0 && a.Type != ActionQueryOutcome {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, dr.callTimeout)
-		defer cancel()
-	}
+	ctx, cancel := dr.callCtx()
+	defer cancel()
 	switch a.Type {
 	case ActionPrepare:
 		return dr.outcome(a, dr.p.Prepare(ctx, dr.byID[a.ID]))
@@ -548,6 +540,15 @@ func (dr *driver) call(a Action) result {
 		ev.Type = EventOutcomeAborted
 	}
 	return result{ev: ev, err: err}
+}
+
+// callCtx bounds one participant call by WithCallTimeout (Decider calls,
+// Outcome included, are not bounded).
+func (dr *driver) callCtx() (context.Context, context.CancelFunc) {
+	if dr.callTimeout > 0 {
+		return context.WithTimeout(dr.ctx, dr.callTimeout)
+	}
+	return dr.ctx, func() {}
 }
 
 // outcome is the event (and error) of a participant's answer err to a
