@@ -21,14 +21,14 @@ func TestRecordClass(t *testing.T) {
 		if got != c.class || !ok {
 			t.Errorf("recordClass(%d) = %d, %t; want %d, true", c.n, got, ok, c.class)
 		}
-		if s := (&recordPool{}).GetRecords(c.n); cap(s) < c.n || len(s) != 0 {
+		if s := (&recordPool{maxBytes: recordPoolBytes}).GetRecords(c.n); cap(s) < c.n || len(s) != 0 {
 			t.Errorf("GetRecords(%d): len %d cap %d", c.n, len(s), cap(s))
 		}
 	}
 	if _, ok := recordClass(1<<20 + 1); ok {
 		t.Error("a slice above 2^20 records is pooled")
 	}
-	p := &recordPool{}
+	p := &recordPool{maxBytes: recordPoolBytes}
 	p.PutRecords(make([]kgo.Record, 3, 100)) // grown by the client: not a class size
 	p.PutRecords(make([]kgo.Record, 0, 64))
 	if got := p.puts.Load(); got != 1 {
@@ -36,6 +36,21 @@ func TestRecordClass(t *testing.T) {
 	}
 	if s := p.GetRecords(40); cap(s) != 64 {
 		t.Errorf("GetRecords(40) after a 64-slice was put back: cap %d", cap(s))
+	}
+	// The free slices stay within maxBytes: a slice that would pass it is
+	// dropped.
+	small := &recordPool{maxBytes: 100 * recordSize}
+	a, b := make([]kgo.Record, 0, 64), make([]kgo.Record, 0, 64)
+	small.PutRecords(a)
+	small.PutRecords(b)
+	if small.bytes != 64*recordSize {
+		t.Errorf("free bytes %d after two 64-slices into a pool of 100 records; want one kept (%d)", small.bytes, 64*recordSize)
+	}
+	if got := small.GetRecords(64); &got[:1][0] != &a[:1][0] {
+		t.Error("the slice kept is not the one handed out")
+	}
+	if got := small.GetRecords(64); &got[:1][0] == &b[:1][0] || small.bytes != 0 {
+		t.Errorf("the dropped slice came back (free bytes %d)", small.bytes)
 	}
 }
 
@@ -68,7 +83,7 @@ func TestRecycleCommittedOnly(t *testing.T) {
 		}
 	}
 
-	pool := &recordPool{}
+	pool := &recordPool{maxBytes: recordPoolBytes}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics("rp"),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.WithPools(pool))
 	if err != nil {
