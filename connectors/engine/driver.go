@@ -86,9 +86,6 @@ type driver struct {
 	s      *session
 	polls  map[uint64]*pollRun
 	stages map[uint64]*stageRun // by round
-	// runs are the rounds started and not yet done, by round: their
-	// committed records are recycled when they are (recpool.go).
-	runs   map[uint64]*task.Round
 	rounds sync.WaitGroup
 
 	revSeq atomic.Uint64
@@ -139,7 +136,7 @@ func (t *Task) newDriver(soft, hard context.Context) (*driver, error) {
 		records = connectors.PipelineFor(nil, t.conn.ErrorsTolerance, t.sink)
 	}
 	return &driver{t: t, g: g, records: records, m: m, in: newInbox(), soft: soft, hard: hard, stager: stager, local: lw, round: rw,
-		polls: map[uint64]*pollRun{}, stages: map[uint64]*stageRun{}, runs: map[uint64]*task.Round{}, acks: map[uint64]chan struct{}{},
+		polls: map[uint64]*pollRun{}, stages: map[uint64]*stageRun{}, acks: map[uint64]chan struct{}{},
 		stagedCh: make(chan struct{})}, nil
 }
 
@@ -182,15 +179,6 @@ func (d *driver) run() error {
 					delete(d.polls, ev.Seq)
 				}
 				d.step(ev)
-				if ev.Type == task.EventRoundDone {
-					if r, ok := d.runs[ev.Seq]; ok {
-						// After the machine took the result: the
-						// committed batches' records are read no more
-						// (recpool.go).
-						delete(d.runs, ev.Seq)
-						recycle(r.Batches, ev.Result.Committed, ev.Result.InDoubt)
-					}
-				}
 			}
 		case <-tick.C:
 			d.step(task.Event{Type: task.EventTick})
@@ -428,7 +416,6 @@ func (d *driver) startRound(r *task.Round) {
 		failpoint.HitIn(d.t.conn.Name, failpoint.AheadAfterCommit)
 	}
 	s := d.s
-	d.runs[r.ID] = r
 	d.rounds.Add(1)
 	go func() {
 		defer d.rounds.Done()

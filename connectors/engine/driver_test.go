@@ -372,31 +372,6 @@ func TestDriverDrain(t *testing.T) {
 	}
 }
 
-// TestDriverRecyclesRecords: in every mode, a drain recycles each
-// committed record exactly once into the client's record pool (and the
-// rows are still exact, so nothing read a record after it was recycled).
-// The subtests run one at a time, so that the process-wide counters are
-// theirs.
-func TestDriverRecyclesRecords(t *testing.T) {
-	for _, m := range memModes {
-		t.Run(m.name, func(t *testing.T) {
-			r := newMemRig(t, 3, 40)
-			recycled, puts := engine.RecordPoolCounts()
-			conn := r.open(t, m.delivery, m.inFlight, "a", nil, nil)
-			conn.Start(nil)
-			r.drain(t, conn)
-			r.check(t, false)
-			recycled2, puts2 := engine.RecordPoolCounts()
-			if got := recycled2 - recycled; got != int64(len(r.want)) {
-				t.Errorf("%d records recycled; want one for each of the %d committed", got, len(r.want))
-			}
-			if puts2 == puts {
-				t.Error("no record slice went back to the pool")
-			}
-		})
-	}
-}
-
 // crashAt returns a hook that crashes its instance at the n-th hit of p.
 func crashAt(p sinktest.Point, n int64, hits *atomic.Int64) func(context.Context, sinktest.Point, twophase.BatchID) error {
 	return func(_ context.Context, q sinktest.Point, _ twophase.BatchID) error {

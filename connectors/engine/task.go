@@ -191,9 +191,6 @@ func (t *Task) clientOpts(onAssign func(context.Context, map[string]map[int32]kg
 		// by default), which batch.max.bytes above 50 MiB would set.
 		kgo.BrokerMaxReadBytes(max(100<<20, fetchMax+1<<20)),
 		kgo.ClientID("txsink-" + t.conn.Name),
-		// Decoded record slices come from the pool and go back to it
-		// when the driver recycles a committed round (recpool.go).
-		kgo.WithPools(records),
 	}
 	if t.conn.MetadataMaxAge > 0 {
 		opts = append(opts, kgo.MetadataMaxAge(t.conn.MetadataMaxAge), kgo.MetadataMinAge(min(t.conn.MetadataMaxAge, 5*time.Second)))
