@@ -910,6 +910,14 @@ func (m *Machine) roundDone(r *round, res Result, out []Action) []Action {
 	// what was left.
 	var own *twophase.OwnRoundError
 	if errors.As(err, &own) {
+		if m.txn != nil {
+			// A round of whole source transactions is written in one sink
+			// transaction (connectors.RoundWriter); running one of its
+			// batches alone would apply part of a source transaction. No
+			// RoundWriter refuses so: one that does is a sink defect, and
+			// the task stops rather than split the transaction.
+			return m.fail(fmt.Errorf("source.transactions=whole: the sink refused a round of whole source transactions and asked for a round of its own for %s, which would apply part of a transaction: %w", own.ID, err), out)
+		}
 		tp := TP{own.ID.Topic, own.ID.Partition}
 		out = append(out, report(Report{Type: ReportOwnRound, Partitions: []TP{tp}, Err: own.Err}))
 		return m.ownRound(r, own.ID, out)
