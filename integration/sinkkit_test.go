@@ -469,7 +469,7 @@ func createEventsTable(t testing.TB, pool *pgxpool.Pool, table string) {
 func preparedXacts(t testing.TB, pool *pgxpool.Pool) int {
 	t.Helper()
 	var n int
-	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database() AND gid LIKE 'txsink1%'`).Scan(&n); err != nil {
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database() AND gid LIKE 'txsink%'`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,6 +60,15 @@ type Sink struct {
 	// keyedTopics are the topics a batch of which needed keyed writes
 	// (deletes, upserts, truncates): never written ahead again.
 	keyedTopics map[string]bool
+
+	// rounds is the quoted name of the round membership table (round.go);
+	// roundConc the prepared transactions a round is written in at most
+	// (commit.parallelism). roundOf is the prepared transaction of each
+	// batch this sink prepared or found in doubt, until it is resolved.
+	rounds    string
+	roundConc int
+	roundMu   sync.Mutex
+	roundOf   map[twophase.BatchID]string
 }
 
 // staged is a batch written ahead of its round: an open transaction with
@@ -74,6 +84,16 @@ func NewSink(ctx context.Context, pool *pgxpool.Pool, connector string, w *Write
 	if log == nil {
 		log = slog.Default()
 	}
+	if offsetsSchema == "" {
+		offsetsSchema = "public"
+	}
+	if offsetsTable == "" {
+		offsetsTable = offsets.DefaultTable
+	}
+	if n := len(offsetsTable) + len(roundsSuffix); n > maxIdentLen {
+		return nil, fmt.Errorf("%s: %q leaves no room for the round membership table %q (%d bytes; PostgreSQL keeps %d)",
+			KeyOffsetsTable, offsetsTable, offsetsTable+roundsSuffix, n, maxIdentLen)
+	}
 	s := &Sink{
 		pool:      pool,
 		store:     offsets.NewPG(pool, offsetsSchema, offsetsTable),
@@ -81,12 +101,25 @@ func NewSink(ctx context.Context, pool *pgxpool.Pool, connector string, w *Write
 		connector: connector,
 		connHash:  shortHash(connector),
 		log:       log,
+		rounds:    pgx.Identifier{offsetsSchema, offsetsTable + roundsSuffix}.Sanitize(),
+		roundConc: 4,
+		roundOf:   map[twophase.BatchID]string{},
 	}
 	if err := s.store.EnsureSchema(ctx); err != nil {
 		return nil, err
 	}
+	if err := s.ensureRounds(ctx); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
+
+// maxIdentLen is PostgreSQL's identifier length (NAMEDATALEN - 1).
+const maxIdentLen = 63
+
+// SetRoundParallelism sets the prepared transactions a round of many
+// batches is written in, at most (commit.parallelism; 4 by default).
+func (s *Sink) SetRoundParallelism(n int) { s.roundConc = max(n, 1) }
 
 // Store returns the sink's offset store.
 func (s *Sink) Store() *offsets.PG { return s.store }
@@ -137,6 +170,13 @@ func parseGID(gid string) (connHash, topicHash string, partition int32, first, l
 // may be prepared, and InDoubt lists it.
 func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) (err error) {
 	defer func() { s.resetOnLostConnection(err) }()
+	defer func() {
+		if err == nil {
+			s.roundMu.Lock()
+			s.roundOf[b.ID] = GID(b.ID)
+			s.roundMu.Unlock()
+		}
+	}()
 	sentPrepare := false
 	defer func() {
 		if err != nil && !sentPrepare && !errors.Is(err, twophase.ErrNothingPrepared) {
@@ -377,11 +417,25 @@ type commitError struct{ err error }
 func (e *commitError) Error() string { return "commit: " + e.err.Error() }
 func (e *commitError) Unwrap() error { return e.err }
 
-// Commit implements twophase.Participant with COMMIT PREPARED. A batch that
+// Commit implements twophase.Participant with COMMIT PREPARED of the
+// transaction holding id (its own, or its round's: round.go). A batch that
 // is no longer prepared counts as committed when the stored offset has
 // reached its end.
-func (s *Sink) Commit(ctx context.Context, id twophase.BatchID) (err error) {
+func (s *Sink) Commit(ctx context.Context, id twophase.BatchID) error {
+	return s.CommitRound(ctx, []twophase.BatchID{id})[0]
+}
+
+// forget drops what the sink remembers of id's prepared transaction.
+func (s *Sink) forget(id twophase.BatchID) {
+	s.roundMu.Lock()
+	delete(s.roundOf, id)
+	s.roundMu.Unlock()
+}
+
+// commitAlone commits id's own prepared transaction.
+func (s *Sink) commitAlone(ctx context.Context, id twophase.BatchID) (err error) {
 	defer func() { s.resetOnLostConnection(err) }()
+	defer s.forget(id)
 	_, err = s.pool.Exec(ctx, "COMMIT PREPARED '"+GID(id)+"'")
 	if err == nil {
 		return nil
@@ -403,6 +457,10 @@ func (s *Sink) Commit(ctx context.Context, id twophase.BatchID) (err error) {
 // that is not prepared is already aborted.
 func (s *Sink) Abort(ctx context.Context, id twophase.BatchID) (err error) {
 	defer func() { s.resetOnLostConnection(err) }()
+	if handled, err := s.abortRound(ctx, id); handled {
+		return err
+	}
+	defer s.forget(id)
 	_, err = s.pool.Exec(ctx, "ROLLBACK PREPARED '"+GID(id)+"'")
 	if err == nil || isUndefinedObject(err) {
 		return nil
@@ -416,9 +474,9 @@ func (s *Sink) Abort(ctx context.Context, id twophase.BatchID) (err error) {
 func (s *Sink) InDoubt(ctx context.Context, connector string) (_ []twophase.BatchID, err error) {
 	defer func() { err = markUnavailable(err) }()
 	defer func() { s.resetOnLostConnection(err) }()
-	prefix := GIDPrefix + shortHash(connector) + "_"
-	rows, err := s.pool.Query(ctx, `SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND left(gid, $2) = $1`,
-		prefix, len(prefix))
+	prefix, rprefix := GIDPrefix+shortHash(connector)+"_", RoundGIDPrefix+shortHash(connector)+"_"
+	rows, err := s.pool.Query(ctx, `SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND (left(gid, $2) = $1 OR left(gid, $2) = $3)`,
+		prefix, len(prefix), rprefix)
 	if err != nil {
 		return nil, fmt.Errorf("list prepared transactions: %w", err)
 	}
@@ -429,6 +487,23 @@ func (s *Sink) InDoubt(ctx context.Context, connector string) (_ []twophase.Batc
 	if len(gids) == 0 {
 		return nil, nil
 	}
+	var rounds []string
+	gids = slices.DeleteFunc(gids, func(g string) bool {
+		if strings.HasPrefix(g, rprefix) {
+			rounds = append(rounds, g)
+			return true
+		}
+		return false
+	})
+	var out []twophase.BatchID
+	if len(rounds) > 0 {
+		if out, err = s.inDoubtRounds(ctx, connector, rounds); err != nil {
+			return nil, err
+		}
+	}
+	if len(gids) == 0 {
+		return out, nil
+	}
 	positions, err := s.store.Read(ctx, connector)
 	if err != nil {
 		return nil, err
@@ -437,7 +512,6 @@ func (s *Sink) InDoubt(ctx context.Context, connector string) (_ []twophase.Batc
 	for _, p := range positions {
 		topics[shortHash(p.Topic)] = p.Topic
 	}
-	var out []twophase.BatchID
 	for _, gid := range gids {
 		_, th, p, first, last, ok := parseGID(gid)
 		if !ok {

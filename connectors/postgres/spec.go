@@ -174,6 +174,7 @@ func open(ctx context.Context, env connectors.Env, c config.Connector, v config.
 		pool.Close()
 		return nil, err
 	}
+	s.SetRoundParallelism(c.Parallelism)
 	if (c.Delivery == config.ExactlyOnce || c.Delivery == config.ExactlyOnceSink) && c.RoundsInFlight > 1 {
 		n := StagingSlots(int(pc.MaxConns), c.TasksMax, c.Parallelism)
 		if n <= 0 {

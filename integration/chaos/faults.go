@@ -14,10 +14,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txsink/txsink/connectors/postgres"
 	"github.com/txsink/txsink/integration/faultnet"
 	"github.com/txsink/txsink/integration/harness"
 	"github.com/txsink/txsink/internal/failpoint"
 	"github.com/txsink/txsink/internal/verify"
+	"github.com/txsink/txsink/offsets"
 )
 
 // How long the runner waits for an armed failpoint to fire, and for a
@@ -668,10 +670,16 @@ func failover(ctx context.Context, p Profile, lanes []*lane, f Fault) error {
 			if err != nil {
 				return err
 			}
-			fw.gids = slices.DeleteFunc(all, func(g string) bool {
-				p, ok := gidPartition(g)
-				return !ok || !owned[p]
-			})
+			fw.gids = nil
+			for _, g := range all {
+				ps, err := gidPartitions(ctx, l.db, g)
+				if err != nil {
+					return err
+				}
+				if len(ps) > 0 && !slices.ContainsFunc(ps, func(p int32) bool { return !owned[p] }) {
+					fw.gids = append(fw.gids, g)
+				}
+			}
 		}
 		if len(fw.gids) == 0 {
 			errs = append(errs, fmt.Errorf("lane %s: %s never stopped after a decision with batches prepared", l.Name, fw.w.id))
@@ -716,6 +724,29 @@ func waitStopped(ctx context.Context, p *harness.Process, d time.Duration) bool 
 		sleep(ctx, 100*time.Millisecond)
 	}
 	return true
+}
+
+// gidPartitions returns the partitions of a PostgreSQL sink's prepared
+// transaction gid in the database at dbURL: a batch's own
+// (gidPartition), or a round's, from the sink's membership table (none:
+// not the sink's).
+func gidPartitions(ctx context.Context, dbURL, gid string) ([]int32, error) {
+	if p, ok := gidPartition(gid); ok {
+		return []int32{p}, nil
+	}
+	if !strings.HasPrefix(gid, postgres.RoundGIDPrefix) {
+		return nil, nil
+	}
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	rows, err := conn.Query(ctx, "SELECT partition FROM "+offsets.DefaultTable+"_rounds WHERE gid = $1", gid)
+	if err != nil {
+		return nil, fmt.Errorf("the batches of %s: %w", gid, err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int32])
 }
 
 // gidPartition is the partition of a PostgreSQL sink's prepared transaction

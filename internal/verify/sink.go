@@ -78,16 +78,32 @@ func (o *SinkOptions) defaults() {
 	}
 }
 
-// TxsinkGIDPrefix starts the gid of every prepared transaction txsink
-// creates (connectors/postgres.GIDPrefix).
-const TxsinkGIDPrefix = "txsink1_"
+// TxsinkGIDPrefix starts the gid of every prepared transaction of one
+// batch txsink creates (connectors/postgres.GIDPrefix), and
+// TxsinkRoundGIDPrefix that of one holding several batches of a round
+// (connectors/postgres.RoundGIDPrefix).
+const (
+	TxsinkGIDPrefix      = "txsink1_"
+	TxsinkRoundGIDPrefix = "txsink2_"
+)
 
-// GIDPrefix returns the prefix of the connector's prepared transactions:
-// txsink1_<first 8 bytes of sha256(connector), hex>_ (the gid layout the
-// README documents; verify_test checks it against connectors/postgres.GID).
+// GIDPrefix returns the prefix of the connector's prepared transactions of
+// one batch: txsink1_<first 8 bytes of sha256(connector), hex>_ (the gid
+// layout the README documents; gid_test checks it against
+// connectors/postgres.GID).
 func GIDPrefix(connector string) string {
+	return TxsinkGIDPrefix + connectorHash(connector) + "_"
+}
+
+// RoundGIDPrefix returns the prefix of the connector's prepared
+// transactions of a round: txsink2_<the same hash>_.
+func RoundGIDPrefix(connector string) string {
+	return TxsinkRoundGIDPrefix + connectorHash(connector) + "_"
+}
+
+func connectorHash(connector string) string {
 	h := sha256.Sum256([]byte(connector))
-	return TxsinkGIDPrefix + hex.EncodeToString(h[:8]) + "_"
+	return hex.EncodeToString(h[:8])
 }
 
 // ReadSink reads the sink. PostgreSQL: in one REPEATABLE READ READ ONLY
@@ -255,10 +271,10 @@ func ReadSink(ctx context.Context, o SinkOptions, topics []string) ([]PartitionS
 	}
 
 	// Prepared transactions of txsink in this database.
-	prefix := GIDPrefix(o.Connector)
+	prefix, rprefix := GIDPrefix(o.Connector), RoundGIDPrefix(o.Connector)
 	rows, err := tx.Query(ctx, `SELECT gid, owner::text, database::text, extract(epoch from (now() - prepared))::float8
-		FROM pg_prepared_xacts WHERE database = current_database() AND left(gid, $2) = $1 ORDER BY prepared`,
-		TxsinkGIDPrefix, len(TxsinkGIDPrefix))
+		FROM pg_prepared_xacts WHERE database = current_database() AND left(gid, $2) IN ($1, $3) ORDER BY prepared`,
+		TxsinkGIDPrefix, len(TxsinkGIDPrefix), TxsinkRoundGIDPrefix)
 	if err != nil {
 		return nil, nil, fmt.Errorf("sink: read pg_prepared_xacts: %w", err)
 	}
@@ -270,7 +286,7 @@ func ReadSink(ctx context.Context, o SinkOptions, topics []string) ([]PartitionS
 			return nil, nil, fmt.Errorf("sink: read pg_prepared_xacts: %w", err)
 		}
 		p.Age = time.Duration(age * float64(time.Second))
-		p.Ours = strings.HasPrefix(p.GID, prefix)
+		p.Ours = strings.HasPrefix(p.GID, prefix) || strings.HasPrefix(p.GID, rprefix)
 		prepared = append(prepared, p)
 	}
 	if err := rows.Err(); err != nil {
