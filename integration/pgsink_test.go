@@ -89,6 +89,13 @@ func TestPostgresCrashPoints(t *testing.T) {
 	for _, p := range []string{failpoint.AfterWrite, failpoint.AheadBeforeDecide, failpoint.AheadAfterCommit} {
 		cases = append(cases, crash{"exactly_once_sink", p})
 	}
+	// exactly_once without write-ahead: every round of two or more
+	// partitions is one prepared transaction (txsink2_, its batches in the
+	// membership table). after-write is after the membership rows and
+	// before PREPARE.
+	for _, p := range []string{failpoint.AfterWrite, failpoint.AfterPrepare, failpoint.AfterDecide, failpoint.AfterCommit} {
+		cases = append(cases, crash{"exactly_once/rounds=1", p})
+	}
 	for i, c := range cases {
 		point := c.point
 		t.Run(c.mode+"/"+point, func(t *testing.T) {
@@ -99,9 +106,15 @@ func TestPostgresCrashPoints(t *testing.T) {
 			k.CreateTopic(t, topic, 3)
 			pool := connectPool(t, db)
 			createEventsTable(t, pool, topic)
-			cfg := baseConnector(conn, topic, db, c.mode)
+			mode, serial := strings.CutSuffix(c.mode, "/rounds=1")
+			cfg := baseConnector(conn, topic, db, mode)
 			cfg["batch.max.records"] = "300"
+			if serial {
+				cfg["rounds.max.in.flight"] = "1"
+			}
 			cfgPath := writeConnector(t, cfg)
+			// Rounds found prepared as one transaction at a kill.
+			roundsPrepared := 0
 
 			var u upstream
 			var wg sync.WaitGroup
@@ -119,7 +132,11 @@ func TestPostgresCrashPoints(t *testing.T) {
 				if _, code := p.exited(); code != -1 {
 					t.Fatalf("txsink exited with %d instead of being killed at %s:\n%s", code, point, tail(p.output(), 3000))
 				}
+				roundsPrepared += preparedRounds(t, pool)
 				kills++
+			}
+			if serial && (point == failpoint.AfterPrepare || point == failpoint.AfterDecide) && roundsPrepared == 0 {
+				t.Errorf("no kill at %s found a round prepared as one transaction (txsink2_): the test did not reach the path it is for", point)
 			}
 			wg.Wait()
 			p := startTxsink(t, k.Bootstrap, cfgPath, "w1")

@@ -475,6 +475,17 @@ func preparedXacts(t testing.TB, pool *pgxpool.Pool) int {
 	return n
 }
 
+// preparedRounds counts our prepared transactions that hold a round's
+// batches (txsink2_).
+func preparedRounds(t testing.TB, pool *pgxpool.Pool) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database() AND gid LIKE 'txsink2%'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 func connectPool(t testing.TB, url string) *pgxpool.Pool {
 	t.Helper()
 	pool, err := pgxpool.New(context.Background(), url)

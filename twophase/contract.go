@@ -140,16 +140,20 @@ type Stager interface {
 }
 
 // RoundParticipant is a [Participant] that prepares the batches of a round
-// in one call and commits them in one call, so that it can write them as
-// one unit: the ClickHouse sink inserts one block per table per round
-// instead of one per partition. The [Machine] is the same for every
-// participant; only the driver groups the calls it asks for.
+// in one call and commits them in one call, so that it can write them in
+// fewer units than batches: the ClickHouse sink inserts one block per
+// table per round instead of one per partition, the PostgreSQL sink
+// prepares a round's batches in a few transactions instead of one each.
+// The [Machine] is the same for every participant; only the driver groups
+// the calls it asks for.
 //
 // The batches of one PrepareRound are one round: their decision is one
 // (one Kafka transaction commits all their offsets or none), and the
 // participant may rely on that. A Commit of any one of them (CommitRound
 // with a subset, in recovery by a process that owns only some of the
-// round's partitions) makes the whole round visible, and an Abort of one
+// round's partitions) makes visible every batch of the unit it was
+// written in (ClickHouse: the whole round; PostgreSQL: its transaction,
+// the whole round when it has at most three batches), and an Abort of one
 // is only ever asked for when the decision aborted all of them.
 type RoundParticipant interface {
 	Participant

@@ -484,6 +484,7 @@ func (s *Sink) InDoubt(ctx context.Context, connector string) (_ []twophase.Batc
 	if err != nil {
 		return nil, fmt.Errorf("list prepared transactions: %w", err)
 	}
+	s.prune(gids)
 	if len(gids) == 0 {
 		return nil, nil
 	}

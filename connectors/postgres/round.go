@@ -1,6 +1,6 @@
 package postgres
 
-// Rounds in one prepared transaction (twophase.RoundParticipant). A round
+// Rounds in few prepared transactions (twophase.RoundParticipant). A round
 // of many partitions paid one PREPARE TRANSACTION and one COMMIT PREPARED
 // per partition batch, each a WAL flush and a round trip: at 1,000
 // partitions a round held about 95 batches and ran at 37 % of the
@@ -98,7 +98,8 @@ func (s *Sink) ensureRounds(ctx context.Context) error {
 
 // PrepareRound implements twophase.RoundParticipant: the batches written
 // ahead are prepared one by one, the others in at most commit.parallelism
-// prepared transactions, all at once.
+// prepared transactions of two batches or more (one for a round of up to
+// three), all at once.
 func (s *Sink) PrepareRound(ctx context.Context, bs []*twophase.Batch) []error {
 	errs := make([]error, len(bs))
 	var alone, rest []int
@@ -113,9 +114,16 @@ func (s *Sink) PrepareRound(ctx context.Context, bs []*twophase.Batch) []error {
 	// offsets rows in opposite orders.
 	slices.SortFunc(rest, func(x, y int) int { return compareID(bs[x].ID, bs[y].ID) })
 	conc := max(s.roundConc, 1)
+	// One transaction writes its batches one after the other on one
+	// connection: a round of many batches is cut into up to
+	// commit.parallelism transactions of two batches or more, written
+	// at once, as the batches were before.
+	k := max(min(conc, len(rest)/2), 1)
 	var groups [][]int
-	if len(rest) > 0 {
-		groups = append(groups, rest)
+	for g := range k {
+		if grp := rest[g*len(rest)/k : (g+1)*len(rest)/k]; len(grp) > 0 {
+			groups = append(groups, grp)
+		}
 	}
 	var g errgroup.Group
 	g.SetLimit(conc)
@@ -194,10 +202,12 @@ func (s *Sink) prepareGroup(ctx context.Context, bs []*twophase.Batch) []error {
 			}
 		}
 		cur = -1
-		failpoint.HitIn(bs[0].ID.Connector, failpoint.AfterWrite)
 		if err := s.addMembers(ctx, gid, ids); err != nil {
 			return err
 		}
+		// After the membership rows: a crash here leaves rows of a gid
+		// never prepared, which recovery must ignore.
+		failpoint.HitIn(bs[0].ID.Connector, failpoint.AfterWrite)
 		sent = true
 		if _, err := tx.Exec(ctx, "PREPARE TRANSACTION '"+gid+"'"); err != nil {
 			return fmt.Errorf("prepare %s (%d batches): %w", gid, len(bs), err)
@@ -386,29 +396,32 @@ func (s *Sink) committed(ctx context.Context, id twophase.BatchID, gid string, e
 // inDoubtRounds returns the batches of the prepared round transactions
 // gids, from the membership table, and remembers which gid holds each.
 func (s *Sink) inDoubtRounds(ctx context.Context, connector string, gids []string) ([]twophase.BatchID, error) {
+	type member struct {
+		gid string
+		id  twophase.BatchID
+	}
 	rows, err := s.pool.Query(ctx, `SELECT gid, topic, partition, first_offset, last_offset FROM `+s.rounds+`
 		WHERE connector = $1 AND gid = ANY($2) ORDER BY gid, topic, partition`, connector, gids)
 	if err != nil {
 		return nil, fmt.Errorf("read the batches of prepared rounds: %w", err)
 	}
-	defer rows.Close()
-	var out []twophase.BatchID
-	seen := map[string]bool{}
-	s.roundMu.Lock()
-	defer s.roundMu.Unlock()
-	for rows.Next() {
-		var gid string
-		id := twophase.BatchID{Connector: connector}
-		if err := rows.Scan(&gid, &id.Topic, &id.Partition, &id.First, &id.Last); err != nil {
-			return nil, fmt.Errorf("read the batches of prepared rounds: %w", err)
-		}
-		seen[gid] = true
-		s.roundOf[id] = gid
-		out = append(out, id)
-	}
-	if err := rows.Err(); err != nil {
+	ms, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (member, error) {
+		m := member{id: twophase.BatchID{Connector: connector}}
+		err := row.Scan(&m.gid, &m.id.Topic, &m.id.Partition, &m.id.First, &m.id.Last)
+		return m, err
+	})
+	if err != nil {
 		return nil, fmt.Errorf("read the batches of prepared rounds: %w", err)
 	}
+	out := make([]twophase.BatchID, len(ms))
+	seen := map[string]bool{}
+	s.roundMu.Lock()
+	for i, m := range ms {
+		seen[m.gid] = true
+		s.roundOf[m.id] = m.gid
+		out[i] = m.id
+	}
+	s.roundMu.Unlock()
 	for _, gid := range gids {
 		if !seen[gid] {
 			// Cannot happen: the rows are committed before PREPARE.
@@ -416,6 +429,25 @@ func (s *Sink) inDoubtRounds(ctx context.Context, connector string, gids []strin
 		}
 	}
 	return out, nil
+}
+
+// prune forgets the transactions of batches that are no longer prepared
+// (resolved by another process); prepared lists every prepared
+// transaction of the connector. Forgetting one that is prepared after all
+// (its PREPARE finished after the list was read) only costs a query when
+// it is committed.
+func (s *Sink) prune(prepared []string) {
+	keep := make(map[string]bool, len(prepared))
+	for _, g := range prepared {
+		keep[g] = true
+	}
+	s.roundMu.Lock()
+	defer s.roundMu.Unlock()
+	for id, g := range s.roundOf {
+		if !keep[g] {
+			delete(s.roundOf, id)
+		}
+	}
 }
 
 // abortRound rolls back the prepared transaction holding id, if it is a

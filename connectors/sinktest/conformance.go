@@ -708,7 +708,8 @@ func testStager(t *testing.T, s *suite) {
 	})
 }
 
-// testRounds: a twophase.RoundParticipant prepares a round's batches as
+// testRounds: a twophase.RoundParticipant prepares a round's batches (a
+// round of at most three, which every such sink writes as one unit) as
 // one unit and commits the whole round when any of its batches is
 // committed, from whichever instance; a fenced batch leaves the whole
 // round unprepared; an aborted round is redone exactly once; two

@@ -1,0 +1,214 @@
+//go:build dbtest
+
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/txsink/txsink/internal/pgtest"
+	"github.com/txsink/txsink/twophase"
+)
+
+// TestRoundPreparedTogether: a round's batches that were not written
+// ahead are one prepared transaction (txsink2_) whose batches the
+// membership table names; a batch written ahead is prepared on its own
+// (txsink1_). Committing the round removes its membership rows, and so
+// does rolling one back; a gid whose rows were written but which was
+// never prepared (a crash between the two) is not in doubt.
+func TestRoundPreparedTogether(t *testing.T) {
+	db := newTestDB(t, pgtest.Start(t))
+	db.exec(`CREATE TABLE ev (id text)`)
+	ctx := context.Background()
+	open := func() *Sink {
+		s, err := NewSink(ctx, db.pool, "rnd", mustWriter(t, WriterConfig{Connector: "rnd"}), "public", "txsink_offsets", slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s := open()
+	s.EnableStaging(1)
+	acq, err := s.Acquire(ctx, "ev", []int32{0, 1, 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, q := range acq {
+		if err := s.Initialize(ctx, "ev", p, q.Fence, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batch := func(p int32, first int64, n int) *twophase.Batch {
+		b := &twophase.Batch{ID: twophase.BatchID{Connector: "rnd", Topic: "ev", Partition: p, First: first, Last: first + int64(n) - 1}, Prev: first, Fence: acq[p].Fence}
+		for i := range n {
+			r := rec("ev", first+int64(i), nil, []byte(`{"id":"x"}`))
+			r.Partition = p
+			b.Records = append(b.Records, r)
+		}
+		return b
+	}
+	prepared := func() []string {
+		return db.strings(`SELECT gid FROM pg_prepared_xacts WHERE database = current_database() ORDER BY gid`)
+	}
+	members := func() int { return db.count("txsink_offsets_rounds") }
+
+	bs := []*twophase.Batch{batch(2, 0, 2), batch(0, 0, 3), batch(1, 0, 4)}
+	if err := s.Stage(ctx, bs[0]); err != nil { // written ahead: prepared alone
+		t.Fatal(err)
+	}
+	for i, err := range s.PrepareRound(ctx, bs) {
+		if err != nil {
+			t.Fatalf("PrepareRound: %s: %v", bs[i].ID, err)
+		}
+	}
+	gids := prepared()
+	if len(gids) != 2 || !strings.HasPrefix(gids[0], GIDPrefix) || !strings.HasPrefix(gids[1], RoundGIDPrefix) {
+		t.Fatalf("prepared %v; want the staged batch's own gid and one round gid", gids)
+	}
+	if want := RoundGID("rnd", []twophase.BatchID{bs[1].ID, bs[2].ID}); gids[1] != want {
+		t.Fatalf("round gid %s, want %s (partitions in order)", gids[1], want)
+	}
+	if got := db.strings(`SELECT partition::text || ':' || first_offset || '-' || last_offset FROM txsink_offsets_rounds WHERE gid = $1 ORDER BY partition`, gids[1]); strings.Join(got, " ") != "0:0-2 1:0-3" {
+		t.Fatalf("membership rows %v, want 0:0-2 1:0-3", got)
+	}
+	// A new instance finds all three in doubt, the round's from its rows.
+	indoubt, err := open().InDoubt(ctx, "rnd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(indoubt) != 3 {
+		t.Fatalf("InDoubt: %v, want the three batches", indoubt)
+	}
+	for i, err := range s.CommitRound(ctx, []twophase.BatchID{bs[0].ID, bs[1].ID, bs[2].ID}) {
+		if err != nil {
+			t.Fatalf("CommitRound: %s: %v", bs[i].ID, err)
+		}
+	}
+	if n := db.count("ev"); n != 9 || len(prepared()) != 0 || members() != 0 {
+		t.Fatalf("after the commit: %d rows (want 9), prepared %v, %d membership rows (want 0)", n, prepared(), members())
+	}
+
+	// Rolled back: a member's Abort rolls the round back and drops its rows.
+	next := []*twophase.Batch{batch(0, 3, 1), batch(1, 4, 1)}
+	for i, err := range s.PrepareRound(ctx, next) {
+		if err != nil {
+			t.Fatalf("PrepareRound: %s: %v", next[i].ID, err)
+		}
+	}
+	if err := open().Abort(ctx, next[1].ID); err != nil { // another instance, from the rows
+		t.Fatal(err)
+	}
+	if err := s.Abort(ctx, next[0].ID); err != nil { // already rolled back
+		t.Fatal(err)
+	}
+	if n := db.count("ev"); n != 9 || len(prepared()) != 0 || members() != 0 {
+		t.Fatalf("after the abort: %d rows (want 9), prepared %v, %d membership rows (want 0)", n, prepared(), members())
+	}
+	if err := s.Commit(ctx, next[0].ID); !errors.Is(err, twophase.ErrNotPrepared) {
+		t.Fatalf("Commit of a rolled-back member: %v, want ErrNotPrepared", err)
+	}
+
+	// Rows of a gid never prepared: nothing in doubt, and a commit of one
+	// of its batches finds nothing prepared.
+	ghost := RoundGID("rnd", []twophase.BatchID{next[0].ID, next[1].ID})
+	if err := s.addMembers(ctx, ghost, []twophase.BatchID{next[0].ID, next[1].ID}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := open().InDoubt(ctx, "rnd"); err != nil || len(got) != 0 {
+		t.Fatalf("InDoubt with membership rows of a gid never prepared: %v, %v; want none", got, err)
+	}
+	if err := open().Commit(ctx, next[1].ID); !errors.Is(err, twophase.ErrNotPrepared) {
+		t.Fatalf("Commit of a batch of a gid never prepared: %v, want ErrNotPrepared", err)
+	}
+}
+
+// TestRoundOffsetsTableName: offsets.table must leave room for the
+// membership table's name; the error names the setting.
+func TestRoundOffsetsTableName(t *testing.T) {
+	db := newTestDB(t, pgtest.Start(t))
+	long := strings.Repeat("o", 57)
+	_, err := NewSink(context.Background(), db.pool, "c", mustWriter(t, WriterConfig{Connector: "c"}), "public", long, nil)
+	if err == nil || !strings.Contains(err.Error(), KeyOffsetsTable) {
+		t.Fatalf("NewSink with a 57-byte offsets table: %v, want an error naming %s", err, KeyOffsetsTable)
+	}
+	if _, err := NewSink(context.Background(), db.pool, "c", mustWriter(t, WriterConfig{Connector: "c"}), "public", long[:56], nil); err != nil {
+		t.Fatalf("NewSink with a 56-byte offsets table: %v", err)
+	}
+}
+
+// TestRoundCutIntoTransactions: a round of many batches is written in up
+// to commit.parallelism transactions of two batches or more, each with its
+// batches in the membership table, and commits whole.
+func TestRoundCutIntoTransactions(t *testing.T) {
+	db := newTestDB(t, pgtest.Start(t))
+	db.exec(`CREATE TABLE ev (id text)`)
+	ctx := context.Background()
+	s, err := NewSink(ctx, db.pool, "cut", mustWriter(t, WriterConfig{Connector: "cut"}), "public", "txsink_offsets", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := []int32{0, 1, 2, 3, 4, 5, 6, 7, 8}
+	acq, err := s.Acquire(ctx, "ev", parts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := map[int32]int64{}
+	for _, p := range parts {
+		if err := s.Initialize(ctx, "ev", p, acq[p].Fence, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	round := func(ps []int32) []*twophase.Batch {
+		var bs []*twophase.Batch
+		for _, p := range ps {
+			b := &twophase.Batch{ID: twophase.BatchID{Connector: "cut", Topic: "ev", Partition: p, First: next[p], Last: next[p] + 1}, Prev: next[p], Fence: acq[p].Fence}
+			for i := range int64(2) {
+				r := rec("ev", next[p]+i, nil, []byte(`{"id":"x"}`))
+				r.Partition = p
+				b.Records = append(b.Records, r)
+			}
+			next[p] += 2
+			bs = append(bs, b)
+		}
+		return bs
+	}
+	for _, c := range []struct {
+		conc  int
+		parts []int32
+		want  []int // batches per prepared transaction
+	}{
+		{3, parts, []int{3, 3, 3}},
+		{4, parts[:5], []int{2, 3}},
+		{4, parts[:3], []int{3}},
+		{1, parts, []int{9}},
+	} {
+		s.SetRoundParallelism(c.conc)
+		bs := round(c.parts)
+		for i, err := range s.PrepareRound(ctx, bs) {
+			if err != nil {
+				t.Fatalf("PrepareRound: %s: %v", bs[i].ID, err)
+			}
+		}
+		got := db.strings(`SELECT count(*)::text FROM txsink_offsets_rounds r JOIN pg_prepared_xacts x ON x.gid = r.gid GROUP BY r.gid ORDER BY count(*), r.gid`)
+		if strings.Join(got, ",") != strings.Trim(strings.Join(strings.Fields(fmt.Sprint(c.want)), ","), "[]") {
+			t.Fatalf("commit.parallelism %d, %d batches: batches per prepared transaction %v, want %v", c.conc, len(bs), got, c.want)
+		}
+		ids := make([]twophase.BatchID, len(bs))
+		for i, b := range bs {
+			ids[i] = b.ID
+		}
+		for i, err := range s.CommitRound(ctx, ids) {
+			if err != nil {
+				t.Fatalf("CommitRound: %s: %v", ids[i], err)
+			}
+		}
+	}
+	if n := db.count("ev"); n != 2*(9+5+3+9) {
+		t.Fatalf("%d rows, want %d", n, 2*(9+5+3+9))
+	}
+}
