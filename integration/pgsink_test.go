@@ -89,10 +89,10 @@ func TestPostgresCrashPoints(t *testing.T) {
 	for _, p := range []string{failpoint.AfterWrite, failpoint.AheadBeforeDecide, failpoint.AheadAfterCommit} {
 		cases = append(cases, crash{"exactly_once_sink", p})
 	}
-	// exactly_once without write-ahead: every round of two or more
-	// partitions is one prepared transaction (txsink2_, its batches in the
-	// membership table). after-write is after the membership rows and
-	// before PREPARE.
+	// exactly_once without write-ahead: a round of three partitions at
+	// commit.parallelism=2 is a prepared transaction of two batches
+	// (txsink2_, its batches in the membership table) and one of one.
+	// after-write is after the membership rows and before PREPARE.
 	for _, p := range []string{failpoint.AfterWrite, failpoint.AfterPrepare, failpoint.AfterDecide, failpoint.AfterCommit} {
 		cases = append(cases, crash{"exactly_once/rounds=1", p})
 	}
@@ -110,7 +110,10 @@ func TestPostgresCrashPoints(t *testing.T) {
 			cfg := baseConnector(conn, topic, db, mode)
 			cfg["batch.max.records"] = "300"
 			if serial {
+				// Three partitions in two transactions: one of two
+				// batches (txsink2_) and one batch's own.
 				cfg["rounds.max.in.flight"] = "1"
+				cfg["commit.parallelism"] = "2"
 			}
 			cfgPath := writeConnector(t, cfg)
 			// Rounds found prepared as one transaction at a kill.

@@ -476,12 +476,17 @@ func preparedXacts(t testing.TB, pool *pgxpool.Pool) int {
 }
 
 // preparedRounds counts our prepared transactions that hold a round's
-// batches (txsink2_).
+// batches (txsink2_), and fails t if one of them has no membership rows:
+// recovery could not tell which batches it holds.
 func preparedRounds(t testing.TB, pool *pgxpool.Pool) int {
 	t.Helper()
-	var n int
-	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database() AND gid LIKE 'txsink2%'`).Scan(&n); err != nil {
+	var n, orphans int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*), count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM txsink_offsets_rounds r WHERE r.gid = x.gid))
+		FROM pg_prepared_xacts x WHERE database = current_database() AND gid LIKE 'txsink2%'`).Scan(&n, &orphans); err != nil {
 		t.Fatal(err)
+	}
+	if orphans > 0 {
+		t.Errorf("%d of %d prepared round transactions have no membership rows", orphans, n)
 	}
 	return n
 }

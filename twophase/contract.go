@@ -153,7 +153,7 @@ type Stager interface {
 // with a subset, in recovery by a process that owns only some of the
 // round's partitions) makes visible every batch of the unit it was
 // written in (ClickHouse: the whole round; PostgreSQL: its transaction,
-// the whole round when it has at most three batches), and an Abort of one
+// one of up to commit.parallelism per round), and an Abort of one
 // is only ever asked for when the decision aborted all of them.
 type RoundParticipant interface {
 	Participant

@@ -98,8 +98,7 @@ func (s *Sink) ensureRounds(ctx context.Context) error {
 
 // PrepareRound implements twophase.RoundParticipant: the batches written
 // ahead are prepared one by one, the others in at most commit.parallelism
-// prepared transactions of two batches or more (one for a round of up to
-// three), all at once.
+// prepared transactions, all at once.
 func (s *Sink) PrepareRound(ctx context.Context, bs []*twophase.Batch) []error {
 	errs := make([]error, len(bs))
 	var alone, rest []int
@@ -115,32 +114,54 @@ func (s *Sink) PrepareRound(ctx context.Context, bs []*twophase.Batch) []error {
 	slices.SortFunc(rest, func(x, y int) int { return compareID(bs[x].ID, bs[y].ID) })
 	conc := max(s.roundConc, 1)
 	// One transaction writes its batches one after the other on one
-	// connection: a round of many batches is cut into up to
-	// commit.parallelism transactions of two batches or more, written
-	// at once, as the batches were before.
-	k := max(min(conc, len(rest)/2), 1)
+	// connection: the round is cut into up to commit.parallelism
+	// transactions, written at once, as its batches were before. A
+	// transaction of one batch is that batch's own (txsink1_).
+	k := min(conc, len(rest))
 	var groups [][]int
+	var gids []string
+	var members [][]twophase.BatchID
 	for g := range k {
-		if grp := rest[g*len(rest)/k : (g+1)*len(rest)/k]; len(grp) > 0 {
-			groups = append(groups, grp)
+		grp := rest[g*len(rest)/k : (g+1)*len(rest)/k]
+		groups = append(groups, grp)
+		gids = append(gids, "")
+		if len(grp) > 1 {
+			ids := make([]twophase.BatchID, len(grp))
+			for j, i := range grp {
+				ids[j] = bs[i].ID
+			}
+			gids[g] = roundGID(s.connHash, ids)
+			members = append(members, ids)
 		}
+	}
+	// Every round transaction's batches, committed in one insert before
+	// any of them is prepared.
+	var membersErr error
+	if len(members) > 0 {
+		membersErr = s.addMembers(ctx, members)
 	}
 	var g errgroup.Group
 	g.SetLimit(conc)
 	for _, i := range alone {
 		g.Go(func() error { errs[i] = s.Prepare(ctx, bs[i]); return nil })
 	}
-	for _, grp := range groups {
+	for n, grp := range groups {
 		g.Go(func() error {
-			if len(grp) == 1 {
+			switch {
+			case len(grp) == 1:
 				errs[grp[0]] = s.Prepare(ctx, bs[grp[0]])
 				return nil
+			case membersErr != nil:
+				for _, i := range grp {
+					errs[i] = fmt.Errorf("%w: %w", twophase.ErrNothingPrepared, classify(membersErr))
+				}
+				return nil
 			}
-			members := make([]*twophase.Batch, len(grp))
+			bg := make([]*twophase.Batch, len(grp))
 			for j, i := range grp {
-				members[j] = bs[i]
+				bg[j] = bs[i]
 			}
-			for j, err := range s.prepareGroup(ctx, members) {
+			for j, err := range s.prepareGroup(ctx, gids[n], bg) {
 				errs[grp[j]] = err
 			}
 			return nil
@@ -168,17 +189,16 @@ func (s *Sink) isStaged(id twophase.BatchID) bool {
 }
 
 // prepareGroup prepares bs (two or more, in partition order) in one
-// transaction: every offset's compare-and-set first, then every batch's
-// rows, then the membership rows (committed on another connection), then
-// PREPARE TRANSACTION. A batch that fails before PREPARE gets its error;
+// transaction, gid, whose membership rows are committed: every offset's
+// compare-and-set first, then every batch's rows, then PREPARE
+// TRANSACTION. A batch that fails before PREPARE gets its error;
 // the others are refused (ErrNothingPrepared), as nothing of them is
 // prepared either.
-func (s *Sink) prepareGroup(ctx context.Context, bs []*twophase.Batch) []error {
+func (s *Sink) prepareGroup(ctx context.Context, gid string, bs []*twophase.Batch) []error {
 	ids := make([]twophase.BatchID, len(bs))
 	for i, b := range bs {
 		ids[i] = b.ID
 	}
-	gid := roundGID(s.connHash, ids)
 	sent := false
 	cur := -1 // the batch being written when an error struck
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -202,11 +222,8 @@ func (s *Sink) prepareGroup(ctx context.Context, bs []*twophase.Batch) []error {
 			}
 		}
 		cur = -1
-		if err := s.addMembers(ctx, gid, ids); err != nil {
-			return err
-		}
-		// After the membership rows: a crash here leaves rows of a gid
-		// never prepared, which recovery must ignore.
+		// After the membership rows (PrepareRound): a crash here leaves
+		// rows of a gid never prepared, which recovery must ignore.
 		failpoint.HitIn(bs[0].ID.Connector, failpoint.AfterWrite)
 		sent = true
 		if _, err := tx.Exec(ctx, "PREPARE TRANSACTION '"+gid+"'"); err != nil {
@@ -247,21 +264,26 @@ func (s *Sink) prepareGroup(ctx context.Context, bs []*twophase.Batch) []error {
 	return errs
 }
 
-// addMembers commits gid's membership rows on a connection of its own.
-// Written again for a round redone after an abort: the rows are the same.
-func (s *Sink) addMembers(ctx context.Context, gid string, ids []twophase.BatchID) error {
-	topics := make([]string, len(ids))
-	parts := make([]int32, len(ids))
-	firsts := make([]int64, len(ids))
-	lasts := make([]int64, len(ids))
-	for i, id := range ids {
-		topics[i], parts[i], firsts[i], lasts[i] = id.Topic, id.Partition, id.First, id.Last
+// addMembers commits the membership rows of round transactions (each
+// list is one transaction's batches) in one insert, on a connection of
+// its own. Written again for a round redone after an abort: the rows are
+// the same.
+func (s *Sink) addMembers(ctx context.Context, txs [][]twophase.BatchID) error {
+	var gids, topics []string
+	var parts []int32
+	var firsts, lasts []int64
+	for _, ids := range txs {
+		gid := roundGID(s.connHash, ids)
+		for _, id := range ids {
+			gids, topics, parts = append(gids, gid), append(topics, id.Topic), append(parts, id.Partition)
+			firsts, lasts = append(firsts, id.First), append(lasts, id.Last)
+		}
 	}
 	_, err := s.pool.Exec(ctx, `INSERT INTO `+s.rounds+` (gid, connector, topic, partition, first_offset, last_offset)
-		SELECT $1, $2, t, p, f, l FROM unnest($3::text[], $4::int[], $5::bigint[], $6::bigint[]) AS m(t, p, f, l)
-		ON CONFLICT (gid, topic, partition) DO NOTHING`, gid, s.connector, topics, parts, firsts, lasts)
+		SELECT g, $1, t, p, f, l FROM unnest($2::text[], $3::text[], $4::int[], $5::bigint[], $6::bigint[]) AS m(g, t, p, f, l)
+		ON CONFLICT (gid, topic, partition) DO NOTHING`, s.connector, gids, topics, parts, firsts, lasts)
 	if err != nil {
-		return fmt.Errorf("record the batches of %s: %w", gid, err)
+		return fmt.Errorf("record the batches of the round's transactions: %w", err)
 	}
 	return nil
 }

@@ -34,6 +34,7 @@ func TestRoundPreparedTogether(t *testing.T) {
 	}
 	s := open()
 	s.EnableStaging(1)
+	s.SetRoundParallelism(1) // the batches not written ahead in one transaction
 	acq, err := s.Acquire(ctx, "ev", []int32{0, 1, 2})
 	if err != nil {
 		t.Fatal(err)
@@ -116,8 +117,11 @@ func TestRoundPreparedTogether(t *testing.T) {
 	// Rows of a gid never prepared: nothing in doubt, and a commit of one
 	// of its batches finds nothing prepared.
 	ghost := RoundGID("rnd", []twophase.BatchID{next[0].ID, next[1].ID})
-	if err := s.addMembers(ctx, ghost, []twophase.BatchID{next[0].ID, next[1].ID}); err != nil {
+	if err := s.addMembers(ctx, [][]twophase.BatchID{{next[0].ID, next[1].ID}}); err != nil {
 		t.Fatal(err)
+	}
+	if got := db.strings(`SELECT count(*)::text FROM txsink_offsets_rounds WHERE gid = $1`, ghost); got[0] != "2" {
+		t.Fatalf("membership rows of %s: %v, want 2", ghost, got)
 	}
 	if got, err := open().InDoubt(ctx, "rnd"); err != nil || len(got) != 0 {
 		t.Fatalf("InDoubt with membership rows of a gid never prepared: %v, %v; want none", got, err)
@@ -141,9 +145,10 @@ func TestRoundOffsetsTableName(t *testing.T) {
 	}
 }
 
-// TestRoundCutIntoTransactions: a round of many batches is written in up
-// to commit.parallelism transactions of two batches or more, each with its
-// batches in the membership table, and commits whole.
+// TestRoundCutIntoTransactions: a round's batches are written in up to
+// commit.parallelism transactions, each of two batches or more with its
+// batches in the membership table (a transaction of one is the batch's
+// own), and commit whole.
 func TestRoundCutIntoTransactions(t *testing.T) {
 	db := newTestDB(t, pgtest.Start(t))
 	db.exec(`CREATE TABLE ev (id text)`)
@@ -183,8 +188,8 @@ func TestRoundCutIntoTransactions(t *testing.T) {
 		want  []int // batches per prepared transaction
 	}{
 		{3, parts, []int{3, 3, 3}},
-		{4, parts[:5], []int{2, 3}},
-		{4, parts[:3], []int{3}},
+		{4, parts[:6], []int{2, 2}}, // and two batches alone
+		{4, parts[:3], nil},         // each alone
 		{1, parts, []int{9}},
 	} {
 		s.SetRoundParallelism(c.conc)
@@ -208,7 +213,7 @@ func TestRoundCutIntoTransactions(t *testing.T) {
 			}
 		}
 	}
-	if n := db.count("ev"); n != 2*(9+5+3+9) {
-		t.Fatalf("%d rows, want %d", n, 2*(9+5+3+9))
+	if n := db.count("ev"); n != 2*(9+6+3+9) {
+		t.Fatalf("%d rows, want %d", n, 2*(9+6+3+9))
 	}
 }

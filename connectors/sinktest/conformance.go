@@ -708,10 +708,10 @@ func testStager(t *testing.T, s *suite) {
 	})
 }
 
-// testRounds: a twophase.RoundParticipant prepares a round's batches (a
-// round of at most three, which every such sink writes as one unit) as
-// one unit and commits the whole round when any of its batches is
-// committed, from whichever instance; a fenced batch leaves the whole
+// testRounds: a twophase.RoundParticipant (set up by its harness to write
+// a round as one unit) prepares a round's batches as one unit and commits
+// the whole round when any of its batches is committed, from whichever
+// instance; a fenced batch leaves the whole
 // round unprepared; an aborted round is redone exactly once; two
 // instances that each commit part of a crashed owner's round (two new
 // owners recovering their own partitions) leave every row once.
