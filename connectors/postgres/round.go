@@ -41,6 +41,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/txsink/txsink/connectors"
 	"github.com/txsink/txsink/internal/failpoint"
 	"github.com/txsink/txsink/offsets"
 	"github.com/txsink/txsink/twophase"
@@ -208,20 +209,24 @@ func (s *Sink) prepareGroup(ctx context.Context, gid string, bs []*twophase.Batc
 				return err
 			}
 		}
+		cs := make([]*connectors.Converted, len(bs))
 		for i, b := range bs {
 			cur = i
 			c, err := s.w.records.Batch(ctx, b)
 			if err != nil {
 				return err
 			}
-			if _, err := s.w.WriteBatch(ctx, tx, c, false); err != nil {
-				if errors.Is(err, ErrSchemaChange) {
-					return &twophase.OwnRoundError{ID: b.ID, Err: err}
-				}
-				return err
-			}
+			cs[i] = c
 		}
-		cur = -1
+		// One statement per table for all the batches (WriteBatches).
+		at, err := s.w.WriteBatches(ctx, tx, cs)
+		cur = at
+		if err != nil {
+			if errors.Is(err, ErrSchemaChange) && at >= 0 {
+				return &twophase.OwnRoundError{ID: bs[at].ID, Err: err}
+			}
+			return err
+		}
 		// After the membership rows (PrepareRound): a crash here leaves
 		// rows of a gid never prepared, which recovery must ignore.
 		failpoint.HitIn(bs[0].ID.Connector, failpoint.AfterWrite)

@@ -378,6 +378,129 @@ func (w *Writer) WriteBatch(ctx context.Context, tx pgx.Tx, c *connectors.Conver
 	return stats, nil
 }
 
+// WriteBatches writes several batches (of distinct partitions, in their
+// order) in tx as one, without schema changes: each is planned as
+// WriteBatch plans it, and the appends to one table are applied together,
+// batch after batch, so that a round of many small batches costs one
+// COPY per table rather than one per batch (keyed writes and truncates go
+// batch by batch). The rows and their order
+// within each partition are those of writing the batches one by one in
+// tx. On error, at names the batch it belongs to (-1: none in
+// particular); a batch that needs a schema change fails with an error
+// wrapping ErrSchemaChange, nothing written.
+func (w *Writer) WriteBatches(ctx context.Context, tx pgx.Tx, cs []*connectors.Converted) (at int, err error) {
+	cat := newCatalog(w.cfg.Schema, &w.tables)
+	plans := make([]*batchPlan, len(cs))
+	for i, c := range cs {
+		for {
+			p, err := w.plan(ctx, cat, c, false)
+			if err != nil {
+				return i, err
+			}
+			if len(p.reads) > 0 {
+				if err := w.read(ctx, tx, cat, p.reads); err != nil {
+					return i, err
+				}
+				continue
+			}
+			plans[i] = p
+			break
+		}
+	}
+	// Only appends are merged: keyed writes collapse the ops of a key
+	// (the last wins) and a truncate drops the ops before it, so merged
+	// across batches they would hide a record of an earlier batch that
+	// the database refuses (with errors.tolerance=none, the record the
+	// partition must stop at). Those go batch by batch, in order. A table
+	// read again for a later batch has a new entry: the earlier batches'
+	// ops keep theirs.
+	var merged []*tablePlan
+	open := map[*catEntry]*tablePlan{} // the mergeable plan last added per entry
+	for i, p := range plans {
+		if !cs[i].Tolerant() && len(p.bad) > 0 {
+			first := p.bad[0].Offset
+			for _, tp := range p.tables {
+				tp.ops = slices.DeleteFunc(tp.ops, func(o *op) bool { return o.rec.Offset >= first })
+			}
+		}
+		for _, tp := range p.tables {
+			appends := !slices.ContainsFunc(tp.ops, func(o *op) bool { return o.keyed || o.trunc })
+			if m := open[tp.e]; m != nil && appends {
+				m.ops = append(m.ops, tp.ops...)
+				continue
+			}
+			m := &tablePlan{e: tp.e, ops: slices.Clone(tp.ops)}
+			merged = append(merged, m)
+			if appends {
+				open[tp.e] = m
+			} else {
+				delete(open, tp.e)
+			}
+		}
+	}
+	var stats WriteStats
+	bad := make([][]*record.Error, len(cs))
+	for i, p := range plans {
+		bad[i] = p.bad
+	}
+	// The batch of each partition, for the records the database refuses.
+	type part struct {
+		topic     string
+		partition int32
+	}
+	owner := map[part]int{}
+	for i, p := range plans {
+		for _, t := range p.tables {
+			if len(t.ops) > 0 {
+				owner[part{t.ops[0].rec.Topic, t.ops[0].rec.Partition}] = i
+			}
+		}
+	}
+	batchOf := func(topic string, partition int32) int {
+		if i, ok := owner[part{topic, partition}]; ok {
+			return i
+		}
+		return -1
+	}
+	for _, tp := range merged {
+		dbBad, err := w.apply(ctx, tx, tp, &stats)
+		if err != nil {
+			if code := pgCode(err); tp.e.m != nil && (code == "42P01" || code == "42703" || code == "42804") {
+				w.tables.forget(tp.e.m.t.Ident) // the table changed under the cache
+			}
+			return -1, err
+		}
+		for _, re := range dbBad {
+			i := batchOf(re.Topic, re.Partition)
+			if i < 0 {
+				return -1, fmt.Errorf("a refused record (%s) of no batch of the write", re)
+			}
+			bad[i] = append(bad[i], re)
+		}
+	}
+	for _, tp := range merged {
+		if e := tp.e; e.fresh && !e.changed && e.m != nil {
+			w.tables.put(e.m.t.Ident, e.m.t)
+		}
+	}
+	for i, c := range cs {
+		if err := c.Reject(bad[i]); err != nil {
+			return i, err
+		}
+	}
+	if w.cfg.DLQTable == "" {
+		return -1, nil
+	}
+	for i, c := range cs {
+		if letters := c.DeadLetters(); len(letters) > 0 {
+			if err := w.deadLetter(ctx, tx, letters, false); err != nil {
+				return i, err
+			}
+		}
+	}
+	return -1, nil
+}
+
 // read reads the tables names from the database into cat (fresh). A table
 // that does not exist is an error wrapping ErrTableNotFound, unless
 // auto.create is on: then it is known not to exist.
