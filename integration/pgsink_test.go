@@ -152,7 +152,7 @@ func TestPostgresCrashPoints(t *testing.T) {
 			if n := preparedXacts(t, pool); n != 0 {
 				t.Errorf("%d prepared transactions left", n)
 			}
-			t.Logf("%s: %d kills, %d records exact", point, kills, u.total())
+			t.Logf("%s: %d kills, %d records exact, %d round transactions (txsink2_) prepared at the kills", point, kills, u.total(), roundsPrepared)
 		})
 	}
 }
