@@ -25,34 +25,11 @@ func TestRoundPreparedTogether(t *testing.T) {
 	db := newTestDB(t, pgtest.Start(t))
 	db.exec(`CREATE TABLE ev (id text)`)
 	ctx := context.Background()
-	open := func() *Sink {
-		s, err := NewSink(ctx, db.pool, "rnd", mustWriter(t, WriterConfig{Connector: "rnd"}), "public", "txsink_offsets", slog.New(slog.NewTextHandler(io.Discard, nil)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	s := open()
+	open := func() *Sink { return newEvSink(t, db, "rnd").Sink }
+	e := newEvSink(t, db, "rnd", 0, 1, 2)
+	s, batch := e.Sink, e.batch
 	s.EnableStaging(1)
 	s.SetRoundParallelism(1) // the batches not written ahead in one transaction
-	acq, err := s.Acquire(ctx, "ev", []int32{0, 1, 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for p, q := range acq {
-		if err := s.Initialize(ctx, "ev", p, q.Fence, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	batch := func(p int32, first int64, n int) *twophase.Batch {
-		b := &twophase.Batch{ID: twophase.BatchID{Connector: "rnd", Topic: "ev", Partition: p, First: first, Last: first + int64(n) - 1}, Prev: first, Fence: acq[p].Fence}
-		for i := range n {
-			r := rec("ev", first+int64(i), nil, []byte(`{"id":"x"}`))
-			r.Partition = p
-			b.Records = append(b.Records, r)
-		}
-		return b
-	}
 	prepared := func() []string {
 		return db.strings(`SELECT gid FROM pg_prepared_xacts WHERE database = current_database() ORDER BY gid`)
 	}
@@ -153,32 +130,15 @@ func TestRoundCutIntoTransactions(t *testing.T) {
 	db := newTestDB(t, pgtest.Start(t))
 	db.exec(`CREATE TABLE ev (id text)`)
 	ctx := context.Background()
-	s, err := NewSink(ctx, db.pool, "cut", mustWriter(t, WriterConfig{Connector: "cut"}), "public", "txsink_offsets", slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
 	parts := []int32{0, 1, 2, 3, 4, 5, 6, 7, 8}
-	acq, err := s.Acquire(ctx, "ev", parts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newEvSink(t, db, "cut", parts...)
+	s := e.Sink
 	next := map[int32]int64{}
-	for _, p := range parts {
-		if err := s.Initialize(ctx, "ev", p, acq[p].Fence, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
 	round := func(ps []int32) []*twophase.Batch {
 		var bs []*twophase.Batch
 		for _, p := range ps {
-			b := &twophase.Batch{ID: twophase.BatchID{Connector: "cut", Topic: "ev", Partition: p, First: next[p], Last: next[p] + 1}, Prev: next[p], Fence: acq[p].Fence}
-			for i := range int64(2) {
-				r := rec("ev", next[p]+i, nil, []byte(`{"id":"x"}`))
-				r.Partition = p
-				b.Records = append(b.Records, r)
-			}
+			bs = append(bs, e.batch(p, next[p], 2))
 			next[p] += 2
-			bs = append(bs, b)
 		}
 		return bs
 	}
@@ -216,4 +176,46 @@ func TestRoundCutIntoTransactions(t *testing.T) {
 	if n := db.count("ev"); n != 2*(9+6+3+9) {
 		t.Fatalf("%d rows, want %d", n, 2*(9+6+3+9))
 	}
+}
+
+// evSink is a sink of connector on db whose partitions of topic ev were
+// acquired and start at offset 0.
+type evSink struct {
+	*Sink
+	fences map[int32]int64
+}
+
+func newEvSink(t *testing.T, db *testDB, connector string, parts ...int32) *evSink {
+	t.Helper()
+	ctx := context.Background()
+	s, err := NewSink(ctx, db.pool, connector, mustWriter(t, WriterConfig{Connector: connector}), "public", "txsink_offsets", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &evSink{Sink: s, fences: map[int32]int64{}}
+	if len(parts) == 0 {
+		return e
+	}
+	acq, err := s.Acquire(ctx, "ev", parts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, q := range acq {
+		e.fences[p] = q.Fence
+		if err := s.Initialize(ctx, "ev", p, q.Fence, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e
+}
+
+// batch is a batch of n records of partition p from offset first.
+func (e *evSink) batch(p int32, first int64, n int) *twophase.Batch {
+	b := &twophase.Batch{ID: twophase.BatchID{Connector: e.connector, Topic: "ev", Partition: p, First: first, Last: first + int64(n) - 1}, Prev: first, Fence: e.fences[p]}
+	for i := range n {
+		r := rec("ev", first+int64(i), nil, []byte(`{"id":"x"}`))
+		r.Partition = p
+		b.Records = append(b.Records, r)
+	}
+	return b
 }

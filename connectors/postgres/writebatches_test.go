@@ -113,33 +113,24 @@ func randomRounds(seed uint64, tombstones bool) [][][]*kgo.Record {
 // one transaction, committed when every one succeeds. The error names the
 // batch.
 func writeOneByOne(t *testing.T, d *testDB, w *Writer, round [][]*kgo.Record) error {
-	t.Helper()
-	ctx := context.Background()
-	var failed error
-	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		for i, recs := range round {
-			c, err := w.records.Convert(ctx, recs)
-			if err != nil {
-				return err
-			}
+	return writeRound(t, d, w, round, func(ctx context.Context, tx pgx.Tx, cs []*connectors.Converted) (int, error) {
+		for i, c := range cs {
 			if _, err := w.WriteBatch(ctx, tx, c, false); err != nil {
-				failed = batchError(i, err)
-				return failed
+				return i, err
 			}
 		}
-		return nil
+		return -1, nil
 	})
-	if failed != nil {
-		return failed
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return nil
 }
 
 // writeAll writes a round's batches with WriteBatches in one transaction.
 func writeAll(t *testing.T, d *testDB, w *Writer, round [][]*kgo.Record) error {
+	return writeRound(t, d, w, round, w.WriteBatches)
+}
+
+// writeRound converts a round's batches and writes them with write in one
+// transaction, committed when it succeeds; its error is batchError's.
+func writeRound(t *testing.T, d *testDB, w *Writer, round [][]*kgo.Record, write func(context.Context, pgx.Tx, []*connectors.Converted) (int, error)) error {
 	t.Helper()
 	ctx := context.Background()
 	var failed error
@@ -152,7 +143,7 @@ func writeAll(t *testing.T, d *testDB, w *Writer, round [][]*kgo.Record) error {
 			}
 			cs[i] = c
 		}
-		if at, err := w.WriteBatches(ctx, tx, cs); err != nil {
+		if at, err := write(ctx, tx, cs); err != nil {
 			failed = batchError(at, err)
 			return failed
 		}
