@@ -255,9 +255,7 @@ func (s *Sink) prepareGroup(ctx context.Context, gid string, bs []*twophase.Batc
 		cause := classify(err)
 		for i := range errs {
 			switch {
-			case cur < 0:
-				errs[i] = fmt.Errorf("%w: %w", twophase.ErrNothingPrepared, cause)
-			case i == cur:
+			case cur < 0 || i == cur: // no batch's in particular, or this one's
 				errs[i] = fmt.Errorf("%w: %w", twophase.ErrNothingPrepared, cause)
 			default:
 				// Not this batch's fault: %v, so that its fence or bad
