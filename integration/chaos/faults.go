@@ -385,6 +385,35 @@ func tookOver(ctx context.Context, l *lane, before []verify.OffsetSample, d time
 	return false
 }
 
+// lostWait bounds how long failover waits, after its hold, for a lane to
+// commit something that the paused standby does not have: a frozen
+// worker's session timeout and the rebalance after it.
+const lostWait = 2 * time.Minute
+
+// committedPast waits up to d until some partition's stored next offset in
+// the lane's sink moved past before's.
+func committedPast(ctx context.Context, l *lane, before []verify.OffsetSample, d time.Duration) bool {
+	was := map[int32]int64{}
+	for _, s := range before {
+		was[s.Partition] = s.Next
+	}
+	deadline := time.Now().Add(d)
+	for ctx.Err() == nil {
+		now, err := l.offsets(ctx)
+		if err == nil && slices.ContainsFunc(now, func(s verify.OffsetSample) bool {
+			n, ok := was[s.Partition]
+			return s.Next >= 0 && (!ok || s.Next > n)
+		}) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		sleep(ctx, 200*time.Millisecond)
+	}
+	return false
+}
+
 // movedPast reports whether every partition of before has a greater next
 // offset in now.
 func movedPast(before, now []verify.OffsetSample) bool {
@@ -689,7 +718,33 @@ func failover(ctx context.Context, p Profile, lanes []*lane, f Fault) error {
 		if err := fo.PauseReplication(ctx); err != nil {
 			return fmt.Errorf("pausing replication: %w", err)
 		}
+		// What the standby has is at most what the primary has now.
+		paused := map[*lane][]verify.OffsetSample{}
+		for _, l := range lanes {
+			if l.sink() != SinkPostgres {
+				continue
+			}
+			s, err := l.offsets(ctx)
+			if err != nil {
+				return fmt.Errorf("lane %s: stored offsets at the pause: %w", l.Name, err)
+			}
+			paused[l] = s
+		}
 		sleep(ctx, f.Hold)
+		// Each lane must have committed on the primary alone, or the
+		// failover loses nothing of it: a lane's other worker can be held
+		// by a rebalance that waits for the frozen one until its session
+		// times out (CI once saw the eo lane write nothing in the 8 s).
+		// The sample that shows it is recorded for the checker.
+		for l, before := range paused {
+			t0 := time.Now()
+			if !committedPast(ctx, l, before, lostWait) {
+				errs = append(errs, fmt.Errorf("lane %s committed nothing on the primary in %v with replication paused", l.Name, f.Hold+lostWait))
+				continue
+			}
+			l.sample(ctx)
+			p.Env.Logf("chaos: pg-failover: lane %s committed on the primary alone (%v after the hold)", l.Name, time.Since(t0).Round(time.Millisecond))
+		}
 	}
 	fctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
