@@ -150,6 +150,49 @@ func (s *PG) Advance(ctx context.Context, tx pgx.Tx, guard Guard, connector, top
 	return nil
 }
 
+// Step is one partition's move for AdvanceAll: next_offset from From to
+// To while the fence is Fence.
+type Step struct {
+	Connector, Topic string
+	Partition        int32
+	Fence, From, To  int64
+}
+
+// AdvanceAll is Advance with GuardCAS for every step, in order, inside tx,
+// sent in one round trip (a pgx batch: each statement still reports its
+// own rows). It returns the index of the step that failed, with Advance's
+// error, or -1 and nil; a step after a failed one is not applied (the
+// transaction is aborted).
+func (s *PG) AdvanceAll(ctx context.Context, tx pgx.Tx, steps []Step) (int, error) {
+	if len(steps) == 0 {
+		return -1, nil
+	}
+	b := &pgx.Batch{}
+	for _, st := range steps {
+		b.Queue(`UPDATE `+s.table+` SET next_offset = $6, updated_at = now()
+			WHERE connector = $1 AND topic = $2 AND partition = $3 AND fence = $4 AND next_offset = $5`,
+			st.Connector, st.Topic, st.Partition, st.Fence, st.From, st.To)
+	}
+	br := tx.SendBatch(ctx, b)
+	at, err := -1, error(nil)
+	for i, st := range steps {
+		tag, e := br.Exec()
+		switch {
+		case e != nil:
+			at, err = i, fmt.Errorf("offsets: advance %s/%s[%d] %d->%d: %w", st.Connector, st.Topic, st.Partition, st.From, st.To, e)
+		case tag.RowsAffected() == 0:
+			at, err = i, &FencedError{Connector: st.Connector, Topic: st.Topic, Partition: st.Partition, WantNext: st.From, Fence: st.Fence, GotNext: -1, GotFenc: -1}
+		}
+		if err != nil {
+			break
+		}
+	}
+	if cerr := br.Close(); err == nil && cerr != nil {
+		at, err = -1, fmt.Errorf("offsets: advance %d partitions: %w", len(steps), cerr)
+	}
+	return at, err
+}
+
 // Read returns every stored position of the connector, ordered by topic and
 // partition. q may be the pool or a transaction.
 func (s *PG) Read(ctx context.Context, connector string) ([]Position, error) {

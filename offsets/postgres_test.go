@@ -5,6 +5,7 @@ package offsets_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -155,5 +156,75 @@ func TestAcquireBusy(t *testing.T) {
 	s.LockTimeout = 200 * time.Millisecond
 	if _, err := s.Acquire(ctx, "c", "t", []int32{0}); !errors.Is(err, offsets.ErrBusy) {
 		t.Fatalf("acquire of a locked row: got %v, want ErrBusy", err)
+	}
+}
+
+// TestAdvanceAll: the compare-and-sets of several partitions in one round
+// trip apply together when all match, and the first that does not names
+// its index, with Advance's error, and leaves the transaction aborted.
+func TestAdvanceAll(t *testing.T) {
+	ctx := context.Background()
+	s, pool := newStore(t)
+	a, err := s.Acquire(ctx, "c", "t", []int32{0, 1, 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range int32(3) {
+		if err := s.Initialize(ctx, "c", "t", p, a[p].Fence, 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	steps := func(from1 int64, fence2 int64) []offsets.Step {
+		return []offsets.Step{
+			{Connector: "c", Topic: "t", Partition: 0, Fence: a[0].Fence, From: 10, To: 20},
+			{Connector: "c", Topic: "t", Partition: 1, Fence: a[1].Fence, From: from1, To: 20},
+			{Connector: "c", Topic: "t", Partition: 2, Fence: fence2, From: 10, To: 20},
+		}
+	}
+	run := func(st []offsets.Step) (int, error) {
+		var at int
+		var err error
+		txErr := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			at, err = s.AdvanceAll(ctx, tx, st)
+			return err
+		})
+		if err == nil && txErr != nil {
+			t.Fatal(txErr)
+		}
+		return at, err
+	}
+	next := func() []int64 {
+		ps, err := s.Read(ctx, "c")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []int64
+		for _, p := range ps {
+			out = append(out, p.Next)
+		}
+		return out
+	}
+	// A stale offset at index 1, a stale fence at index 2: index 1 is
+	// named, and nothing moved.
+	at, err := run(steps(9, a[2].Fence-1))
+	var fe *offsets.FencedError
+	if at != 1 || !errors.As(err, &fe) || fe.Partition != 1 || fe.WantNext != 9 {
+		t.Fatalf("stale offset at 1: got index %d, %v", at, err)
+	}
+	if got := next(); !slices.Equal(got, []int64{10, 10, 10}) {
+		t.Fatalf("after a refused step: next offsets %v, want all 10", got)
+	}
+	at, err = run(steps(10, a[2].Fence-1))
+	if at != 2 || !errors.Is(err, offsets.ErrFenced) {
+		t.Fatalf("stale fence at 2: got index %d, %v", at, err)
+	}
+	if at, err := run(steps(10, a[2].Fence)); at != -1 || err != nil {
+		t.Fatalf("all matching: got index %d, %v", at, err)
+	}
+	if got := next(); !slices.Equal(got, []int64{20, 20, 20}) {
+		t.Fatalf("after all matched: next offsets %v, want all 20", got)
+	}
+	if at, err := run(nil); at != -1 || err != nil {
+		t.Fatalf("no steps: got index %d, %v", at, err)
 	}
 }

@@ -203,11 +203,13 @@ func (s *Sink) prepareGroup(ctx context.Context, gid string, bs []*twophase.Batc
 	sent := false
 	cur := -1 // the batch being written when an error struck
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		steps := make([]offsets.Step, len(bs))
 		for i, b := range bs {
-			cur = i
-			if err := s.store.Advance(ctx, tx, offsets.GuardCAS, b.ID.Connector, b.ID.Topic, b.ID.Partition, b.Fence, b.Prev, b.ID.NextOffset()); err != nil {
-				return err
-			}
+			steps[i] = offsets.Step{Connector: b.ID.Connector, Topic: b.ID.Topic, Partition: b.ID.Partition, Fence: b.Fence, From: b.Prev, To: b.ID.NextOffset()}
+		}
+		if at, err := s.store.AdvanceAll(ctx, tx, steps); err != nil {
+			cur = at
+			return err
 		}
 		cs := make([]*connectors.Converted, len(bs))
 		for i, b := range bs {

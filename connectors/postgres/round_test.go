@@ -219,3 +219,35 @@ func (e *evSink) batch(p int32, first int64, n int) *twophase.Batch {
 	}
 	return b
 }
+
+// TestRoundFencedMember: in a round transaction of three batches whose
+// middle partition another owner took (its fence moved), that batch is
+// fenced, its siblings are refused with nothing prepared and are not
+// taken for fenced, and nothing is written or prepared.
+func TestRoundFencedMember(t *testing.T) {
+	db := newTestDB(t, pgtest.Start(t))
+	db.exec(`CREATE TABLE ev (id text)`)
+	ctx := context.Background()
+	e := newEvSink(t, db, "fnc", 0, 1, 2)
+	e.SetRoundParallelism(1)
+	if _, err := newEvSink(t, db, "fnc").Acquire(ctx, "ev", []int32{1}); err != nil {
+		t.Fatal(err)
+	}
+	bs := []*twophase.Batch{e.batch(0, 0, 2), e.batch(1, 0, 2), e.batch(2, 0, 2)}
+	errs := e.PrepareRound(ctx, bs)
+	if !errors.Is(errs[1], twophase.ErrFenced) {
+		t.Fatalf("the fenced partition's batch: %v, want ErrFenced", errs[1])
+	}
+	for _, i := range []int{0, 2} {
+		if !errors.Is(errs[i], twophase.ErrNothingPrepared) || errors.Is(errs[i], twophase.ErrFenced) {
+			t.Fatalf("sibling %s: %v, want ErrNothingPrepared and not ErrFenced", bs[i].ID, errs[i])
+		}
+	}
+	prepared := db.strings(`SELECT gid FROM pg_prepared_xacts WHERE database = current_database()`)
+	if n := db.count("ev"); n != 0 || len(prepared) != 0 {
+		t.Fatalf("after a fenced round: %d rows, prepared %v; want none", n, prepared)
+	}
+	if got := db.strings(`SELECT coalesce(next_offset, -1)::text FROM txsink_offsets WHERE connector = 'fnc' ORDER BY partition`); strings.Join(got, ",") != "0,0,0" {
+		t.Fatalf("stored offsets %v, want 0,0,0", got)
+	}
+}
