@@ -436,7 +436,7 @@ func (s *Sink) forget(id twophase.BatchID) {
 func (s *Sink) commitAlone(ctx context.Context, id twophase.BatchID) (err error) {
 	defer func() { s.resetOnLostConnection(err) }()
 	defer s.forget(id)
-	_, err = s.pool.Exec(ctx, "COMMIT PREPARED '"+GID(id)+"'")
+	err = s.finish(ctx, "COMMIT PREPARED", GID(id))
 	if err == nil {
 		return nil
 	}
@@ -461,7 +461,7 @@ func (s *Sink) Abort(ctx context.Context, id twophase.BatchID) (err error) {
 		return err
 	}
 	defer s.forget(id)
-	_, err = s.pool.Exec(ctx, "ROLLBACK PREPARED '"+GID(id)+"'")
+	err = s.finish(ctx, "ROLLBACK PREPARED", GID(id))
 	if err == nil || isUndefinedObject(err) {
 		return nil
 	}

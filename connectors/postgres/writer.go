@@ -332,50 +332,76 @@ func (w *Writer) WriteBatch(ctx context.Context, tx pgx.Tx, c *connectors.Conver
 	// earlier round that creates it may still be waiting for its
 	// decision.
 	stats.ReadsTable = p.noopDeletes+p.noopTruncates > 0
-	bad := p.bad
-	if !c.Tolerant() && len(bad) > 0 {
-		// Nothing at or after the first bad offset matters, but a record
-		// before it that the database rejects comes first.
-		first := bad[0].Offset
-		for _, tp := range p.tables {
-			tp.ops = slices.DeleteFunc(tp.ops, func(o *op) bool { return o.rec.Offset >= first })
+	p.stopAtBad(c.Tolerant())
+	dbBad, err := w.applyTables(ctx, tx, p.tables, &stats)
+	if err != nil {
+		return WriteStats{}, err
+	}
+	letters, err := w.settle(ctx, tx, c, append(p.bad, dbBad...), schemaChanges)
+	if err != nil {
+		return WriteStats{}, err
+	}
+	if len(letters) > 0 {
+		stats.DeadLettered, stats.Bad = len(letters), make([]*record.Error, len(letters))
+		for i, l := range letters {
+			stats.Bad[i] = l.Err
 		}
 	}
+	return stats, nil
+}
+
+// stopAtBad drops, when the batch is not tolerant (errors.tolerance=none),
+// every op at or after its first bad offset: nothing there matters, but a
+// record before it that the database refuses comes first.
+func (p *batchPlan) stopAtBad(tolerant bool) {
+	if tolerant || len(p.bad) == 0 {
+		return
+	}
+	first := p.bad[0].Offset
 	for _, tp := range p.tables {
-		dbBad, err := w.apply(ctx, tx, tp, &stats)
+		tp.ops = slices.DeleteFunc(tp.ops, func(o *op) bool { return o.rec.Offset >= first })
+	}
+}
+
+// applyTables applies tps in order and returns the records the database
+// refused. A table whose apply fails because it changed under the cache
+// is forgotten; once all are applied, the tables read fresh for them and
+// not changed are cached.
+func (w *Writer) applyTables(ctx context.Context, tx pgx.Tx, tps []*tablePlan, stats *WriteStats) ([]*record.Error, error) {
+	var bad []*record.Error
+	for _, tp := range tps {
+		dbBad, err := w.apply(ctx, tx, tp, stats)
 		if err != nil {
 			if code := pgCode(err); tp.e.m != nil && (code == "42P01" || code == "42703" || code == "42804") {
 				w.tables.forget(tp.e.m.t.Ident) // the table changed under the cache
 			}
-			return WriteStats{}, err
+			return nil, err
 		}
 		bad = append(bad, dbBad...)
 	}
-	for _, tp := range p.tables {
+	for _, tp := range tps {
 		if e := tp.e; e.fresh && !e.changed && e.m != nil {
 			w.tables.put(e.m.t.Ident, e.m.t)
 		}
 	}
-	// The records the database or the mapping refused go to the
-	// runtime's tolerance operator: with errors.tolerance=none the
-	// lowest fails the write; with all they are dead letters.
+	return bad, nil
+}
+
+// settle hands the records the database or the mapping refused (bad) to
+// the runtime's tolerance operator, where errors.tolerance=none makes
+// the lowest fail the write and all makes them dead letters, and writes
+// the dead letters to the dead-letter table, if any. It returns them.
+func (w *Writer) settle(ctx context.Context, tx pgx.Tx, c *connectors.Converted, bad []*record.Error, schemaChanges bool) ([]connectors.DeadLetter, error) {
 	if err := c.Reject(bad); err != nil {
-		return WriteStats{}, err
+		return nil, err
 	}
 	letters := c.DeadLetters()
-	if len(letters) == 0 {
-		return stats, nil
-	}
-	if w.cfg.DLQTable != "" {
+	if len(letters) > 0 && w.cfg.DLQTable != "" {
 		if err := w.deadLetter(ctx, tx, letters, schemaChanges); err != nil {
-			return WriteStats{}, err
+			return nil, err
 		}
 	}
-	stats.DeadLettered, stats.Bad = len(letters), make([]*record.Error, len(letters))
-	for i, l := range letters {
-		stats.Bad[i] = l.Err
-	}
-	return stats, nil
+	return letters, nil
 }
 
 // WriteBatches writes several batches (of distinct partitions, in their
@@ -417,12 +443,7 @@ func (w *Writer) WriteBatches(ctx context.Context, tx pgx.Tx, cs []*connectors.C
 	var merged []*tablePlan
 	open := map[*catEntry]*tablePlan{} // the mergeable plan last added per entry
 	for i, p := range plans {
-		if !cs[i].Tolerant() && len(p.bad) > 0 {
-			first := p.bad[0].Offset
-			for _, tp := range p.tables {
-				tp.ops = slices.DeleteFunc(tp.ops, func(o *op) bool { return o.rec.Offset >= first })
-			}
-		}
+		p.stopAtBad(cs[i].Tolerant())
 		for _, tp := range p.tables {
 			appends := !slices.ContainsFunc(tp.ops, func(o *op) bool { return o.keyed || o.trunc })
 			if m := open[tp.e]; m != nil && appends {
@@ -462,40 +483,20 @@ func (w *Writer) WriteBatches(ctx context.Context, tx pgx.Tx, cs []*connectors.C
 		}
 		return -1
 	}
-	for _, tp := range merged {
-		dbBad, err := w.apply(ctx, tx, tp, &stats)
-		if err != nil {
-			if code := pgCode(err); tp.e.m != nil && (code == "42P01" || code == "42703" || code == "42804") {
-				w.tables.forget(tp.e.m.t.Ident) // the table changed under the cache
-			}
-			return -1, err
-		}
-		for _, re := range dbBad {
-			i := batchOf(re.Topic, re.Partition)
-			if i < 0 {
-				return -1, fmt.Errorf("a refused record (%s) of no batch of the write", re)
-			}
-			bad[i] = append(bad[i], re)
-		}
+	dbBad, err := w.applyTables(ctx, tx, merged, &stats)
+	if err != nil {
+		return -1, err
 	}
-	for _, tp := range merged {
-		if e := tp.e; e.fresh && !e.changed && e.m != nil {
-			w.tables.put(e.m.t.Ident, e.m.t)
+	for _, re := range dbBad {
+		i := batchOf(re.Topic, re.Partition)
+		if i < 0 {
+			return -1, fmt.Errorf("a refused record (%s) of no batch of the write", re)
 		}
+		bad[i] = append(bad[i], re)
 	}
 	for i, c := range cs {
-		if err := c.Reject(bad[i]); err != nil {
+		if _, err := w.settle(ctx, tx, c, bad[i], false); err != nil {
 			return i, err
-		}
-	}
-	if w.cfg.DLQTable == "" {
-		return -1, nil
-	}
-	for i, c := range cs {
-		if letters := c.DeadLetters(); len(letters) > 0 {
-			if err := w.deadLetter(ctx, tx, letters, false); err != nil {
-				return i, err
-			}
 		}
 	}
 	return -1, nil
