@@ -728,7 +728,7 @@ func (s *Sink) Preflight(ctx context.Context, g connectors.Guarantee) error {
 	}
 	n, _ := strconv.Atoi(v)
 	if g == connectors.TwoPhase && n == 0 {
-		return fmt.Errorf("preflight: delivery.guarantee=exactly_once needs prepared transactions, but max_prepared_transactions is 0 on this PostgreSQL server: set max_prepared_transactions (for example 64, at least the number of partitions this worker may own; a server restart is needed) or use delivery.guarantee=exactly_once_sink")
+		return fmt.Errorf("preflight: delivery.guarantee=exactly_once needs prepared transactions, but max_prepared_transactions is 0 on this PostgreSQL server: set max_prepared_transactions (for example 64; each exactly_once task holds up to commit.parallelism plus connection.pool.size of them, see docs/deploy.md, \"What txsink keeps in PostgreSQL\"; a server restart is needed) or use delivery.guarantee=exactly_once_sink")
 	}
 	return nil
 }
