@@ -532,7 +532,11 @@ func (s *Sink) InDoubt(ctx context.Context, connector string) (_ []twophase.Batc
 func (s *Sink) Acquire(ctx context.Context, topic string, partitions []int32) (_ map[int32]offsets.Position, err error) {
 	defer func() { err = markUnavailable(err) }()
 	defer func() { s.resetOnLostConnection(err) }()
-	return s.store.Acquire(ctx, s.connector, topic, partitions)
+	pos, err := s.store.Acquire(ctx, s.connector, topic, partitions)
+	if err == nil {
+		s.sweepMembers(ctx, topic, partitions)
+	}
+	return pos, err
 }
 
 // Initialize implements connectors.Sink.

@@ -308,6 +308,28 @@ func (s *Sink) dropMembers(ctx context.Context, gid string) {
 	}
 }
 
+// sweepMembers deletes the membership rows of the partitions just
+// acquired whose gid is not prepared: rows a crash left between the
+// membership insert and PREPARE, or between COMMIT PREPARED and their
+// delete. Acquire bumped the fences of these partitions and, past its lock
+// wait, no prepared transaction holds their offsets rows; so no gid with
+// one of these batches is prepared now, and none can be later but by this
+// owner, whose rounds insert their rows again. A failure only leaves inert
+// rows.
+func (s *Sink) sweepMembers(ctx context.Context, topic string, partitions []int32) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM `+s.rounds+` r
+		WHERE r.connector = $1 AND r.topic = $2 AND r.partition = ANY($3)
+		AND NOT EXISTS (SELECT 1 FROM pg_prepared_xacts x WHERE x.gid = r.gid AND x.database = current_database())`,
+		s.connector, topic, partitions)
+	if err != nil {
+		s.log.Debug("sweeping the membership rows of acquired partitions failed; they are inert", "topic", topic, "err", err)
+		return
+	}
+	if n := tag.RowsAffected(); n > 0 {
+		s.log.Info("deleted membership rows left by an earlier owner (a crash between writing them and PREPARE or after COMMIT PREPARED)", "topic", topic, "rows", n)
+	}
+}
+
 // preparedGID returns the prepared transaction that holds id: the round
 // this sink prepared it in, or found it in (InDoubt), or else the one
 // pg_prepared_xacts and the membership table name. "" when none is

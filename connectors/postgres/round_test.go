@@ -251,3 +251,65 @@ func TestRoundFencedMember(t *testing.T) {
 		t.Fatalf("stored offsets %v, want 0,0,0", got)
 	}
 }
+
+// TestRoundMembersSwept: a new owner's Acquire deletes the membership rows
+// of its partitions whose gid is not prepared (left by a crash before
+// PREPARE), and keeps those of a prepared gid (its partitions' Acquire is
+// busy until recovery resolves it) and those of other partitions and
+// connectors.
+func TestRoundMembersSwept(t *testing.T) {
+	db := newTestDB(t, pgtest.Start(t))
+	db.exec(`CREATE TABLE ev (id text)`)
+	ctx := context.Background()
+	e := newEvSink(t, db, "swp", 0, 1, 2, 3)
+	e.SetRoundParallelism(1)
+	// A prepared round of partitions 2 and 3.
+	live := []*twophase.Batch{e.batch(2, 0, 2), e.batch(3, 0, 2)}
+	for i, err := range e.PrepareRound(ctx, live) {
+		if err != nil {
+			t.Fatalf("PrepareRound: %s: %v", live[i].ID, err)
+		}
+	}
+	// Rows of a gid never prepared: partitions 0 and 1, and 0 of another
+	// connector.
+	ghost := []twophase.BatchID{e.batch(0, 0, 2).ID, e.batch(1, 0, 2).ID}
+	if err := e.addMembers(ctx, [][]twophase.BatchID{ghost}); err != nil {
+		t.Fatal(err)
+	}
+	other := newEvSink(t, db, "oth")
+	if err := other.addMembers(ctx, [][]twophase.BatchID{{{Connector: "oth", Topic: "ev", Partition: 0, First: 0, Last: 1}, {Connector: "oth", Topic: "ev", Partition: 1, First: 0, Last: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	rows := func() string {
+		return strings.Join(db.strings(`SELECT connector || ':' || partition FROM txsink_offsets_rounds ORDER BY connector, partition`), " ")
+	}
+	if got := rows(); got != "oth:0 oth:1 swp:0 swp:1 swp:2 swp:3" {
+		t.Fatalf("membership rows %q before the sweep", got)
+	}
+	next := newEvSink(t, db, "swp")
+	if _, err := next.Acquire(ctx, "ev", []int32{0, 1}); err != nil {
+		t.Fatal(err)
+	}
+	if got := rows(); got != "oth:0 oth:1 swp:2 swp:3" {
+		t.Fatalf("membership rows %q after acquiring partitions 0 and 1; want those of the other connector and of the prepared round", got)
+	}
+	if _, err := next.Acquire(ctx, "ev", []int32{2}); err == nil {
+		t.Fatal("Acquire of a partition a prepared round holds succeeded; want busy")
+	}
+	if got := rows(); got != "oth:0 oth:1 swp:2 swp:3" {
+		t.Fatalf("membership rows %q after a busy Acquire; want the prepared round's kept", got)
+	}
+	// Resolved by recovery (here: committed), its rows go, and the next
+	// Acquire finds nothing to sweep.
+	for i, err := range next.CommitRound(ctx, []twophase.BatchID{live[0].ID, live[1].ID}) {
+		if err != nil {
+			t.Fatalf("CommitRound: %s: %v", live[i].ID, err)
+		}
+	}
+	if _, err := next.Acquire(ctx, "ev", []int32{2, 3}); err != nil {
+		t.Fatal(err)
+	}
+	if got := rows(); got != "oth:0 oth:1" {
+		t.Fatalf("membership rows %q at the end", got)
+	}
+}
