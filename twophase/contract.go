@@ -139,6 +139,20 @@ type Stager interface {
 	Discard(ids []BatchID)
 }
 
+// RoundStager is a [Stager] and [RoundParticipant] that writes a whole
+// round ahead in the units its PrepareRound prepares (the PostgreSQL sink:
+// up to commit.parallelism transactions of several batches), instead of
+// batch by batch. StageRound returns one error per batch, in order (nil:
+// staged), with Stage's meaning: a batch not staged is written by its
+// round. What is staged waits for the round's PrepareRound, or Discard of
+// any of its batches, which rolls back the unit it is in; a Prepare of one
+// of its batches alone rolls back its unit too, and its other batches are
+// then written by their round.
+type RoundStager interface {
+	Stager
+	StageRound(ctx context.Context, batches []*Batch) []error
+}
+
 // RoundParticipant is a [Participant] that prepares the batches of a round
 // in one call and commits them in one call, so that it can write them in
 // fewer units than batches: the ClickHouse sink inserts one block per

@@ -335,6 +335,19 @@ func (d *driver) startStage(r *task.Round) {
 		// Attached once: the round reuses the write-ahead's pipeline of
 		// each batch.
 		d.records.Attach(r.Batches)
+		if rs, ok := d.stager.(twophase.RoundStager); ok && d.g == connectors.TwoPhase {
+			// In the units its prepare will take (a few transactions
+			// of several batches each).
+			for i, err := range rs.StageRound(ctx, r.Batches) {
+				if err == nil {
+					sr.ahead.Add(1)
+				} else if ctx.Err() == nil {
+					d.t.log.Debug("writing a batch ahead failed; its round writes it", "batch", r.Batches[i].ID.String(), "err", err)
+				}
+			}
+			d.in.push(task.Event{Type: task.EventStaged, Seq: r.ID, StagedAll: int(sr.ahead.Load()) == len(r.Batches)})
+			return
+		}
 		var g errgroup.Group
 		g.SetLimit(max(d.t.conn.Parallelism, 1))
 		for _, b := range r.Batches {

@@ -57,6 +57,9 @@ type Sink struct {
 	slots    chan struct{}
 	stageMu  sync.Mutex
 	stagedTx map[twophase.BatchID]*staged
+	// stagedGroups are the round transactions written ahead (StageRound),
+	// by each of their batches.
+	stagedGroups map[twophase.BatchID]*stagedGroup
 	// keyedTopics are the topics a batch of which needed keyed writes
 	// (deletes, upserts, truncates): never written ahead again.
 	keyedTopics map[string]bool
@@ -185,6 +188,7 @@ func (s *Sink) Prepare(ctx context.Context, b *twophase.Batch) (err error) {
 			err = fmt.Errorf("%w: %w", twophase.ErrNothingPrepared, err)
 		}
 	}()
+	s.dropGroup(b.ID) // written ahead with others: this batch goes alone
 	if sg := s.takeStaged(b.ID); sg != nil {
 		defer s.release()
 		return classify(s.endTx(ctx, sg.tx, func(tx pgx.Tx) error {
@@ -289,6 +293,7 @@ func (s *Sink) EnableStaging(n int) {
 	}
 	s.slots = make(chan struct{}, n)
 	s.stagedTx = map[twophase.BatchID]*staged{}
+	s.stagedGroups = map[twophase.BatchID]*stagedGroup{}
 	s.keyedTopics = map[string]bool{}
 }
 
@@ -384,6 +389,7 @@ func (s *Sink) Stage(ctx context.Context, b *twophase.Batch) (err error) {
 // transactions of ids.
 func (s *Sink) Discard(ids []twophase.BatchID) {
 	for _, id := range ids {
+		s.dropGroup(id)
 		if sg := s.takeStaged(id); sg != nil {
 			// Bounded: a connection that hangs is closed, which rolls
 			// back too.
@@ -609,6 +615,7 @@ func (s *Sink) writeLocal(ctx context.Context, b *twophase.Batch, guard offsets.
 		failpoint.HitIn(b.ID.Connector, failpoint.AfterWrite)
 		return s.inTx(ctx, write)
 	}
+	s.dropGroup(b.ID)
 	if sg := s.takeStaged(b.ID); sg != nil {
 		// exactly_once_sink, pipelined: the rows were written ahead
 		// (Stage); the offsets' compare-and-set, in the same
@@ -738,7 +745,28 @@ func (s *Sink) Preflight(ctx context.Context, g connectors.Guarantee) error {
 }
 
 // Close implements connectors.Sink.
-func (s *Sink) Close() { s.pool.Close() }
+func (s *Sink) Close() {
+	s.discardStaged()
+	s.pool.Close()
+}
+
+// discardStaged rolls back every transaction written ahead: each holds a
+// pooled connection, which the pool's Close would wait for.
+func (s *Sink) discardStaged() {
+	if s.slots == nil {
+		return
+	}
+	s.stageMu.Lock()
+	var ids []twophase.BatchID
+	for id := range s.stagedTx {
+		ids = append(ids, id)
+	}
+	for id := range s.stagedGroups {
+		ids = append(ids, id)
+	}
+	s.stageMu.Unlock()
+	s.Discard(ids)
+}
 
 // isUndefinedObject reports SQLSTATE 42704: the prepared transaction does
 // not exist.

@@ -98,17 +98,36 @@ func (s *Sink) ensureRounds(ctx context.Context) error {
 }
 
 // PrepareRound implements twophase.RoundParticipant: the batches written
-// ahead are prepared one by one, the others in at most commit.parallelism
-// prepared transactions, all at once.
+// ahead alone are prepared one by one, each round transaction written
+// ahead (StageRound) as one, and the others in at most commit.parallelism
+// prepared transactions; all at once.
 func (s *Sink) PrepareRound(ctx context.Context, bs []*twophase.Batch) []error {
 	errs := make([]error, len(bs))
 	var alone, rest []int
+	ahead := map[*stagedGroup][]int{}
 	for i, b := range bs {
-		if s.isStaged(b.ID) {
+		switch {
+		case s.isStaged(b.ID):
 			alone = append(alone, i)
-		} else {
+		case s.groupOf(b.ID) != nil:
+			sg := s.groupOf(b.ID)
+			ahead[sg] = append(ahead[sg], i)
+		default:
 			rest = append(rest, i)
 		}
+	}
+	var groups [][]int
+	var gids []string
+	var staged []*stagedGroup
+	for sg, idx := range ahead {
+		if len(idx) != len(sg.ids) {
+			// Not the round it was written for: written anew.
+			s.dropGroup(sg.ids[0])
+			rest = append(rest, idx...)
+			continue
+		}
+		slices.SortFunc(idx, func(x, y int) int { return compareID(bs[x].ID, bs[y].ID) })
+		groups, gids, staged = append(groups, idx), append(gids, sg.gid), append(staged, sg)
 	}
 	// Partition order, so that two groups never wait on each other's
 	// offsets rows in opposite orders.
@@ -118,25 +137,21 @@ func (s *Sink) PrepareRound(ctx context.Context, bs []*twophase.Batch) []error {
 	// connection: the round is cut into up to commit.parallelism
 	// transactions, written at once, as its batches were before. A
 	// transaction of one batch is that batch's own (txsink1_).
-	k := min(conc, len(rest))
-	var groups [][]int
-	var gids []string
-	var members [][]twophase.BatchID
-	for g := range k {
-		grp := rest[g*len(rest)/k : (g+1)*len(rest)/k]
-		groups = append(groups, grp)
-		gids = append(gids, "")
+	for _, grp := range cutRound(rest, conc) {
+		gid := ""
 		if len(grp) > 1 {
-			ids := make([]twophase.BatchID, len(grp))
-			for j, i := range grp {
-				ids[j] = bs[i].ID
-			}
-			gids[g] = roundGID(s.connHash, ids)
-			members = append(members, ids)
+			gid = roundGID(s.connHash, idsOf(bs, grp))
 		}
+		groups, gids, staged = append(groups, grp), append(gids, gid), append(staged, nil)
 	}
 	// Every round transaction's batches, committed in one insert before
 	// any of them is prepared.
+	var members [][]twophase.BatchID
+	for _, grp := range groups {
+		if len(grp) > 1 {
+			members = append(members, idsOf(bs, grp))
+		}
+	}
 	var membersErr error
 	if len(members) > 0 {
 		membersErr = s.addMembers(ctx, members)
@@ -153,6 +168,9 @@ func (s *Sink) PrepareRound(ctx context.Context, bs []*twophase.Batch) []error {
 				errs[grp[0]] = s.Prepare(ctx, bs[grp[0]])
 				return nil
 			case membersErr != nil:
+				if staged[n] != nil {
+					s.dropGroup(staged[n].ids[0])
+				}
 				for _, i := range grp {
 					errs[i] = fmt.Errorf("%w: %w", twophase.ErrNothingPrepared, classify(membersErr))
 				}
@@ -162,7 +180,7 @@ func (s *Sink) PrepareRound(ctx context.Context, bs []*twophase.Batch) []error {
 			for j, i := range grp {
 				bg[j] = bs[i]
 			}
-			for j, err := range s.prepareGroup(ctx, gids[n], bg) {
+			for j, err := range s.prepareGroup(ctx, gids[n], bg, staged[n]) {
 				errs[grp[j]] = err
 			}
 			return nil
@@ -170,6 +188,216 @@ func (s *Sink) PrepareRound(ctx context.Context, bs []*twophase.Batch) []error {
 	}
 	_ = g.Wait()
 	return errs
+}
+
+// cutRound cuts idx, in order, into up to conc runs of near equal length.
+func cutRound(idx []int, conc int) [][]int {
+	k := min(conc, len(idx))
+	out := make([][]int, k)
+	for g := range k {
+		out[g] = idx[g*len(idx)/k : (g+1)*len(idx)/k]
+	}
+	return out
+}
+
+// idsOf returns the ids of bs at idx.
+func idsOf(bs []*twophase.Batch, idx []int) []twophase.BatchID {
+	ids := make([]twophase.BatchID, len(idx))
+	for j, i := range idx {
+		ids[j] = bs[i].ID
+	}
+	return ids
+}
+
+// stagedGroup is a round transaction written ahead (StageRound): its
+// batches' rows in an open read-committed transaction holding a staging
+// slot, with no offsets change and no membership rows yet.
+type stagedGroup struct {
+	tx  pgx.Tx
+	gid string
+	ids []twophase.BatchID // in partition order
+}
+
+// StageRound implements twophase.RoundStager: a round's batches are cut
+// as PrepareRound would cut them (partition order, up to
+// commit.parallelism transactions), and each transaction of several
+// batches is written in an open transaction of its own that holds a
+// staging slot until PrepareRound, or Discard of one of its batches. A
+// transaction of one batch is staged by Stage. What Stage refuses,
+// StageRound refuses too: upsert mode, topics that needed keyed writes,
+// no free slot; a transaction one of whose batches needs a keyed write or
+// fails to convert is not staged, and its batches are written in their
+// round.
+func (s *Sink) StageRound(ctx context.Context, bs []*twophase.Batch) []error {
+	errs := make([]error, len(bs))
+	fill := func(idx []int, err error) {
+		for _, i := range idx {
+			errs[i] = err
+		}
+	}
+	all := make([]int, len(bs))
+	for i := range all {
+		all[i] = i
+	}
+	switch {
+	case s.slots == nil:
+		fill(all, errStagingOff)
+		return errs
+	case s.w.cfg.InsertMode == InsertModeUpsert:
+		fill(all, errNotAppendOnly)
+		return errs
+	}
+	var rest []int
+	s.stageMu.Lock()
+	for i, b := range bs {
+		if s.keyedTopics[b.ID.Topic] {
+			errs[i] = errNotAppendOnly
+		} else {
+			rest = append(rest, i)
+		}
+	}
+	s.stageMu.Unlock()
+	slices.SortFunc(rest, func(x, y int) int { return compareID(bs[x].ID, bs[y].ID) })
+	var g errgroup.Group
+	for _, grp := range cutRound(rest, max(s.roundConc, 1)) {
+		g.Go(func() error {
+			if len(grp) == 1 {
+				errs[grp[0]] = s.Stage(ctx, bs[grp[0]])
+				return nil
+			}
+			bg := make([]*twophase.Batch, len(grp))
+			for j, i := range grp {
+				bg[j] = bs[i]
+			}
+			fill(grp, s.stageGroup(ctx, bg))
+			return nil
+		})
+	}
+	_ = g.Wait()
+	return errs
+}
+
+// stageGroup writes bs (two or more, in partition order) ahead in one
+// transaction, as prepareGroup will prepare them.
+func (s *Sink) stageGroup(ctx context.Context, bs []*twophase.Batch) (err error) {
+	ids := make([]twophase.BatchID, len(bs))
+	for i, b := range bs {
+		ids[i] = b.ID
+	}
+	gid := roundGID(s.connHash, ids)
+	select {
+	case s.slots <- struct{}{}:
+	default:
+		return errNoSlot
+	}
+	defer func() {
+		if err != nil {
+			s.release()
+		}
+	}()
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return fmt.Errorf("stage %s: begin: %w", gid, err)
+	}
+	if err := s.writeGroup(ctx, tx, bs, ids, true); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return fmt.Errorf("stage %s: %w", gid, err)
+	}
+	sg := &stagedGroup{tx: tx, gid: gid, ids: ids}
+	s.stageMu.Lock()
+	for _, id := range ids {
+		if old := s.stagedGroups[id]; old != nil {
+			// Cannot happen (a batch is staged once per round); never
+			// leak.
+			s.stageMu.Unlock()
+			s.dropGroup(id)
+			s.stageMu.Lock()
+		}
+		s.stagedGroups[id] = sg
+	}
+	s.stageMu.Unlock()
+	return nil
+}
+
+// writeGroup writes bs's rows in tx: with ahead (StageRound), only
+// append-only batches; a batch that needs a keyed write marks its topic
+// as never written ahead again.
+func (s *Sink) writeGroup(ctx context.Context, tx pgx.Tx, bs []*twophase.Batch, ids []twophase.BatchID, ahead bool) error {
+	if ahead {
+		if _, err := tx.Exec(ctx, lockTimeoutSQL); err != nil {
+			return err
+		}
+	}
+	cs := make([]*connectors.Converted, len(bs))
+	for i, b := range bs {
+		c, err := s.w.records.Batch(ctx, b)
+		if err != nil {
+			return &groupError{at: i, err: err}
+		}
+		cs[i] = c
+	}
+	at, err := s.w.WriteBatches(ctx, tx, cs, ahead)
+	if errors.Is(err, errKeyedWrite) {
+		s.stageMu.Lock()
+		s.keyedTopics[ids[at].Topic] = true
+		s.stageMu.Unlock()
+		return errNotAppendOnly
+	}
+	if err != nil {
+		return &groupError{at: at, err: err}
+	}
+	return nil
+}
+
+// groupError is an error of the batch at (-1: none in particular) of a
+// round transaction.
+type groupError struct {
+	at  int
+	err error
+}
+
+func (e *groupError) Error() string { return e.err.Error() }
+func (e *groupError) Unwrap() error { return e.err }
+
+// groupOf returns the staged round transaction holding id (nil: none).
+func (s *Sink) groupOf(id twophase.BatchID) *stagedGroup {
+	if s.slots == nil {
+		return nil
+	}
+	s.stageMu.Lock()
+	defer s.stageMu.Unlock()
+	return s.stagedGroups[id]
+}
+
+// takeGroup removes the staged round transaction holding id, if any, and
+// returns it; its slot is the caller's to release.
+func (s *Sink) takeGroup(id twophase.BatchID) *stagedGroup {
+	if s.slots == nil {
+		return nil
+	}
+	s.stageMu.Lock()
+	defer s.stageMu.Unlock()
+	sg := s.stagedGroups[id]
+	if sg == nil {
+		return nil
+	}
+	for _, m := range sg.ids {
+		delete(s.stagedGroups, m)
+	}
+	return sg
+}
+
+// dropGroup rolls back the staged round transaction holding id, if any.
+func (s *Sink) dropGroup(id twophase.BatchID) {
+	sg := s.takeGroup(id)
+	if sg == nil {
+		return
+	}
+	// Bounded: a connection that hangs is closed, which rolls back too.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	_ = sg.tx.Rollback(ctx)
+	cancel()
+	s.release()
 }
 
 func compareID(a, b twophase.BatchID) int {
@@ -191,43 +419,42 @@ func (s *Sink) isStaged(id twophase.BatchID) bool {
 
 // prepareGroup prepares bs (two or more, in partition order) in one
 // transaction, gid, whose membership rows are committed: every offset's
-// compare-and-set first, then every batch's rows, then PREPARE
-// TRANSACTION. A batch that fails before PREPARE gets its error;
-// the others are refused (ErrNothingPrepared), as nothing of them is
+// compare-and-set first, then every batch's rows (unless sg, the
+// transaction written ahead with them, holds them), then PREPARE
+// TRANSACTION. A batch that fails before PREPARE gets its error; the
+// others are refused (ErrNothingPrepared), as nothing of them is
 // prepared either.
-func (s *Sink) prepareGroup(ctx context.Context, gid string, bs []*twophase.Batch) []error {
+func (s *Sink) prepareGroup(ctx context.Context, gid string, bs []*twophase.Batch, sg *stagedGroup) []error {
 	ids := make([]twophase.BatchID, len(bs))
 	for i, b := range bs {
 		ids[i] = b.ID
 	}
 	sent := false
 	cur := -1 // the batch being written when an error struck
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	body := func(tx pgx.Tx) error {
 		steps := make([]offsets.Step, len(bs))
 		for i, b := range bs {
 			steps[i] = offsets.Step{Connector: b.ID.Connector, Topic: b.ID.Topic, Partition: b.ID.Partition, Fence: b.Fence, From: b.Prev, To: b.ID.NextOffset()}
 		}
+		// Read committed: a transaction written ahead sees the previous
+		// round's COMMIT PREPARED here.
 		if at, err := s.store.AdvanceAll(ctx, tx, steps); err != nil {
 			cur = at
 			return err
 		}
-		cs := make([]*connectors.Converted, len(bs))
-		for i, b := range bs {
-			cur = i
-			c, err := s.w.records.Batch(ctx, b)
-			if err != nil {
+		if sg == nil {
+			// One statement per table for all the batches (WriteBatches).
+			if err := s.writeGroup(ctx, tx, bs, ids, false); err != nil {
+				var ge *groupError
+				if errors.As(err, &ge) {
+					cur = ge.at
+					err = ge.err
+				}
+				if errors.Is(err, ErrSchemaChange) && cur >= 0 {
+					return &twophase.OwnRoundError{ID: bs[cur].ID, Err: err}
+				}
 				return err
 			}
-			cs[i] = c
-		}
-		// One statement per table for all the batches (WriteBatches).
-		at, err := s.w.WriteBatches(ctx, tx, cs)
-		cur = at
-		if err != nil {
-			if errors.Is(err, ErrSchemaChange) && at >= 0 {
-				return &twophase.OwnRoundError{ID: bs[at].ID, Err: err}
-			}
-			return err
 		}
 		// After the membership rows (PrepareRound): a crash here leaves
 		// rows of a gid never prepared, which recovery must ignore.
@@ -237,7 +464,19 @@ func (s *Sink) prepareGroup(ctx context.Context, gid string, bs []*twophase.Batc
 			return fmt.Errorf("prepare %s (%d batches): %w", gid, len(bs), err)
 		}
 		return nil
-	})
+	}
+	var err error
+	if sg != nil {
+		if s.takeGroup(ids[0]) != sg {
+			// Discarded meanwhile: nothing of it is left to prepare.
+			err = fmt.Errorf("%s was discarded", gid)
+		} else {
+			err = s.endTx(ctx, sg.tx, body)
+			s.release()
+		}
+	} else {
+		err = s.inTx(ctx, body)
+	}
 	s.resetOnLostConnection(err)
 	errs := make([]error, len(bs))
 	switch {

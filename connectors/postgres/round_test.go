@@ -187,11 +187,19 @@ type evSink struct {
 
 func newEvSink(t *testing.T, db *testDB, connector string, parts ...int32) *evSink {
 	t.Helper()
+	return newEvSinkWith(t, db, WriterConfig{Connector: connector}, parts...)
+}
+
+// newEvSinkWith is newEvSink with the writer of wc.
+func newEvSinkWith(t *testing.T, db *testDB, wc WriterConfig, parts ...int32) *evSink {
+	t.Helper()
 	ctx := context.Background()
-	s, err := NewSink(ctx, db.pool, connector, mustWriter(t, WriterConfig{Connector: connector}), "public", "txsink_offsets", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	connector := wc.Connector
+	s, err := NewSink(ctx, db.pool, connector, mustWriter(t, wc), "public", "txsink_offsets", slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(s.discardStaged) // a failed test's transactions written ahead would hold the database
 	e := &evSink{Sink: s, fences: map[int32]int64{}}
 	if len(parts) == 0 {
 		return e

@@ -125,7 +125,9 @@ func writeOneByOne(t *testing.T, d *testDB, w *Writer, round [][]*kgo.Record) er
 
 // writeAll writes a round's batches with WriteBatches in one transaction.
 func writeAll(t *testing.T, d *testDB, w *Writer, round [][]*kgo.Record) error {
-	return writeRound(t, d, w, round, w.WriteBatches)
+	return writeRound(t, d, w, round, func(ctx context.Context, tx pgx.Tx, cs []*connectors.Converted) (int, error) {
+		return w.WriteBatches(ctx, tx, cs, false)
+	})
 }
 
 // writeRound converts a round's batches and writes them with write in one

@@ -350,6 +350,26 @@ func (w *Writer) WriteBatch(ctx context.Context, tx pgx.Tx, c *connectors.Conver
 	return stats, nil
 }
 
+// errKeyedWrite is WriteBatches' answer, with appendOnly, for a batch
+// whose write depends on the rows already in its tables.
+var errKeyedWrite = errors.New("the batch needs keyed writes (deletes, upserts or truncates)")
+
+// keyed reports whether the plan's write depends on the rows already in
+// its tables (what WriteStats.ReadsTable reports after the fact): a keyed
+// write, a delete or a truncate, or one of a table this transaction does
+// not see (an earlier round may be creating it).
+func (p *batchPlan) keyed() bool {
+	if p.noopDeletes+p.noopTruncates > 0 {
+		return true
+	}
+	for _, tp := range p.tables {
+		if slices.ContainsFunc(tp.ops, func(o *op) bool { return o.keyed || o.trunc || o.del }) {
+			return true
+		}
+	}
+	return false
+}
+
 // stopAtBad drops, when the batch is not tolerant (errors.tolerance=none),
 // every op at or after its first bad offset: nothing there matters, but a
 // record before it that the database refuses comes first.
@@ -414,7 +434,13 @@ func (w *Writer) settle(ctx context.Context, tx pgx.Tx, c *connectors.Converted,
 // tx. On error, at names the batch it belongs to (-1: none in
 // particular); a batch that needs a schema change fails with an error
 // wrapping ErrSchemaChange, nothing written.
-func (w *Writer) WriteBatches(ctx context.Context, tx pgx.Tx, cs []*connectors.Converted) (at int, err error) {
+//
+// With appendOnly (a round written ahead of its turn, which must not
+// depend on rows the previous round has not committed yet), a batch whose
+// plan needs a keyed write, a truncate, or a delete that finds no table
+// fails with an error wrapping errKeyedWrite, at naming it, before
+// anything is written.
+func (w *Writer) WriteBatches(ctx context.Context, tx pgx.Tx, cs []*connectors.Converted, appendOnly bool) (at int, err error) {
 	cat := newCatalog(w.cfg.Schema, &w.tables)
 	plans := make([]*batchPlan, len(cs))
 	for i, c := range cs {
@@ -431,6 +457,9 @@ func (w *Writer) WriteBatches(ctx context.Context, tx pgx.Tx, cs []*connectors.C
 			}
 			plans[i] = p
 			break
+		}
+		if appendOnly && plans[i].keyed() {
+			return i, errKeyedWrite
 		}
 	}
 	// Only appends are merged: keyed writes collapse the ops of a key
