@@ -96,6 +96,13 @@ func TestPostgresCrashPoints(t *testing.T) {
 	for _, p := range []string{failpoint.AfterWrite, failpoint.AfterPrepare, failpoint.AfterDecide, failpoint.AfterCommit} {
 		cases = append(cases, crash{"exactly_once/rounds=1", p})
 	}
+	// exactly_once with write-ahead at commit.parallelism=1: round N+1 is
+	// written ahead as one transaction of its batches (StageRound) while
+	// round N prepares, decides and commits. after-write is after the
+	// membership rows and before PREPARE of the transaction written ahead.
+	for _, p := range []string{failpoint.AfterWrite, failpoint.AheadBeforeDecide, failpoint.AheadAfterCommit} {
+		cases = append(cases, crash{"exactly_once/ahead-rounds=1", p})
+	}
 	for i, c := range cases {
 		point := c.point
 		t.Run(c.mode+"/"+point, func(t *testing.T) {
@@ -106,9 +113,13 @@ func TestPostgresCrashPoints(t *testing.T) {
 			k.CreateTopic(t, topic, 3)
 			pool := connectPool(t, db)
 			createEventsTable(t, pool, topic)
-			mode, serial := strings.CutSuffix(c.mode, "/rounds=1")
+			mode, ahead := strings.CutSuffix(c.mode, "/ahead-rounds=1")
+			mode, serial := strings.CutSuffix(mode, "/rounds=1")
 			cfg := baseConnector(conn, topic, db, mode)
 			cfg["batch.max.records"] = "300"
+			if ahead {
+				cfg["commit.parallelism"] = "1"
+			}
 			if serial {
 				// One transaction per round: any round of two partitions
 				// or more is a txsink2_ one. (At commit.parallelism 2 a
@@ -140,7 +151,7 @@ func TestPostgresCrashPoints(t *testing.T) {
 				roundsPrepared += preparedRounds(t, pool)
 				kills++
 			}
-			if serial && (point == failpoint.AfterPrepare || point == failpoint.AfterDecide) && roundsPrepared == 0 {
+			if (serial || ahead) && (point == failpoint.AfterPrepare || point == failpoint.AfterDecide || point == failpoint.AheadBeforeDecide) && roundsPrepared == 0 {
 				// Whether a kill lands on a round of two partitions or more
 				// depends on how the producer's records spread: not an
 				// assertion (a CI run once found none). The txsink2_ path
