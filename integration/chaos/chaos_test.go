@@ -404,9 +404,9 @@ func SoakProfile(seed uint64, d time.Duration, e Env, more ...Lane) Profile {
 	p.KillPoints = ClickHouseKillPoints
 	p.StopPoints = ClickHouseStopPoints
 	p.Lanes = append([]Lane{
-		// commit.parallelism 2 on 3 partitions: a round of all three is
-		// a transaction of two batches (txsink2_, written ahead with
-		// StageRound) and one alone.
+		// commit.parallelism 2 on the soak's 6 partitions: a round of
+		// all six is two transactions of three batches (txsink2_,
+		// written ahead with StageRound).
 		{Name: "eo", Delivery: "exactly_once", Config: map[string]string{"commit.parallelism": "2"}},
 		{Name: "eos", Delivery: "exactly_once_sink"},
 		{Name: "unfenced", Delivery: "exactly_once_sink", UnsafeNoFencing: true},
