@@ -336,26 +336,15 @@ func (s *Sink) Stage(ctx context.Context, b *twophase.Batch) (err error) {
 	if keyed {
 		return errNotAppendOnly
 	}
-	select {
-	case s.slots <- struct{}{}:
-	default:
-		// Never wait: the slots may be held by this round's own batches,
-		// released only when this round is written.
-		return errNoSlot
+	tx, err := s.beginStaged(ctx)
+	if err != nil {
+		return fmt.Errorf("stage %s: %w", b.ID, err)
 	}
 	defer func() {
 		if err != nil {
 			s.release()
 		}
 	}()
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	if err != nil {
-		return fmt.Errorf("stage %s: begin: %w", b.ID, err)
-	}
-	if _, err := tx.Exec(ctx, lockTimeoutSQL); err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
-		return fmt.Errorf("stage %s: begin: %w", b.ID, err)
-	}
 	c, err := s.w.records.Batch(ctx, b)
 	if err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
@@ -413,6 +402,30 @@ func (s *Sink) takeStaged(id twophase.BatchID) *staged {
 }
 
 func (s *Sink) release() { <-s.slots }
+
+// beginStaged takes a staging slot and begins the read-committed
+// transaction of a write ahead in it; the slot is the caller's to
+// release once the transaction is prepared or rolled back. It never
+// waits for a slot (errNoSlot): the slots may be held by the round being
+// written, released only when it is.
+func (s *Sink) beginStaged(ctx context.Context) (pgx.Tx, error) {
+	select {
+	case s.slots <- struct{}{}:
+	default:
+		return nil, errNoSlot
+	}
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err == nil {
+		if _, err = tx.Exec(ctx, lockTimeoutSQL); err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}
+	if err != nil {
+		s.release()
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	return tx, nil
+}
 
 // lockTimeoutSQL bounds lock waits inside a batch transaction.
 const lockTimeoutSQL = "SET LOCAL lock_timeout = '10s'"

@@ -279,28 +279,19 @@ func (s *Sink) StageRound(ctx context.Context, bs []*twophase.Batch) []error {
 
 // stageGroup writes bs (two or more, in partition order) ahead in one
 // transaction, as prepareGroup will prepare them.
-func (s *Sink) stageGroup(ctx context.Context, bs []*twophase.Batch) (err error) {
+func (s *Sink) stageGroup(ctx context.Context, bs []*twophase.Batch) error {
 	ids := make([]twophase.BatchID, len(bs))
 	for i, b := range bs {
 		ids[i] = b.ID
 	}
 	gid := roundGID(s.connHash, ids)
-	select {
-	case s.slots <- struct{}{}:
-	default:
-		return errNoSlot
-	}
-	defer func() {
-		if err != nil {
-			s.release()
-		}
-	}()
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	tx, err := s.beginStaged(ctx)
 	if err != nil {
-		return fmt.Errorf("stage %s: begin: %w", gid, err)
+		return fmt.Errorf("stage %s: %w", gid, err)
 	}
 	if err := s.writeGroup(ctx, tx, bs, ids, true); err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
+		s.release()
 		return fmt.Errorf("stage %s: %w", gid, err)
 	}
 	sg := &stagedGroup{tx: tx, gid: gid, ids: ids}
@@ -323,11 +314,6 @@ func (s *Sink) stageGroup(ctx context.Context, bs []*twophase.Batch) (err error)
 // append-only batches; a batch that needs a keyed write marks its topic
 // as never written ahead again.
 func (s *Sink) writeGroup(ctx context.Context, tx pgx.Tx, bs []*twophase.Batch, ids []twophase.BatchID, ahead bool) error {
-	if ahead {
-		if _, err := tx.Exec(ctx, lockTimeoutSQL); err != nil {
-			return err
-		}
-	}
 	cs := make([]*connectors.Converted, len(bs))
 	for i, b := range bs {
 		c, err := s.w.records.Batch(ctx, b)
