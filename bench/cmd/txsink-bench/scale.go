@@ -280,13 +280,14 @@ func (b *bench) scalePartitions(ctx context.Context, partitions int) (*Row, erro
 	}
 	p50, mx := quantilesOf(fence)
 	r.Note = limitOf(median(busy), r.InRoundShare, r.Phases)
-	var batches []float64
+	var batches, ahead []float64
 	for _, rl := range rounds {
 		if rl.Outcome == "committed" {
 			batches = append(batches, float64(rl.Batches))
+			ahead = append(ahead, float64(rl.WrittenAhead))
 		}
 	}
-	r.Note += fmt.Sprintf("; %.0f partition batches per round (median)", median(batches))
+	r.Note += fmt.Sprintf("; %.0f partition batches per round (median), %.0f of them written ahead", median(batches), median(ahead))
 	if p50 > 0 {
 		r.Note += fmt.Sprintf("; fence bump %.0f ms (max %.0f)", p50, mx)
 	}

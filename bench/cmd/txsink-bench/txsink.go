@@ -41,6 +41,9 @@ type roundLine struct {
 	Decide  time.Duration `json:"decide"`
 	Commit  time.Duration `json:"commit"`
 	Total   time.Duration `json:"total"`
+	// WrittenAhead is the round's batches written ahead while the round
+	// before it ran (pipelined rounds).
+	WrittenAhead int `json:"written_ahead"`
 	// Positions is the "partitions assigned and fenced" line's.
 	Positions string `json:"positions"`
 }
