@@ -335,36 +335,33 @@ func (d *driver) startStage(r *task.Round) {
 		// Attached once: the round reuses the write-ahead's pipeline of
 		// each batch.
 		d.records.Attach(r.Batches)
-		if rs, ok := d.stager.(twophase.RoundStager); ok && d.g == connectors.TwoPhase {
-			// In the units its prepare will take (a few transactions
-			// of several batches each).
-			for i, err := range rs.StageRound(ctx, r.Batches) {
-				if err == nil {
-					sr.ahead.Add(1)
-				} else if ctx.Err() == nil {
-					d.t.log.Debug("writing a batch ahead failed; its round writes it", "batch", r.Batches[i].ID.String(), "err", err)
-				}
+		for i, err := range d.stage(ctx, r.Batches) {
+			if err == nil {
+				sr.ahead.Add(1)
+			} else if ctx.Err() == nil {
+				d.t.log.Debug("writing a batch ahead failed; its round writes it", "batch", r.Batches[i].ID.String(), "err", err)
 			}
-			d.in.push(task.Event{Type: task.EventStaged, Seq: r.ID, StagedAll: int(sr.ahead.Load()) == len(r.Batches)})
-			return
 		}
-		var g errgroup.Group
-		g.SetLimit(max(d.t.conn.Parallelism, 1))
-		for _, b := range r.Batches {
-			g.Go(func() error {
-				if err := d.stager.Stage(ctx, b); err != nil {
-					if ctx.Err() == nil {
-						d.t.log.Debug("writing a batch ahead failed; its round writes it", "batch", b.ID.String(), "err", err)
-					}
-				} else {
-					sr.ahead.Add(1)
-				}
-				return nil
-			})
-		}
-		_ = g.Wait()
 		d.in.push(task.Event{Type: task.EventStaged, Seq: r.ID, StagedAll: int(sr.ahead.Load()) == len(r.Batches)})
 	}()
+}
+
+// stage writes bs ahead and returns each batch's error: a RoundStager
+// under two-phase commit takes them in the units its prepare will (a few
+// transactions of several batches each), any other stager one batch at a
+// time, commit.parallelism at once.
+func (d *driver) stage(ctx context.Context, bs []*twophase.Batch) []error {
+	if rs, ok := d.stager.(twophase.RoundStager); ok && d.g == connectors.TwoPhase {
+		return rs.StageRound(ctx, bs)
+	}
+	errs := make([]error, len(bs))
+	var g errgroup.Group
+	g.SetLimit(max(d.t.conn.Parallelism, 1))
+	for i, b := range bs {
+		g.Go(func() error { errs[i] = d.stager.Stage(ctx, b); return nil })
+	}
+	_ = g.Wait()
+	return errs
 }
 
 // discard stops the write-ahead of the rounds holding ids and rolls back

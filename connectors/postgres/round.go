@@ -106,11 +106,10 @@ func (s *Sink) PrepareRound(ctx context.Context, bs []*twophase.Batch) []error {
 	var alone, rest []int
 	ahead := map[*stagedGroup][]int{}
 	for i, b := range bs {
-		switch {
-		case s.isStaged(b.ID):
+		switch alone1, sg := s.stagedAs(b.ID); {
+		case alone1:
 			alone = append(alone, i)
-		case s.groupOf(b.ID) != nil:
-			sg := s.groupOf(b.ID)
+		case sg != nil:
 			ahead[sg] = append(ahead[sg], i)
 		default:
 			rest = append(rest, i)
@@ -289,7 +288,7 @@ func (s *Sink) stageGroup(ctx context.Context, bs []*twophase.Batch) error {
 	if err != nil {
 		return fmt.Errorf("stage %s: %w", gid, err)
 	}
-	if err := s.writeGroup(ctx, tx, bs, ids, true); err != nil {
+	if err := s.writeGroup(ctx, tx, bs, true); err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		s.release()
 		return fmt.Errorf("stage %s: %w", gid, err)
@@ -313,7 +312,7 @@ func (s *Sink) stageGroup(ctx context.Context, bs []*twophase.Batch) error {
 // writeGroup writes bs's rows in tx: with ahead (StageRound), only
 // append-only batches; a batch that needs a keyed write marks its topic
 // as never written ahead again.
-func (s *Sink) writeGroup(ctx context.Context, tx pgx.Tx, bs []*twophase.Batch, ids []twophase.BatchID, ahead bool) error {
+func (s *Sink) writeGroup(ctx context.Context, tx pgx.Tx, bs []*twophase.Batch, ahead bool) error {
 	cs := make([]*connectors.Converted, len(bs))
 	for i, b := range bs {
 		c, err := s.w.records.Batch(ctx, b)
@@ -325,7 +324,7 @@ func (s *Sink) writeGroup(ctx context.Context, tx pgx.Tx, bs []*twophase.Batch, 
 	at, err := s.w.WriteBatches(ctx, tx, cs, ahead)
 	if errors.Is(err, errKeyedWrite) {
 		s.stageMu.Lock()
-		s.keyedTopics[ids[at].Topic] = true
+		s.keyedTopics[bs[at].ID.Topic] = true
 		s.stageMu.Unlock()
 		return errNotAppendOnly
 	}
@@ -345,14 +344,18 @@ type groupError struct {
 func (e *groupError) Error() string { return e.err.Error() }
 func (e *groupError) Unwrap() error { return e.err }
 
-// groupOf returns the staged round transaction holding id (nil: none).
-func (s *Sink) groupOf(id twophase.BatchID) *stagedGroup {
+// stagedAs tells how id was written ahead, in one look: alone (Stage),
+// or in the round transaction sg (StageRound), or not at all.
+func (s *Sink) stagedAs(id twophase.BatchID) (alone bool, sg *stagedGroup) {
 	if s.slots == nil {
-		return nil
+		return false, nil
 	}
 	s.stageMu.Lock()
 	defer s.stageMu.Unlock()
-	return s.stagedGroups[id]
+	if _, ok := s.stagedTx[id]; ok {
+		return true, nil
+	}
+	return false, s.stagedGroups[id]
 }
 
 // takeGroup removes the staged round transaction holding id, if any, and
@@ -393,16 +396,6 @@ func compareID(a, b twophase.BatchID) int {
 	return int(a.Partition) - int(b.Partition)
 }
 
-func (s *Sink) isStaged(id twophase.BatchID) bool {
-	if s.slots == nil {
-		return false
-	}
-	s.stageMu.Lock()
-	defer s.stageMu.Unlock()
-	_, ok := s.stagedTx[id]
-	return ok
-}
-
 // prepareGroup prepares bs (two or more, in partition order) in one
 // transaction, gid, whose membership rows are committed: every offset's
 // compare-and-set first, then every batch's rows (unless sg, the
@@ -430,7 +423,7 @@ func (s *Sink) prepareGroup(ctx context.Context, gid string, bs []*twophase.Batc
 		}
 		if sg == nil {
 			// One statement per table for all the batches (WriteBatches).
-			if err := s.writeGroup(ctx, tx, bs, ids, false); err != nil {
+			if err := s.writeGroup(ctx, tx, bs, false); err != nil {
 				var ge *groupError
 				if errors.As(err, &ge) {
 					cur = ge.at
