@@ -404,6 +404,7 @@ func TestAPILifecycle(t *testing.T) {
 		`txsink_records_written_total{connector="` + name + `"}`,
 		`txsink_commit_phase_seconds_bucket{connector="` + name + `",phase="prepare"`,
 		`txsink_batches_total{connector="` + name + `",outcome="committed"}`,
+		`txsink_batches_written_ahead_total{connector="` + name + `"}`,
 		`txsink_partition_lag{connector="` + name + `",partition="1",topic="` + topic + `"}`,
 		`txsink_in_doubt_batches{connector="` + name + `"} 0`,
 	} {
