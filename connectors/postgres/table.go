@@ -48,6 +48,9 @@ type pgType struct {
 	Name string // schema-qualified, quoted name without typmod, usable in casts: "pg_catalog"."int8"
 	Kind colKind
 	Elem *pgType // element type when Kind == kindArray
+	// Domain: OID is a domain's, which the server describes the column
+	// with its base type's (so copyOps does not encode it).
+	Domain bool
 }
 
 type column struct {
@@ -187,6 +190,7 @@ func loadTable(ctx context.Context, tx pgx.Tx, schema, name string) (*table, err
 			return nil, fmt.Errorf("postgres: read columns of %s: %w", ident, err)
 		}
 		c.Type.Name = pgx.Identifier{typNsp, typName}.Sanitize()
+		c.Type.Domain = baseOID != c.Type.OID
 		c.Type.Kind = kindOf(baseOID, baseName, baseTypType, baseCat)
 		if baseCat == "A" && elemOID != 0 {
 			c.Type.Kind = kindArray

@@ -990,6 +990,9 @@ func (w *Writer) bisect(ctx context.Context, tx pgx.Tx, ops []*op, exec func([]*
 
 // execCopy writes ops (all with columns cols) with COPY.
 func (w *Writer) execCopy(ctx context.Context, tx pgx.Tx, t *table, cols []*column, ops []*op) error {
+	if copyDescribed(cols) {
+		return copyOps(ctx, tx, t, cols, ops)
+	}
 	names := make([]string, len(cols))
 	for i, c := range cols {
 		names[i] = c.Name
