@@ -706,10 +706,20 @@ func (m *Machine) polled(recs []*kgo.Record, out []Action) []Action {
 func (m *Machine) cut(recs []*kgo.Record) ([]*twophase.Batch, error) {
 	byTP := map[TP]*twophase.Batch{}
 	var order []TP
+	// A poll returns a partition's records together: the partition of
+	// the record before is looked up once, not per record.
+	var (
+		k    TP
+		c    *cursor
+		b    *twophase.Batch
+		have bool
+	)
 	for _, r := range recs {
-		k := TP{r.Topic, r.Partition}
-		c, ok := m.parts[k]
-		if !ok {
+		if !have || r.Partition != k.Partition || r.Topic != k.Topic {
+			k, have = TP{r.Topic, r.Partition}, true
+			c, b = m.parts[k], byTP[k]
+		}
+		if c == nil {
 			continue // revoked meanwhile
 		}
 		from := c.from()
@@ -720,7 +730,6 @@ func (m *Machine) cut(recs []*kgo.Record) ([]*twophase.Batch, error) {
 			c.atStop = true
 			continue
 		}
-		b := byTP[k]
 		if b == nil {
 			b = &twophase.Batch{
 				ID:    twophase.BatchID{Connector: m.cfg.Connector, Topic: r.Topic, Partition: r.Partition, First: r.Offset},
