@@ -388,6 +388,9 @@ func (t *Task) poll(ctx context.Context, pollFn func(context.Context, int) kgo.F
 			}
 			t.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
 		})
+		// Grown once per fetch, not record by record (each growth
+		// copies the pointers under the collector's write barrier).
+		recs = slices.Grow(recs, f.NumRecords())
 		f.EachRecord(func(r *kgo.Record) {
 			recs = append(recs, r)
 			bytes += len(r.Key) + len(r.Value)
