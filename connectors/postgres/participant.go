@@ -78,7 +78,6 @@ type Sink struct {
 // the batch's rows and no offsets change yet.
 type staged struct {
 	tx pgx.Tx
-	st WriteStats
 }
 
 // NewSink opens a sink on pool for the named connector. It creates the
@@ -345,21 +344,9 @@ func (s *Sink) Stage(ctx context.Context, b *twophase.Batch) (err error) {
 			s.release()
 		}
 	}()
-	c, err := s.w.records.Batch(ctx, b)
-	if err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
-		return fmt.Errorf("stage %s: %w", b.ID, err)
-	}
-	st, err := s.w.WriteBatch(ctx, tx, c, false)
-	if err == nil && st.ReadsTable {
-		// Change events or tombstones: this topic's batches are not
-		// written ahead from now on.
-		s.stageMu.Lock()
-		s.keyedTopics[b.ID.Topic] = true
-		s.stageMu.Unlock()
-		err = errNotAppendOnly
-	}
-	if err != nil {
+	// Append-only: a batch of change events or tombstones refuses, and
+	// its topic is not written ahead from now on.
+	if err := s.writeGroup(ctx, tx, []*twophase.Batch{b}, true); err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return fmt.Errorf("stage %s: %w", b.ID, err)
 	}
@@ -369,7 +356,7 @@ func (s *Sink) Stage(ctx context.Context, b *twophase.Batch) (err error) {
 		_ = old.tx.Rollback(context.WithoutCancel(ctx))
 		s.release()
 	}
-	s.stagedTx[b.ID] = &staged{tx: tx, st: st}
+	s.stagedTx[b.ID] = &staged{tx: tx}
 	s.stageMu.Unlock()
 	return nil
 }

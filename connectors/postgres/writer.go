@@ -230,16 +230,9 @@ func (w *Writer) Config() WriterConfig { return w.cfg }
 // Truncated, DeadLettered, Superseded and Dropped add up to the number of
 // records.
 type WriteStats struct {
-	Written   int // records written as rows (COPY, insert or upsert)
-	Deleted   int // tombstones and delete events applied as DELETE by key (whether or not a row existed)
-	Truncated int // truncate events applied (cdc.truncate=apply)
-	// ReadsTable is set when the write ran a DELETE, an upsert or a
-	// TRUNCATE, or took a delete or truncate for a no-op because its
-	// table does not exist: what these do depends on the table as the
-	// previous batch left it, so the write is only right after that
-	// batch committed (a batch written ahead would miss its uncommitted
-	// rows, or the table it created).
-	ReadsTable   bool
+	Written      int // records written as rows (COPY, insert or upsert)
+	Deleted      int // tombstones and delete events applied as DELETE by key (whether or not a row existed)
+	Truncated    int // truncate events applied (cdc.truncate=apply)
 	DeadLettered int // bad records set aside (errors.tolerance=all): written to the dead-letter table, if any, and listed in Bad
 	Superseded   int // records replaced by a later record with the same key in the batch, or emptied by a later truncate
 	Dropped      int // records a transform or the change-event stage dropped
@@ -328,10 +321,6 @@ func (w *Writer) WriteBatch(ctx context.Context, tx pgx.Tx, c *connectors.Conver
 		}
 	}
 	stats.Dropped, stats.Deleted, stats.Truncated = p.dropped, p.noopDeletes, p.noopTruncates
-	// The table "does not exist" in this transaction's snapshot: an
-	// earlier round that creates it may still be waiting for its
-	// decision.
-	stats.ReadsTable = p.noopDeletes+p.noopTruncates > 0
 	p.stopAtBad(c.Tolerant())
 	dbBad, err := w.applyTables(ctx, tx, p.tables, &stats)
 	if err != nil {
@@ -355,9 +344,11 @@ func (w *Writer) WriteBatch(ctx context.Context, tx pgx.Tx, c *connectors.Conver
 var errKeyedWrite = errors.New("the batch needs keyed writes (deletes, upserts or truncates)")
 
 // keyed reports whether the plan's write depends on the rows already in
-// its tables (what WriteStats.ReadsTable reports after the fact): a keyed
-// write, a delete or a truncate, or one of a table this transaction does
-// not see (an earlier round may be creating it).
+// its tables, as the previous batch left them: a keyed write (an upsert,
+// a change event), a delete or a truncate, or a delete or truncate taken
+// for a no-op because its table does not exist in this transaction (an
+// earlier round may be creating it). A batch written ahead would miss
+// that batch's uncommitted rows, or the table it created.
 func (p *batchPlan) keyed() bool {
 	if p.noopDeletes+p.noopTruncates > 0 {
 		return true
@@ -458,9 +449,6 @@ func (w *Writer) WriteBatches(ctx context.Context, tx pgx.Tx, cs []*connectors.C
 			plans[i] = p
 			break
 		}
-		if appendOnly && plans[i].keyed() {
-			return i, errKeyedWrite
-		}
 	}
 	// Only appends are merged: keyed writes collapse the ops of a key
 	// (the last wins) and a truncate drops the ops before it, so merged
@@ -473,6 +461,9 @@ func (w *Writer) WriteBatches(ctx context.Context, tx pgx.Tx, cs []*connectors.C
 	open := map[*catEntry]*tablePlan{} // the mergeable plan last added per entry
 	for i, p := range plans {
 		p.stopAtBad(cs[i].Tolerant())
+		if appendOnly && p.keyed() {
+			return i, errKeyedWrite
+		}
 		for _, tp := range p.tables {
 			appends := !slices.ContainsFunc(tp.ops, func(o *op) bool { return o.keyed || o.trunc })
 			if m := open[tp.e]; m != nil && appends {
@@ -610,7 +601,6 @@ func (w *Writer) apply(ctx context.Context, tx pgx.Tx, tp *tablePlan, stats *Wri
 			}
 		}
 		sql := "TRUNCATE TABLE " + t.Ident
-		stats.ReadsTable = true
 		if _, err := tx.Exec(ctx, sql); err != nil {
 			return nil, ddlErr(sql, err)
 		}
@@ -629,7 +619,6 @@ func (w *Writer) apply(ctx context.Context, tx pgx.Tx, tp *tablePlan, stats *Wri
 		var b []*record.Error
 		var err error
 		if run[0].keyed {
-			stats.ReadsTable = true
 			b, err = w.applyKeyed(ctx, tx, t, run, stats)
 		} else {
 			b, err = w.applyOrdered(ctx, tx, t, run, stats)
@@ -716,7 +705,6 @@ func (w *Writer) applyOrdered(ctx context.Context, tx pgx.Tx, t *table, ops []*o
 		run := ops[:n]
 		ops = ops[n:]
 		if run[0].del {
-			stats.ReadsTable = true
 			b, err := w.bisect(ctx, tx, run, func(ops []*op) error { return w.execDelete(ctx, tx, t, ops) })
 			if err != nil {
 				return nil, err
