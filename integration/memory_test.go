@@ -66,3 +66,56 @@ func TestPostgresMemoryBudget(t *testing.T) {
 		t.Errorf("%d prepared transactions left", n)
 	}
 }
+
+// TestPostgresMemorySharesHalve: a round's first poll is a whole fetch,
+// so cutting rounds short does not bound what a task holds; what does is
+// the fetch share halving while the heap live after a collection nears
+// Go's soft limit (README, Memory). A worker with a 16 MiB budget drains
+// 300,000 small records (100 bytes: the 200 bytes of Go structure per
+// record weigh most) in exactly_once_sink, whose rounds hold rows as well
+// as records, exactly once; its log shows the shares halving, which only
+// the live heap of a real drain reaching three quarters of Go's limit
+// makes it do.
+func TestPostgresMemorySharesHalve(t *testing.T) {
+	k, db := sinkEnv(t)
+	topic := "memhalve-" + randSuffix(t)
+	k.CreateTopic(t, topic, 6)
+	pool := connectPool(t, db)
+	var u upstream
+	produce(t, k.Bootstrap, topic, produceOpts{Records: 300000, Partitions: 6, AbortRatio: 0.05, MaxTxn: 2000, BodyBytes: 100, Seed: 31}, &u)
+	createEventsTable(t, pool, topic)
+	cfg := baseConnector(topic, topic, db, "exactly_once_sink")
+	cfg["table.name.format"] = topic
+	delete(cfg, "batch.max.records") // the defaults: 100,000 records, 16 MiB
+	p := startTxsink(t, k.Bootstrap, writeConnector(t, cfg), topic,
+		"TXSINK_MEMORY_BUDGET_BYTES=16777216", "TXSINK_LOG_LEVEL=debug")
+	waitDrained(t, pool, topic, &u, 4*time.Minute, func() error {
+		if ok, code := p.exited(); ok {
+			return fmt.Errorf("txsink exited early with %d", code)
+		}
+		return nil
+	})
+	peakMB := float64(procStatusKB(t, p.Pid(), "VmHWM")) / 1024
+	p.signal(syscall.SIGTERM)
+	if !p.wait(30 * time.Second) {
+		t.Fatal("txsink did not stop within 30s of SIGTERM")
+	}
+	if problems := exactness(&u, readRows(t, pool, topic), nil); len(problems) > 0 {
+		t.Fatalf("%d anomalies, first: %s", len(problems), strings.Join(problems[:min(10, len(problems))], "; "))
+	}
+	out := p.output()
+	halved := strings.Count(out, "the fetch and round shares of the memory budget halve")
+	raised := strings.Count(out, "outgrew the memory budget")
+	t.Logf("peak RSS %.0f MB with a 16 MiB budget; shares halved %d times, doubled back %d, Go's limit raised %d", peakMB, halved,
+		strings.Count(out, "shares of the memory budget double"), raised)
+	if halved == 0 {
+		t.Fatalf("the shares never halved: the live heap of this drain passes three quarters of Go's limit")
+	}
+	// Go's limit rises only with the shares at their least (1 MiB; a 16
+	// MiB budget's share is 2 MiB, so its first halving reaches it).
+	if w := strings.Index(out, "outgrew the memory budget"); w >= 0 {
+		if f := strings.Index(out, "fetch_share_bytes=1048576"); f < 0 || f > w {
+			t.Errorf("Go's limit rose before the shares reached their least:\n%s", tail(out, 3000))
+		}
+	}
+}

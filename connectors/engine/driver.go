@@ -288,7 +288,7 @@ func (d *driver) startPoll(seq uint64) {
 	d.polls[seq] = p
 	go func() {
 		defer close(p.done)
-		d.t.opt.Memory.observe()
+		d.t.opt.Memory.roundStarted()
 		s.sizer.adjust(s.cl)
 		var recs []*kgo.Record
 		if s.gate != nil {

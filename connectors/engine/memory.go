@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"log/slog"
 	"os"
 	"runtime/debug"
@@ -29,7 +30,11 @@ import (
 //     collection holds more than half the budget: under pressure rounds
 //     come out smaller (and a pipelined round behind one in flight takes
 //     what it has) instead of the process growing. A round always takes
-//     its first poll, so a task never stops.
+//     its first poll, so a task never stops;
+//   - and since that first poll is a whole fetch, a live heap that passes
+//     three quarters of Go's soft limit halves the fetch and round shares
+//     (squeeze), down to minFetchBytes, before the limit itself moves
+//     (observe).
 //
 // A nil *Memory is no budget: every method is a no-op.
 type Memory struct {
@@ -47,6 +52,16 @@ type Memory struct {
 	base  int64
 	mu    sync.Mutex
 	limit atomic.Int64
+	// squeeze halves the fetch and round shares squeeze times (observe).
+	// polls counts the rounds started (roundStarted), steppedAt the count
+	// at the last change of squeeze: a change shows in the live heap only
+	// once the rounds polled before it have committed. squeezeLogged is
+	// whether a squeeze was logged at info level.
+	squeeze       atomic.Int32
+	polls         atomic.Int64
+	steppedAt     int64
+	stepped       bool
+	squeezeLogged bool
 }
 
 // Fractions of the budget (measured on the benchmark's main workload:
@@ -75,6 +90,11 @@ const (
 	// adjustments of a task's fetch limit (or one fetch's limit, if
 	// lower).
 	sizerSample = 1 << 20
+	// squeezeRounds is the rounds each task starts between two changes
+	// of the shares under a live heap near Go's limit (observe): with
+	// rounds.max.in.flight=2, by the third the rounds that were polled
+	// before the change have committed.
+	squeezeRounds = 3
 	// firstFetchRatio is the bytes in memory a byte on the wire is taken
 	// to become before the first fetch tells.
 	firstFetchRatio = 16
@@ -102,39 +122,92 @@ func NewMemory(budget int64, log *slog.Logger) *Memory {
 	return m
 }
 
-// observe reads the heap live after the last collection and keeps Go's
-// soft limit above it. A limit below what is live only burns CPU: the
+// observe reads the heap live after the last collection and keeps it
+// within Go's soft limit. A limit below what is live only burns CPU: the
 // collector runs back to back and frees nothing (it gives up at half the
-// CPU). When the live heap passes three quarters of the limit, even with
-// rounds cut short (the connectors' live memory does not fit the
-// budget), the limit rises to twice the live heap and a warning says so;
-// it comes back down, to the budget's at least, once the live heap falls
-// under a quarter of it. With GOMEMLIMIT set it does nothing but read.
+// CPU). When the live heap passes three quarters of the limit, the fetch
+// and round shares halve (one step each squeezeRounds rounds of each
+// task, so that a step shows before the next is taken), down to
+// minFetchBytes: the first poll of every round is a whole fetch, so
+// cutting rounds short does not bound what a task holds, and the rounds
+// in flight with a fetch buffered behind them can hold several fetches.
+// A live heap under half that mark (a doubled share then still fits)
+// doubles them back, one step at a time. Only when the shares are at
+// their floor and the live heap still outgrows three quarters of the
+// limit (the connectors' live memory does not fit the budget) does the
+// limit rise, to twice the live heap, with a warning; it comes back
+// down, to the budget's at least, once the live heap falls under a
+// quarter of it. With GOMEMLIMIT set the shares still follow the live
+// heap, against three quarters of the budget, and the limit stays.
 func (m *Memory) observe() (live uint64) {
 	if m == nil {
 		return 0
 	}
 	live = m.live()
-	if m.base == 0 {
-		return live
-	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.log == nil {
+		m.log = slog.Default()
+	}
 	cur := m.limit.Load()
+	if m.base == 0 {
+		cur = m.budget
+	}
+	sq := m.squeeze.Load()
+	// A change of squeeze waits for squeezeRounds rounds of each task.
+	settled := !m.stepped || m.polls.Load()-m.steppedAt >= squeezeRounds*max(m.tasks.Load(), 1)
 	switch l := int64(live); {
-	case l > cur/4*3:
+	case l > cur/4*3 && m.canSqueeze(sq):
+		if !settled {
+			break // the last step has not shown yet
+		}
+		m.squeeze.Store(sq + 1)
+		m.steppedAt, m.stepped = m.polls.Load(), true
+		lvl := slog.LevelDebug
+		if !m.squeezeLogged {
+			lvl, m.squeezeLogged = slog.LevelInfo, true
+		}
+		m.log.Log(context.Background(), lvl, "the heap live after a collection neared Go's soft memory limit: the fetch and round shares of the memory budget halve (later changes are logged at debug level)",
+			"live_heap_bytes", live, "go_memory_limit_bytes", cur, "fetch_share_bytes", m.fetchShare())
+	case l > cur/4*3 && m.base != 0:
 		next := 2 * l
 		m.limit.Store(next)
 		m.setLimit(next)
-		m.log.Warn("the heap live after a collection outgrew the memory budget: Go's soft memory limit rises to twice it rather than the collector running back to back (raise memory.budget.bytes, or run fewer connectors on this worker)",
+		m.log.Warn("the heap live after a collection outgrew the memory budget, with fetches and rounds at their least: Go's soft memory limit rises to twice it rather than the collector running back to back (raise memory.budget.bytes, or run fewer connectors on this worker)",
 			"live_heap_bytes", live, "budget_bytes", m.budget, "go_memory_limit_bytes", next)
-	case l < cur/4 && cur > m.base:
+	case l < cur/4 && cur > m.base && m.base != 0:
 		next := max(2*l, m.base)
 		m.limit.Store(next)
 		m.setLimit(next)
 		m.log.Info("the live heap fits the memory budget again: Go's soft memory limit comes back down", "live_heap_bytes", live, "go_memory_limit_bytes", next)
+	case l < cur/8*3 && sq > 0 && (cur == m.base || m.base == 0) && settled:
+		m.squeeze.Store(sq - 1)
+		m.steppedAt, m.stepped = m.polls.Load(), true
+		m.log.Debug("the live heap has room again: the fetch and round shares of the memory budget double", "live_heap_bytes", live, "fetch_share_bytes", m.fetchShare())
 	}
 	return live
+}
+
+// roundStarted counts a round's poll and observes the live heap.
+func (m *Memory) roundStarted() {
+	if m == nil {
+		return
+	}
+	m.polls.Add(1)
+	m.observe()
+}
+
+// canSqueeze reports whether the shares can halve once more (squeeze is
+// sq now) and stay at minFetchBytes or above.
+func (m *Memory) canSqueeze(sq int32) bool {
+	return m.share()/fetchShareDiv>>(sq+1) >= minFetchBytes
+}
+
+// fetchShare is the bytes in memory a task's fetch, and its round's keys
+// and values, are held to now: its share over fetchShareDiv, halved
+// squeeze times, and minFetchBytes at least.
+func (m *Memory) fetchShare() int64 {
+	return max(m.share()/fetchShareDiv>>m.squeeze.Load(), minFetchBytes)
 }
 
 // Budget returns the budget in bytes (0: none).
@@ -160,7 +233,7 @@ func (m *Memory) fetchBytes(def int) int {
 	if m == nil {
 		return def
 	}
-	return int(max(min(int64(def), m.share()/fetchShareDiv), minFetchBytes))
+	return int(max(min(int64(def), m.fetchShare()), minFetchBytes))
 }
 
 // roundBytes bounds the keys and values of one round: batch.max.bytes
@@ -169,7 +242,7 @@ func (m *Memory) roundBytes(set int) int {
 	if m == nil {
 		return set
 	}
-	return int(min(int64(set), max(m.share()/fetchShareDiv, minFetchBytes)))
+	return int(min(int64(set), m.fetchShare()))
 }
 
 // share is one running task's part of the budget.
@@ -203,6 +276,7 @@ type memoryMetrics struct{ m *Memory }
 var (
 	memoryBudgetDesc = prometheus.NewDesc("txsink_memory_budget_bytes", "The worker's memory budget (memory.budget.bytes; 0: none).", nil, nil)
 	memoryCutDesc    = prometheus.NewDesc("txsink_memory_rounds_cut_total", "Rounds that stopped polling early because the heap live after the last collection held more than half the memory budget.", nil, nil)
+	memoryShareDesc  = prometheus.NewDesc("txsink_memory_fetch_share_bytes", "The bytes in memory one task's fetch, and its round's keys and values, are held to now: its share of the memory budget over 8, halved while the live heap nears Go's soft limit (0: no budget).", nil, nil)
 	memoryLimitDesc  = prometheus.NewDesc("txsink_memory_go_limit_bytes", "Go's soft memory limit the budget set (above the budget's while the live heap outgrows it; 0: none, or GOMEMLIMIT rules).", nil, nil)
 )
 
@@ -210,13 +284,15 @@ func (memoryMetrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- memoryBudgetDesc
 	ch <- memoryCutDesc
 	ch <- memoryLimitDesc
+	ch <- memoryShareDesc
 }
 
 func (mm memoryMetrics) Collect(ch chan<- prometheus.Metric) {
-	var cut, limit int64
+	var cut, limit, share int64
 	if mm.m != nil {
-		cut, limit = mm.m.cut.Load(), mm.m.limit.Load()
+		cut, limit, share = mm.m.cut.Load(), mm.m.limit.Load(), mm.m.fetchShare()
 	}
+	ch <- prometheus.MustNewConstMetric(memoryShareDesc, prometheus.GaugeValue, float64(share))
 	ch <- prometheus.MustNewConstMetric(memoryLimitDesc, prometheus.GaugeValue, float64(limit))
 	ch <- prometheus.MustNewConstMetric(memoryBudgetDesc, prometheus.GaugeValue, float64(mm.m.Budget()))
 	ch <- prometheus.MustNewConstMetric(memoryCutDesc, prometheus.CounterValue, float64(cut))
@@ -276,7 +352,7 @@ func (f *fetchSizer) adjust(cl *kgo.Client) {
 	if wire <= 0 || decoded <= 0 {
 		return
 	}
-	want := f.m.share() / fetchShareDiv * wire / decoded
+	want := f.m.fetchShare() * wire / decoded
 	limit := int(max(min(want, int64(f.ceiling)), minWireFetchBytes))
 	// Only a change of a fifth or more: the ratio moves a little with
 	// every sample.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txsink/txsink/config"
@@ -192,12 +193,13 @@ func TestFetchSizer(t *testing.T) {
 	}
 }
 
-// TestMemoryLimitFollowsLiveHeap: Go's soft limit stays the budget's
-// while the live heap fits under three quarters of it; a live heap that
-// outgrows that raises the limit to twice the live heap (instead of the
-// collector running back to back) and says so; once the live heap falls
-// under a quarter of the raised limit, the limit comes back down, never
-// under the budget's.
+// TestMemoryLimitFollowsLiveHeap: with the fetch and round shares at
+// their floor (a hundred tasks: minFetchBytes each), Go's soft limit
+// stays the budget's while the live heap fits under three quarters of
+// it; a live heap that outgrows that raises the limit to twice the live
+// heap (instead of the collector running back to back) and says so;
+// once the live heap falls under a quarter of the raised limit, the
+// limit comes back down, never under the budget's.
 func TestMemoryLimitFollowsLiveHeap(t *testing.T) {
 	var logged bytes.Buffer
 	var live uint64
@@ -206,6 +208,9 @@ func TestMemoryLimitFollowsLiveHeap(t *testing.T) {
 		setLimit: func(n int64) int64 { set = append(set, n); return 0 }}
 	m.base = 112 << 20
 	m.limit.Store(m.base)
+	for range 100 {
+		m.join()
+	}
 	for _, c := range []struct {
 		live uint64
 		want int64
@@ -230,9 +235,141 @@ func TestMemoryLimitFollowsLiveHeap(t *testing.T) {
 	if n := strings.Count(logged.String(), "level=WARN msg=\"the heap live after a collection outgrew the memory budget"); n != 2 {
 		t.Errorf("%d warnings of a raised limit, want 2:\n%s", n, logged.String())
 	}
+	if sq := m.squeeze.Load(); sq != 0 {
+		t.Errorf("shares at their floor halved %d times", sq)
+	}
 	// GOMEMLIMIT rules: observe only reads.
 	g := &Memory{budget: 128 << 20, live: func() uint64 { return 1 << 30 }, setLimit: func(int64) int64 { t.Error("set a limit though GOMEMLIMIT rules"); return 0 }}
 	if g.observe() != 1<<30 {
 		t.Error("observe did not return the live heap")
 	}
+}
+
+// TestMemorySqueeze: a task's first poll of a round is a whole fetch, so
+// what bounds its live heap is the fetch share. A live heap over three
+// quarters of Go's limit halves the fetch and round shares, one step
+// each squeezeRounds rounds of each task (a step shows in the live heap
+// only once the rounds polled before it commit), down to minFetchBytes;
+// only then does the limit rise, with the warning. A live heap under
+// three eighths of the limit doubles the shares back, one step at a time,
+// once a raised limit has come back down. Under GOMEMLIMIT the shares
+// follow three quarters of the budget and no limit is set.
+func TestMemorySqueeze(t *testing.T) {
+	var logged bytes.Buffer
+	var live uint64
+	var set []int64
+	m := &Memory{budget: 128 << 20, live: func() uint64 { return live }, log: slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		setLimit: func(n int64) int64 { set = append(set, n); return 0 }}
+	m.base = 112 << 20
+	m.limit.Store(m.base)
+	defer m.join()()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(memoryMetrics{m})
+	check := func(step string, wantShare, wantLimit int64) {
+		t.Helper()
+		if got := gauge(t, reg, "txsink_memory_fetch_share_bytes"); got != float64(wantShare) {
+			t.Errorf("%s: txsink_memory_fetch_share_bytes %v, want %d", step, got, wantShare)
+		}
+		if got := gauge(t, reg, "txsink_memory_go_limit_bytes"); got != float64(wantLimit) {
+			t.Errorf("%s: txsink_memory_go_limit_bytes %v, want %d", step, got, wantLimit)
+		}
+		if got := m.fetchShare(); got != wantShare {
+			t.Errorf("%s: fetch share %d MiB, want %d MiB", step, got>>20, wantShare>>20)
+		}
+		if got := m.fetchBytes(32 << 20); int64(got) != wantShare {
+			t.Errorf("%s: fetch bytes %d MiB, want %d MiB", step, got>>20, wantShare>>20)
+		}
+		if got := m.roundBytes(64 << 20); int64(got) != wantShare {
+			t.Errorf("%s: round bytes %d MiB, want %d MiB", step, got>>20, wantShare>>20)
+		}
+		if got := m.limit.Load(); got != wantLimit {
+			t.Errorf("%s: limit %d MiB, want %d MiB", step, got>>20, wantLimit>>20)
+		}
+	}
+	rounds := func(n int) {
+		for range n {
+			m.roundStarted()
+		}
+	}
+	live = 84 << 20 // three quarters of the limit exactly: fits
+	rounds(5)
+	check("fits", 16<<20, 112<<20)
+
+	live = 90 << 20
+	m.observe()
+	check("first step", 8<<20, 112<<20)
+	rounds(squeezeRounds - 1)
+	check("the step has not shown yet", 8<<20, 112<<20)
+	rounds(1)
+	check("second step", 4<<20, 112<<20)
+	rounds(squeezeRounds)
+	check("third step", 2<<20, 112<<20)
+	rounds(squeezeRounds)
+	check("at the floor", 1<<20, 112<<20)
+	if len(set) != 0 {
+		t.Errorf("limits set %v before the shares reached their floor", set)
+	}
+	rounds(1)
+	check("the floor holds: the limit rises", 1<<20, 180<<20)
+
+	live = 40 << 20
+	m.observe()
+	check("the limit comes back down", 1<<20, 112<<20)
+	rounds(squeezeRounds - 1) // one round since the last step was the limit's rise
+	check("room again: the shares double", 2<<20, 112<<20)
+	rounds(squeezeRounds - 1)
+	check("one step at a time", 2<<20, 112<<20)
+	live = 50 << 20 // over three eighths, under three quarters: stays
+	rounds(3 * squeezeRounds)
+	check("between the marks", 2<<20, 112<<20)
+	live = 10 << 20
+	rounds(3 * squeezeRounds)
+	check("back up", 16<<20, 112<<20)
+	rounds(3 * squeezeRounds)
+	check("never above the budget's share", 16<<20, 112<<20)
+
+	if want := []int64{180 << 20, 112 << 20}; !slices.Equal(set, want) {
+		t.Errorf("limits set %v, want %v", set, want)
+	}
+	out := logged.String()
+	if n := strings.Count(out, "level=INFO msg=\"the heap live after a collection neared Go's soft memory limit"); n != 1 {
+		t.Errorf("%d info lines of a halving, want 1 (later ones at debug):\n%s", n, out)
+	}
+	if n := strings.Count(out, "level=WARN"); n != 1 {
+		t.Errorf("%d warnings, want 1 (the limit rose once):\n%s", n, out)
+	}
+
+	// GOMEMLIMIT rules: the shares follow three quarters of the budget
+	// (96 MiB); no limit is set.
+	g := &Memory{budget: 128 << 20, live: func() uint64 { return live }, log: slog.New(slog.NewTextHandler(&logged, nil)),
+		setLimit: func(int64) int64 { t.Error("set a limit though GOMEMLIMIT rules"); return 0 }}
+	defer g.join()()
+	live = 90 << 20
+	g.roundStarted()
+	if got := g.fetchShare(); got != 16<<20 {
+		t.Errorf("GOMEMLIMIT, live 90 MiB: share %d MiB, want 16", got>>20)
+	}
+	live = 100 << 20
+	for range 20 {
+		g.roundStarted()
+	}
+	if got := g.fetchShare(); got != 1<<20 {
+		t.Errorf("GOMEMLIMIT, live 100 MiB: share %d MiB, want the floor", got>>20)
+	}
+}
+
+// gauge returns the value of the gauge name that reg gathers.
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no gauge %s gathered", name)
+	return 0
 }
