@@ -125,22 +125,33 @@ JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p', 'f', 'v')`
 
 // columnsQuery lists the live columns with their types; a domain is
-// described by its base type's kind, arrays by their element type.
+// described by its base type's kind, through any depth of domains over
+// domains (base: the last of the chain), arrays by their element type.
 const columnsQuery = `
 SELECT a.attname,
        a.atttypid,
        tn.nspname, t.typname,
-       coalesce(bt.oid, t.oid), coalesce(bt.typname, t.typname), coalesce(bt.typtype, t.typtype), coalesce(bt.typcategory, t.typcategory),
+       bt.oid, bt.typname, bt.typtype, bt.typcategory,
        coalesce(et.oid, 0), coalesce(etn.nspname, ''), coalesce(et.typname, ''), coalesce(et.typtype, ''), coalesce(et.typcategory, ''),
        a.attnotnull,
        a.atthasdef OR a.attidentity <> '' OR a.attgenerated <> '',
        a.attgenerated <> '',
-       CASE WHEN coalesce(bt.typname, t.typname) IN ('varchar', 'bpchar') AND a.atttypmod > 4 THEN a.atttypmod - 4 ELSE -1 END
+       CASE WHEN bt.typname IN ('varchar', 'bpchar') AND a.atttypmod > 4 THEN a.atttypmod - 4 ELSE -1 END
 FROM pg_catalog.pg_attribute a
 JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
 JOIN pg_catalog.pg_namespace tn ON tn.oid = t.typnamespace
-LEFT JOIN pg_catalog.pg_type bt ON t.typtype = 'd' AND bt.oid = t.typbasetype
-LEFT JOIN pg_catalog.pg_type et ON et.oid = coalesce(bt.typelem, t.typelem) AND coalesce(bt.typcategory, t.typcategory) = 'A'
+CROSS JOIN LATERAL (
+	WITH RECURSIVE chain(oid, depth) AS (
+		SELECT t.oid, 0
+		UNION ALL
+		SELECT d.typbasetype, c.depth + 1
+		FROM chain c JOIN pg_catalog.pg_type d ON d.oid = c.oid
+		WHERE d.typtype = 'd'
+	)
+	SELECT oid FROM chain ORDER BY depth DESC LIMIT 1
+) base
+JOIN pg_catalog.pg_type bt ON bt.oid = base.oid
+LEFT JOIN pg_catalog.pg_type et ON et.oid = bt.typelem AND bt.typcategory = 'A'
 LEFT JOIN pg_catalog.pg_namespace etn ON etn.oid = et.typnamespace
 WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum`
