@@ -411,14 +411,26 @@ func sourceTables(ctx context.Context, tx pgx.Tx, names []string) ([]sourceTable
 }
 
 // pgColumns reads a table's columns in order: name, type, the base type's
-// pg_type name and category, and the type modifier. Generated columns are
-// left out (logical replication does not carry them).
+// pg_type name and category (through any depth of domains over domains),
+// and the type modifier (of the outermost domain that has one, for a
+// domain). Generated columns are left out (logical replication does not
+// carry them).
 func pgColumns(ctx context.Context, q pgx.Tx, ident string) ([]pgColumn, error) {
 	rows, err := q.Query(ctx, `SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), bt.typname::text, bt.typcategory::text,
-			CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE a.atttypmod END
+			CASE WHEN t.typtype = 'd' THEN base.typmod ELSE a.atttypmod END
 		FROM pg_attribute a
 		JOIN pg_type t ON t.oid = a.atttypid
-		JOIN pg_type bt ON bt.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END
+		CROSS JOIN LATERAL (
+			WITH RECURSIVE chain(oid, typmod, depth) AS (
+				SELECT t.oid, -1, 0
+				UNION ALL
+				SELECT d.typbasetype, CASE WHEN c.typmod <> -1 THEN c.typmod ELSE d.typtypmod END, c.depth + 1
+				FROM chain c JOIN pg_type d ON d.oid = c.oid
+				WHERE d.typtype = 'd'
+			)
+			SELECT oid, typmod FROM chain ORDER BY depth DESC LIMIT 1
+		) base
+		JOIN pg_type bt ON bt.oid = base.oid
 		WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
 		ORDER BY a.attnum`, ident)
 	if err != nil {

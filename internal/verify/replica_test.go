@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -241,6 +242,49 @@ func TestReplicaConfigValidate(t *testing.T) {
 // an extra and a different row, a row soft-deleted with __deleted, a
 // column the target lacks; the comparison is read-only and holds a
 // snapshot while a writer changes the source.
+// TestPgColumnsDomains: a source column of a domain is compared as its
+// base type is, through domains over domains, with the type modifier of
+// the outermost domain that has one (a timestamp(3) under two domains
+// keeps 3 digits).
+func TestPgColumnsDomains(t *testing.T) {
+	srv := pgtest.Shared(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, srv.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, s := range []string{
+		`CREATE DOMAIN pos AS int4 CHECK (VALUE > 0)`,
+		`CREATE DOMAIN small_pos AS pos CHECK (VALUE < 100)`,
+		`CREATE DOMAIN at3 AS timestamp(3)`,
+		`CREATE DOMAIN at3b AS at3`,
+		`CREATE DOMAIN at3c AS at3b NOT NULL`,
+		`CREATE TABLE dom (id int8 PRIMARY KEY, p pos, sp small_pos, a at3, c at3c, plain timestamp(2))`,
+	} {
+		if _, err := conn.Exec(ctx, s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	cols, err := pgColumns(ctx, tx, "public.dom")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range cols {
+		got = append(got, fmt.Sprintf("%s %s %s %d", c.name, c.typname, c.category, c.typmod))
+	}
+	want := []string{"id int8 N -1", "p int4 N -1", "sp int4 N -1", "a timestamp D 3", "c timestamp D 3", "plain timestamp D 2"}
+	if !slices.Equal(got, want) {
+		t.Errorf("columns:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
 func TestCheckReplicaPostgres(t *testing.T) {
 	srv := pgtest.Shared(t)
 	srcURL, tgtURL := srv.NewDatabase(t), srv.NewDatabase(t)
