@@ -60,10 +60,7 @@ func testDomains(t *testing.T, d *testDB) {
 	d.exec(`CREATE TABLE dom (id int8 PRIMARY KEY, p pos, sp small_pos, t1 at_ts, t2 at_ts2, t3 at_ts3, a1 ints, a2 ints2, w2 word2)`)
 	d.exec(`CREATE TABLE dom_arr (id int8 PRIMARY KEY, t3 at_ts3, pa pos[])`)
 	w := mustWriter(t, WriterConfig{})
-	cases := []struct {
-		col, in string
-		want    string // the stored value as text; "ERR" for a bad record
-	}{
+	writeCases(t, d, w, "dom", `"t3":0,`, []coercion{
 		{"p", `5`, "5"}, {"p", `"7"`, "7"}, {"p", `-1`, "ERR"}, {"p", `1.5`, "ERR"},
 		{"sp", `5`, "5"}, {"sp", `"7"`, "7"}, {"sp", `-1`, "ERR"}, {"sp", `100`, "ERR"}, {"sp", `1.0`, "1"}, {"sp", `1.5`, "ERR"},
 		{"t1", `1700000000000`, "2023-11-14 22:13:20+00"},
@@ -72,26 +69,7 @@ func testDomains(t *testing.T, d *testDB) {
 		{"a1", `[1,2,null]`, "{1,2,NULL}"},
 		{"a2", `[1,2]`, "{1,2}"}, {"a2", `[1,2,3,4]`, "ERR"}, {"a2", `[1,"x"]`, "ERR"},
 		{"w2", `"abcde"`, "abcde"}, {"w2", `"abcdef"`, "ERR"},
-	}
-	for i, c := range cases {
-		id := int64(i + 1)
-		_, err := d.write(w, []*kgo.Record{rec("dom", id, nil, js(`{"id":%d,"t3":0,%q:%s}`, id, c.col, c.in))})
-		if c.want == "ERR" {
-			var re *record.Error
-			if !errors.As(err, &re) || !IsBadRecord(err) || re.Offset != id {
-				t.Errorf("%s = %s: got %v, want a *record.Error at offset %d", c.col, c.in, err, id)
-			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("%s = %s: %v", c.col, c.in, err)
-			continue
-		}
-		got := d.strings(fmt.Sprintf(`SELECT %s::text FROM dom WHERE id = $1`, c.col), id)
-		if len(got) != 1 || got[0] != c.want {
-			t.Errorf("%s = %s: stored %q, want %q", c.col, c.in, got, c.want)
-		}
-	}
+	})
 	// An array of a domain's elements is not written (pgx has no codec
 	// for the array type): the error names the column.
 	_, err := d.write(w, []*kgo.Record{rec("dom_arr", 100, nil, js(`{"id":100,"t3":0,"pa":[1,2]}`))})
@@ -108,10 +86,7 @@ func testCoercions(t *testing.T, d *testDB) {
 		ia int4[], ta text[], vca varchar(3)[], e mood, addr inet, iv interval,
 		nn text NOT NULL DEFAULT 'dflt', ck int4 CHECK (ck > 0))`)
 	w := mustWriter(t, WriterConfig{})
-	cases := []struct {
-		col, in string
-		want    string // the stored value as text; "ERR" for a bad record
-	}{
+	writeCases(t, d, w, "c", "", []coercion{
 		{"t", `"héllo"`, "héllo"}, {"t", `42`, "42"}, {"t", `true`, "true"}, {"t", `"a\u0000b"`, "ERR"}, {"t", `{"x":1}`, "ERR"},
 		{"vc", `"0123456789"`, "0123456789"}, {"vc", `"ünïcödé10c"`, "ünïcödé10c"}, {"vc", `"01234567890"`, "ERR"},
 		{"ch", `"ab"`, "ab"}, {"ch", `"abc   "`, "abc"}, {"ch", `"abcd"`, "ERR"},
@@ -145,10 +120,26 @@ func testCoercions(t *testing.T, d *testDB) {
 		{"iv", `"1 day 02:00:00"`, "1 day 02:00:00"},
 		{"nn", `null`, "ERR"}, {"ck", `5`, "5"}, {"ck", `-1`, "ERR"}, // check violation: rejected by the database
 		{"zzz", `1`, "ERR"}, // no such column
+	})
+	// A missing field takes the column default.
+	if got := d.strings(`SELECT DISTINCT nn FROM c`); len(got) != 1 || got[0] != "dflt" {
+		t.Errorf("defaults: %v", got)
 	}
+}
+
+// coercion is a field's JSON value and what its column stores, as text
+// ("ERR": a bad record).
+type coercion struct{ col, in, want string }
+
+// writeCases writes each case as a record of its own into table (id the
+// case's offset, with the JSON fields extra before the case's) and checks
+// the stored text, or a *record.Error at that offset naming the field
+// when the sink refused it (not the database).
+func writeCases(t *testing.T, d *testDB, w *Writer, table, extra string, cases []coercion) {
+	t.Helper()
 	for i, c := range cases {
 		id := int64(i + 1)
-		_, err := d.write(w, []*kgo.Record{rec("c", id, nil, js(`{"id":%d,%q:%s}`, id, c.col, c.in))})
+		_, err := d.write(w, []*kgo.Record{rec(table, id, nil, js(`{"id":%d,`+extra+`%q:%s}`, id, c.col, c.in))})
 		if c.want == "ERR" {
 			var re *record.Error
 			if !errors.As(err, &re) || !IsBadRecord(err) || re.Offset != id {
@@ -164,14 +155,10 @@ func testCoercions(t *testing.T, d *testDB) {
 			t.Errorf("%s = %s: %v", c.col, c.in, err)
 			continue
 		}
-		got := d.strings(fmt.Sprintf(`SELECT %s::text FROM c WHERE id = $1`, c.col), id)
+		got := d.strings(fmt.Sprintf(`SELECT %s::text FROM %s WHERE id = $1`, c.col, table), id)
 		if len(got) != 1 || got[0] != c.want {
 			t.Errorf("%s = %s: stored %q, want %q", c.col, c.in, got, c.want)
 		}
-	}
-	// A missing field takes the column default.
-	if got := d.strings(`SELECT DISTINCT nn FROM c`); len(got) != 1 || got[0] != "dflt" {
-		t.Errorf("defaults: %v", got)
 	}
 }
 
