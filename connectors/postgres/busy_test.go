@@ -101,10 +101,19 @@ func TestRoundCommitWaitsOutBusy(t *testing.T) {
 	if err := holder.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&holderPID); err != nil {
 		t.Fatal(err)
 	}
+	// The reload is asynchronous: the postmaster passes it on to the
+	// backends when it gets to it, and a backend takes it before its next
+	// statement. Wait until the held session itself has it, so that its
+	// COMMIT PREPARED waits for the standby.
+	waitFor(t, ctx, "the other session to take the reloaded synchronous_standby_names", func() bool {
+		var v string
+		if err := holder.QueryRow(ctx, `SELECT current_setting('synchronous_standby_names')`).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v == "txsink_test_nobody"
+	})
 	held := make(chan error, 1)
 	go func() {
-		// The reload reaches a backend before its next statement, so
-		// this COMMIT PREPARED waits for the standby.
 		_, err := holder.Exec(ctx, `COMMIT PREPARED '`+gids[0]+`'`)
 		held <- err
 	}()
