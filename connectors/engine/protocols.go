@@ -40,6 +40,9 @@ func (d *driver) twoPhaseRound(s *session, r *task.Round) task.Result {
 			failpoint.HitIn(t.conn.Name, failpoint.AheadBeforeDecide)
 		}
 		failpoint.HitIn(t.conn.Name, point)
+		if point == twophase.HookAfterDecide && dec.committed {
+			failpoint.HitIn(t.conn.Name, failpoint.AfterDecideCommit)
+		}
 	}
 	coord := twophase.NewCoordinator(t.sink, dec,
 		twophase.WithPrepareConcurrency(t.conn.Parallelism),
@@ -67,6 +70,9 @@ type roundDecider struct {
 	gate    *pollGate
 	batches []*twophase.Batch
 	dlq     *dlqDecider
+	// committed: the last Decide committed (for the failpoint
+	// after-decide-commit).
+	committed bool
 }
 
 func (r *roundDecider) Begin(ctx context.Context) error {
@@ -79,11 +85,16 @@ func (r *roundDecider) Decide(ctx context.Context, commit bool) (bool, error) {
 	r.gate.close()
 	defer r.gate.open()
 	r.KafkaDecider.CommitExactly(r.batches)
+	var committed bool
+	var err error
 	if r.dlq != nil {
 		r.dlq.Decider = r.KafkaDecider
-		return r.dlq.Decide(ctx, commit)
+		committed, err = r.dlq.Decide(ctx, commit)
+	} else {
+		committed, err = r.KafkaDecider.Decide(ctx, commit)
 	}
-	return r.KafkaDecider.Decide(ctx, commit)
+	r.committed = committed && err == nil
+	return committed, err
 }
 
 func (r *roundDecider) sent() int {

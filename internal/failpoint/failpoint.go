@@ -35,8 +35,12 @@ const (
 	AfterPoll    = "after-poll"
 	AfterWrite   = "after-write"   // rows written, before PREPARE (or before the local COMMIT)
 	AfterPrepare = "after-prepare" // every batch of the round prepared
-	AfterDecide  = "after-decide"  // the Kafka decision is durable
-	AfterCommit  = "after-commit"  // COMMIT PREPARED done
+	AfterDecide  = "after-decide"  // the Kafka decision is durable (to commit or to abort)
+	// AfterDecideCommit is after-decide counting only decisions to
+	// commit (two-phase rounds): a zombie stopped here has rows to write
+	// that a new owner also writes.
+	AfterDecideCommit = "after-decide-commit"
+	AfterCommit       = "after-commit" // COMMIT PREPARED done
 	// InFence is inside the fence bump of an assignment, with the
 	// offsets rows locked and the transaction open.
 	InFence = "in-fence"
