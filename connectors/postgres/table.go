@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/txsink/txsink/internal/pgcatalog"
 )
 
 // colKind is how the writer converts JSON into a column's type.
@@ -126,8 +128,8 @@ WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p', 'f', 'v')`
 
 // columnsQuery lists the live columns with their types; a domain is
 // described by its base type's kind, through any depth of domains over
-// domains (base: the last of the chain), arrays by their element type.
-const columnsQuery = `
+// domains (pgcatalog.BaseType), arrays by their element type.
+var columnsQuery = `
 SELECT a.attname,
        a.atttypid,
        tn.nspname, t.typname,
@@ -140,16 +142,7 @@ SELECT a.attname,
 FROM pg_catalog.pg_attribute a
 JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
 JOIN pg_catalog.pg_namespace tn ON tn.oid = t.typnamespace
-CROSS JOIN LATERAL (
-	WITH RECURSIVE chain(oid, depth) AS (
-		SELECT t.oid, 0
-		UNION ALL
-		SELECT d.typbasetype, c.depth + 1
-		FROM chain c JOIN pg_catalog.pg_type d ON d.oid = c.oid
-		WHERE d.typtype = 'd'
-	)
-	SELECT oid FROM chain ORDER BY depth DESC LIMIT 1
-) base
+` + pgcatalog.BaseType("t", "base") + `
 JOIN pg_catalog.pg_type bt ON bt.oid = base.oid
 LEFT JOIN pg_catalog.pg_type et ON et.oid = bt.typelem AND bt.typcategory = 'A'
 LEFT JOIN pg_catalog.pg_namespace etn ON etn.oid = et.typnamespace

@@ -13,6 +13,8 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/txsink/txsink/internal/pgcatalog"
 )
 
 // ReplicaConfig is one comparison of source tables with their copies (a
@@ -411,7 +413,8 @@ func sourceTables(ctx context.Context, tx pgx.Tx, names []string) ([]sourceTable
 }
 
 // pgColumns reads a table's columns in order: name, type, the base type's
-// pg_type name and category (through any depth of domains over domains),
+// pg_type name and category (through any depth of domains over domains:
+// pgcatalog.BaseType),
 // and the type modifier (of the outermost domain that has one, for a
 // domain). Generated columns are left out (logical replication does not
 // carry them).
@@ -420,16 +423,7 @@ func pgColumns(ctx context.Context, q pgx.Tx, ident string) ([]pgColumn, error) 
 			CASE WHEN t.typtype = 'd' THEN base.typmod ELSE a.atttypmod END
 		FROM pg_attribute a
 		JOIN pg_type t ON t.oid = a.atttypid
-		CROSS JOIN LATERAL (
-			WITH RECURSIVE chain(oid, typmod, depth) AS (
-				SELECT t.oid, -1, 0
-				UNION ALL
-				SELECT d.typbasetype, CASE WHEN c.typmod <> -1 THEN c.typmod ELSE d.typtypmod END, c.depth + 1
-				FROM chain c JOIN pg_type d ON d.oid = c.oid
-				WHERE d.typtype = 'd'
-			)
-			SELECT oid, typmod FROM chain ORDER BY depth DESC LIMIT 1
-		) base
+		`+pgcatalog.BaseType("t", "base")+`
 		JOIN pg_type bt ON bt.oid = base.oid
 		WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
 		ORDER BY a.attnum`, ident)
